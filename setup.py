@@ -1,0 +1,41 @@
+from glob import glob
+from pathlib import Path
+
+from setuptools import find_packages, setup
+
+PACKAGE = "flashdrive_ros"
+
+
+def tree(folder: str) -> list[tuple[str, list[str]]]:
+    """data_files entries installing `folder` recursively under share/flashdrive_ros."""
+    entries: dict[str, list[str]] = {}
+    for path in sorted(Path(folder).rglob("*")):
+        if path.is_file():
+            dest = str(Path("share", PACKAGE, path.parent))
+            entries.setdefault(dest, []).append(str(path))
+    return sorted(entries.items())
+
+
+setup(
+    name=PACKAGE,
+    version="0.1.0",
+    packages=find_packages(exclude=["test", "test.*"]),
+    data_files=[
+        ("share/ament_index/resource_index/packages", [f"resource/{PACKAGE}"]),
+        (f"share/{PACKAGE}", ["package.xml"]),
+        (f"share/{PACKAGE}/launch", glob("launch/*.py")),
+        (f"share/{PACKAGE}/config", glob("config/*.yaml") + glob("config/*.rviz")),
+        *tree("models"),
+    ],
+    install_requires=["setuptools"],
+    zip_safe=True,
+    maintainer="flashdrive_ros maintainers",
+    maintainer_email="flashdrive@example.com",
+    description="Real-time reasoning VLA driving node with the FlashDrive shortcuts.",
+    license="Apache-2.0",
+    python_requires=">=3.10",
+    entry_points={
+        "console_scripts": [
+        ],
+    },
+)
