@@ -111,8 +111,24 @@ class ActionConfig:
     history_bins: int = 1000
     history_range_xy: float = 4.0
     history_range_z: float = 10.0
+    history_token_offset: int = 0
+    num_traj_tokens: int = 4000
+    fourier_max_freq: float = 100.0
+    in_proj_hidden_size: int = 1024
+    in_proj_num_layers: int = 4
+    accel_mean: float = 0.0
+    accel_std: float = 1.0
+    curvature_mean: float = 0.0
+    curvature_std: float = 1.0
 
     def __post_init__(self) -> None:
+        _require(self.num_fourier_features % 2 == 0 and self.num_fourier_features >= 2,
+                 "num_fourier_features must be even (sin and cos halves)")
+        _require(self.in_proj_num_layers >= 1, "in_proj_num_layers must be >= 1")
+        _require(self.accel_std > 0 and self.curvature_std > 0, "action std must be > 0")
+        _require(0 <= self.history_token_offset
+                 and self.history_token_offset + self.history_bins <= self.num_traj_tokens,
+                 "history bins must fit inside the trajectory tokens")
         _require(self.action_dim == 2, "action is (acceleration, curvature): action_dim = 2")
         _require(self.num_waypoints > 0 and self.dt > 0, "bad trajectory horizon")
         _require(self.num_flow_steps >= 1, "num_flow_steps must be >= 1")
@@ -264,7 +280,7 @@ def tiny(vocab_size: int = 4600) -> ModelConfig:
                         intermediate_size=256, rope_theta=10000.0, mrope_section=(6, 5, 5)),
         expert=ExpertConfig(hidden_size=64, num_hidden_layers=4, num_attention_heads=4,
                             num_key_value_heads=2, head_dim=32, intermediate_size=128),
-        action=ActionConfig(num_fourier_features=8),
+        action=ActionConfig(num_fourier_features=8, in_proj_hidden_size=64),
         prompt=PromptConfig(image_width=64, image_height=48, max_coc_tokens=32),
         drafter=DrafterConfig(num_hidden_layers=1, hidden_size=128, num_attention_heads=4,
                               num_key_value_heads=2, head_dim=32, intermediate_size=256,
@@ -272,10 +288,33 @@ def tiny(vocab_size: int = 4600) -> ModelConfig:
     )
 
 
+def embedded(vocab_size: int = 6144) -> ModelConfig:
+    """The shipped default model: Alpamayo 1.5 structure at ~10M parameters, 4 x 4 frames of
+    128x80 (40 tokens each), trained from scratch on the simulator (flashdrive_ros.train)."""
+    return ModelConfig(
+        name="embedded",
+        vision=VisionConfig(depth=4, hidden_size=128, num_heads=4, intermediate_size=384,
+                            patch_size=8, out_hidden_size=256, num_position_embeddings=256,
+                            deepstack_visual_indexes=(1, 2)),
+        text=TextConfig(vocab_size=vocab_size, hidden_size=256, num_hidden_layers=6,
+                        num_attention_heads=8, num_key_value_heads=2, head_dim=32,
+                        intermediate_size=640, rope_theta=10000.0, mrope_section=(6, 5, 5),
+                        max_position_embeddings=4096),
+        expert=ExpertConfig(hidden_size=128, num_hidden_layers=6, num_attention_heads=4,
+                            num_key_value_heads=2, head_dim=32, intermediate_size=384),
+        action=ActionConfig(num_fourier_features=16),
+        prompt=PromptConfig(image_width=128, image_height=80, max_coc_tokens=48),
+        drafter=DrafterConfig(num_hidden_layers=2, hidden_size=256, num_attention_heads=8,
+                              num_key_value_heads=2, head_dim=32, intermediate_size=640,
+                              target_layer_ids=(1, 3, 4, 5), block_size=8, context_len=16),
+    )
+
+
 PRESETS = {
     "alpamayo-1.5-10b": alpamayo_1_5_10b,
     "alpamayo-r1-10b": alpamayo_r1_10b,
     "tiny": tiny,
+    "embedded": embedded,
 }
 
 
