@@ -1,0 +1,109 @@
+"""Engine configuration: which FlashDrive shortcuts run, sampling, device."""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+
+import torch
+
+from flashdrive_ros.engine.flow_cached import FlowSchedule
+from flashdrive_ros.model.config import ConfigError
+
+MODES = ("flashdrive", "baseline")
+BACKENDS = ("torch",)
+DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+SHORTCUTS = ("streaming", "speculative", "cached_velocity", "cuda_graphs")
+
+
+@dataclass
+class EngineConfig:
+    """`mode="baseline"` turns every shortcut off (full window encode and prefill,
+    autoregressive decoding, plain Euler with `baseline_flow_steps`); in flashdrive mode each
+    shortcut defaults to on (CUDA graphs only on CUDA) and can be switched off alone.
+    A shortcut left as None takes its mode's default."""
+
+    mode: str = "flashdrive"
+    streaming: bool | None = None
+    speculative: bool | None = None
+    cached_velocity: bool | None = None
+    cuda_graphs: bool | None = None
+    num_samples: int = 1
+    flow_steps: int = 8
+    reuse_steps: tuple[int, ...] = (3, 4, 5, 6)
+    baseline_flow_steps: int = 10
+    max_coc_tokens: int | None = None
+    temperature: float = 0.0
+    top_p: float = 1.0
+    device: str = "cpu"
+    dtype: str = "float32"
+    seed: int = 0
+    backend: str = "torch"
+
+    def __post_init__(self) -> None:
+        if self.mode not in MODES:
+            raise ConfigError(f"engine mode must be one of {MODES}, got {self.mode!r}")
+        for name in SHORTCUTS:
+            value = getattr(self, name)
+            if value is None:
+                default = self.mode == "flashdrive"
+                if name == "cuda_graphs":
+                    default = default and self.device.startswith("cuda")
+                setattr(self, name, default)
+            elif not isinstance(value, bool):
+                raise ConfigError(f"{name} must be true, false or null, got {value!r}")
+            elif value and self.mode == "baseline":
+                raise ConfigError(f"mode 'baseline' runs every shortcut off; {name}=True "
+                                  f"needs mode 'flashdrive'")
+        if self.cuda_graphs and not self.device.startswith("cuda"):
+            raise ConfigError(f"cuda_graphs needs a CUDA device, got device={self.device!r}")
+        self.reuse_steps = tuple(self.reuse_steps)
+        if self.num_samples < 1:
+            raise ConfigError(f"num_samples must be >= 1, got {self.num_samples}")
+        if self.baseline_flow_steps < 1:
+            raise ConfigError(f"baseline_flow_steps must be >= 1, got {self.baseline_flow_steps}")
+        try:
+            FlowSchedule(self.flow_steps, self.reuse_steps)
+        except ValueError as exc:
+            raise ConfigError(str(exc)) from None
+        if self.max_coc_tokens is not None and self.max_coc_tokens < 1:
+            raise ConfigError(f"max_coc_tokens must be >= 1 or null, got {self.max_coc_tokens}")
+        if self.temperature < 0:
+            raise ConfigError(f"temperature must be >= 0, got {self.temperature}")
+        if not 0 < self.top_p <= 1:
+            raise ConfigError(f"top_p must be in (0, 1], got {self.top_p}")
+        if self.speculative and self.temperature > 0:
+            raise ConfigError("speculative decoding is lossless against greedy decoding only: "
+                              "set temperature 0 or speculative false")
+        if self.dtype not in DTYPES:
+            raise ConfigError(f"dtype must be one of {sorted(DTYPES)}, got {self.dtype!r}")
+        if not (self.device == "cpu" or self.device.startswith("cuda")):
+            raise ConfigError(f"device must be cpu or cuda[:N], got {self.device!r}")
+        if self.backend not in BACKENDS:
+            raise ConfigError(f"backend must be one of {BACKENDS}, got {self.backend!r}")
+
+    @property
+    def torch_dtype(self) -> torch.dtype:
+        return DTYPES[self.dtype]
+
+    @property
+    def flow_schedule(self) -> FlowSchedule:
+        """Cached-velocity schedule, or plain Euler with the reference step count."""
+        if self.cached_velocity:
+            return FlowSchedule(self.flow_steps, self.reuse_steps)
+        return FlowSchedule.plain(self.baseline_flow_steps)
+
+    def to_dict(self) -> dict:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, values: dict) -> EngineConfig:
+        known = {f.name for f in dataclasses.fields(cls)}
+        unknown = set(values) - known
+        if unknown:
+            raise ConfigError(f"unknown engine config keys: {sorted(unknown)}")
+        return cls(**values)
+
+    @classmethod
+    def baseline(cls, **changes) -> EngineConfig:
+        return cls(mode="baseline", **changes)

@@ -1,0 +1,101 @@
+import pytest
+import torch
+
+from flashdrive_ros.engine.config import EngineConfig
+from flashdrive_ros.engine.flow_cached import FlowSchedule, euler_cached
+from flashdrive_ros.model.config import ConfigError
+
+
+class CountingVelocity:
+    """A fixed nonlinear field v(x, t) per sample, counting network calls."""
+
+    def __init__(self, seed: int = 0) -> None:
+        gen = torch.Generator().manual_seed(seed)
+        self.w1 = torch.randn(2, 16, generator=gen, dtype=torch.float64)
+        self.w2 = torch.randn(16, 2, generator=gen, dtype=torch.float64)
+        self.calls: list[torch.Tensor] = []
+
+    def __call__(self, x: torch.Tensor, t: torch.Tensor) -> torch.Tensor:
+        self.calls.append(t.clone())
+        h = torch.tanh(x @ self.w1 + t[:, None, None])
+        return h @ self.w2 - x * (1.0 + t[:, None, None])
+
+
+def reference_euler(fn, x0, steps):
+    x = x0
+    for i in range(steps):
+        t = torch.full((x.shape[0],), i / steps, dtype=x.dtype)
+        x = x + (1.0 / steps) * fn(x, t)
+    return x
+
+
+def test_default_schedule_reuses_steps_three_to_six():
+    schedule = FlowSchedule()
+    assert schedule.num_steps == 8
+    assert schedule.fresh_steps == (1, 2, 7, 8)
+    assert schedule.num_velocity_calls == 4
+
+
+def test_empty_reuse_is_plain_euler_exactly():
+    x0 = torch.randn(3, 64, 2, generator=torch.Generator().manual_seed(1), dtype=torch.float64)
+    fn = CountingVelocity()
+    out = euler_cached(fn, x0, FlowSchedule.plain(10))
+    assert torch.equal(out, reference_euler(CountingVelocity(), x0, 10))
+    assert len(fn.calls) == 10
+
+
+def test_empty_reuse_matches_model_flow_euler():
+    flow = pytest.importorskip("flashdrive_ros.model.flow")
+    x0 = torch.randn(2, 64, 2, generator=torch.Generator().manual_seed(2), dtype=torch.float64)
+    ours = euler_cached(CountingVelocity(), x0, FlowSchedule.plain(10))
+    theirs = flow.euler_sample(CountingVelocity(), x0, 10)
+    assert torch.equal(ours, theirs)
+
+
+def test_reused_steps_skip_the_velocity_call():
+    x0 = torch.randn(2, 64, 2, generator=torch.Generator().manual_seed(3), dtype=torch.float64)
+    fn = CountingVelocity()
+    out = euler_cached(fn, x0, FlowSchedule(8, (3, 4, 5, 6)))
+    called_at = [float(t[0]) for t in fn.calls]
+    assert called_at == [0.0, 1 / 8, 6 / 8, 7 / 8]
+    manual = x0
+    for step in range(8):
+        if step + 1 not in (3, 4, 5, 6):
+            v = CountingVelocity()(manual, torch.full((2,), step / 8, dtype=torch.float64))
+        manual = manual + (1.0 / 8) * v
+    assert torch.equal(out, manual)
+    assert not torch.allclose(out, reference_euler(CountingVelocity(), x0, 8))
+
+
+def test_batched_samples_equal_separate_calls():
+    x0 = torch.randn(5, 64, 2, generator=torch.Generator().manual_seed(4), dtype=torch.float64)
+    schedule = FlowSchedule()
+    batched = euler_cached(CountingVelocity(), x0, schedule)
+    for k in range(5):
+        single = euler_cached(CountingVelocity(), x0[k:k + 1], schedule)
+        torch.testing.assert_close(batched[k:k + 1], single, rtol=0, atol=1e-12)
+
+
+def test_bad_velocity_shape_is_reported():
+    with pytest.raises(ValueError, match="velocity_fn returned"):
+        euler_cached(lambda x, t: x[:, :3], torch.zeros(1, 64, 2), FlowSchedule())
+
+
+@pytest.mark.parametrize("steps,reuse", [(0, ()), (8, (1,)), (8, (9,))])
+def test_bad_schedule_is_rejected(steps, reuse):
+    with pytest.raises(ValueError):
+        FlowSchedule(steps, reuse)
+
+
+def test_engine_config_selects_schedule():
+    assert EngineConfig().flow_schedule == FlowSchedule(8, (3, 4, 5, 6))
+    assert EngineConfig(cached_velocity=False).flow_schedule == FlowSchedule.plain(10)
+    base = EngineConfig.baseline()
+    assert base.flow_schedule == FlowSchedule.plain(10)
+    assert not (base.streaming or base.speculative or base.cached_velocity or base.cuda_graphs)
+    with pytest.raises(ConfigError, match="baseline"):
+        EngineConfig(mode="baseline", streaming=True)
+    with pytest.raises(ConfigError, match="reuse_steps"):
+        EngineConfig(reuse_steps=(1,))
+    with pytest.raises(ConfigError, match="unknown"):
+        EngineConfig.from_dict({"stream": True})
