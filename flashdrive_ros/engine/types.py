@@ -19,6 +19,7 @@ class Window:
     ego_history: float64 [N_hist, 4] (x, y, z, yaw) in the t0 ego frame at 0.1 s spacing,
         oldest first; the last row is the ego pose at t0 (zeros).
     speed: ego speed at t0 in m/s (from odometry).
+    time_base_reset: stamps jumped since the previous window; streaming state must be dropped.
     """
 
     t0: float
@@ -27,6 +28,7 @@ class Window:
     ego_history: np.ndarray
     speed: float = 0.0
     sequence: int = 0
+    time_base_reset: bool = False
 
     def __post_init__(self) -> None:
         if self.images.ndim != 5 or self.images.shape[-1] != 3 or self.images.dtype != np.uint8:
