@@ -1,0 +1,214 @@
+"""Qwen3-VL text backbone working through the shared pre-RoPE KV cache.
+
+Module names match Hugging Face's `Qwen3VLTextModel` so checkpoint keys load unchanged.
+Keys go into the cache after k_norm and before RoPE; at attention time the cached keys are
+rotated with the cache's per-slot 3D positions and the queries with their own positions.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from flashdrive_ros.model.config import TextConfig
+from flashdrive_ros.model.kv_cache import KVCache
+from flashdrive_ros.model.rope import apply_rotary, inverse_frequencies, mrope_cos_sin
+
+
+class RMSNorm(nn.Module):
+    def __init__(self, size: int, eps: float) -> None:
+        super().__init__()
+        self.weight = nn.Parameter(torch.ones(size))
+        self.eps = eps
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        dtype = x.dtype
+        x32 = x.float()
+        x32 = x32 * torch.rsqrt(x32.pow(2).mean(-1, keepdim=True) + self.eps)
+        return self.weight * x32.to(dtype)
+
+
+class TextMLP(nn.Module):
+    def __init__(self, cfg: TextConfig) -> None:
+        super().__init__()
+        if cfg.hidden_act != "silu":
+            raise ValueError(f"unsupported text hidden_act {cfg.hidden_act!r} (expected silu)")
+        self.gate_proj = nn.Linear(cfg.hidden_size, cfg.intermediate_size, bias=False)
+        self.up_proj = nn.Linear(cfg.hidden_size, cfg.intermediate_size, bias=False)
+        self.down_proj = nn.Linear(cfg.intermediate_size, cfg.hidden_size, bias=False)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.down_proj(F.silu(self.gate_proj(x)) * self.up_proj(x))
+
+
+class TextAttention(nn.Module):
+    def __init__(self, cfg: TextConfig, layer_index: int) -> None:
+        super().__init__()
+        self.layer_index = layer_index
+        self.num_heads = cfg.num_attention_heads
+        self.num_kv_heads = cfg.num_key_value_heads
+        self.head_dim = cfg.head_dim
+        self.q_proj = nn.Linear(cfg.hidden_size, self.num_heads * self.head_dim, bias=False)
+        self.k_proj = nn.Linear(cfg.hidden_size, self.num_kv_heads * self.head_dim, bias=False)
+        self.v_proj = nn.Linear(cfg.hidden_size, self.num_kv_heads * self.head_dim, bias=False)
+        self.o_proj = nn.Linear(self.num_heads * self.head_dim, cfg.hidden_size, bias=False)
+        self.q_norm = RMSNorm(self.head_dim, cfg.rms_norm_eps)
+        self.k_norm = RMSNorm(self.head_dim, cfg.rms_norm_eps)
+
+    def forward(self, x: torch.Tensor, rotary: RotaryTables, cache: KVCache, slots: torch.Tensor,
+                mask: torch.Tensor | None) -> torch.Tensor:
+        """x: [B, T, H] -> [B, T, H]; writes this layer's pre-RoPE k and v at `slots`."""
+        b, t, _ = x.shape
+        q = self.q_norm(self.q_proj(x).view(b, t, self.num_heads, self.head_dim))
+        k = self.k_norm(self.k_proj(x).view(b, t, self.num_kv_heads, self.head_dim))
+        v = self.v_proj(x).view(b, t, self.num_kv_heads, self.head_dim)
+        cache.write(self.layer_index, slots, k.transpose(1, 2), v.transpose(1, 2))
+        keys, values, _ = cache.layer_view(self.layer_index, rotary.length)  # keys: [B,Hkv,S,D]
+        q = apply_rotary(q.transpose(1, 2), rotary.query_cos, rotary.query_sin)  # q: [B,Hq,T,D]
+        keys = apply_rotary(keys.to(q.dtype), rotary.key_cos, rotary.key_sin)
+        out = F.scaled_dot_product_attention(q, keys, values.to(q.dtype), attn_mask=mask,
+                                             enable_gqa=self.num_heads != self.num_kv_heads)
+        return self.o_proj(out.transpose(1, 2).reshape(b, t, -1))
+
+
+class TextDecoderLayer(nn.Module):
+    def __init__(self, cfg: TextConfig, layer_index: int) -> None:
+        super().__init__()
+        self.self_attn = TextAttention(cfg, layer_index)
+        self.mlp = TextMLP(cfg)
+        self.input_layernorm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
+        self.post_attention_layernorm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
+
+    def forward(self, x: torch.Tensor, rotary: RotaryTables, cache: KVCache, slots: torch.Tensor,
+                mask: torch.Tensor | None) -> torch.Tensor:
+        x = x + self.self_attn(self.input_layernorm(x), rotary, cache, slots, mask)
+        return x + self.mlp(self.post_attention_layernorm(x))
+
+
+@dataclass
+class RotaryTables:
+    """cos/sin for the new queries ([B, T, D]) and for all cached keys ([B, S, D])."""
+
+    query_cos: torch.Tensor
+    query_sin: torch.Tensor
+    key_cos: torch.Tensor
+    key_sin: torch.Tensor
+    length: int
+
+
+@dataclass
+class BackboneOutput:
+    hidden: torch.Tensor  # [B, T, H] after the final norm
+    layer_hidden: dict[int, torch.Tensor] = field(default_factory=dict)  # i -> [B, T, H]
+
+
+class TextBackbone(nn.Module):
+    def __init__(self, cfg: TextConfig) -> None:
+        super().__init__()
+        self.cfg = cfg
+        self.embed_tokens = nn.Embedding(cfg.vocab_size, cfg.hidden_size)
+        self.layers = nn.ModuleList(TextDecoderLayer(cfg, i) for i in range(cfg.num_hidden_layers))
+        self.norm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
+        self.register_buffer("inv_freq", inverse_frequencies(cfg.head_dim, cfg.rope_theta),
+                             persistent=False)  # [D / 2]
+
+    def rotary_cos_sin(self, positions: torch.Tensor, dtype: torch.dtype
+                       ) -> tuple[torch.Tensor, torch.Tensor]:
+        """positions: [3, B, T] -> cos, sin: [B, T, D]."""
+        return mrope_cos_sin(positions, self.inv_freq, self.cfg.mrope_section,
+                             self.cfg.mrope_interleaved, dtype)
+
+    def forward(self, inputs_embeds: torch.Tensor, positions: torch.Tensor, cache: KVCache,
+                slots: torch.Tensor, attn_mask: torch.Tensor | None = None,
+                visual_mask: torch.Tensor | None = None,
+                deepstack: list[torch.Tensor] | None = None,
+                output_layers: tuple[int, ...] = ()) -> BackboneOutput:
+        """inputs_embeds: [B, T, H]; positions: [3, B, T]; slots: [T] cache slots to write.
+
+        Attends over cache slots [0, cache.length) after advancing the length to cover
+        `slots`. attn_mask: [B or 1, 1, T, S] bool, True = may attend; None = causal by slot.
+        deepstack[i] ([N_visual, H]) is added at `visual_mask` ([B, T]) after layer i.
+        layer_hidden[i] is the output of decoder layer i (before any deepstack addition).
+        """
+        self._check_inputs(inputs_embeds, positions, cache, slots, visual_mask, deepstack,
+                           output_layers)
+        cache.set_positions(slots, positions)
+        cache.advance_to(int(slots.max()) + 1)
+        length = cache.length
+        dtype = inputs_embeds.dtype
+        query_cos, query_sin = self.rotary_cos_sin(positions, dtype)
+        key_cos, key_sin = self.rotary_cos_sin(cache.positions[:, :, :length], dtype)
+        rotary = RotaryTables(query_cos, query_sin, key_cos, key_sin, length)
+        mask = self._attention_mask(attn_mask, slots, inputs_embeds.shape[0], length)
+        deepstack = deepstack or []
+        x = inputs_embeds
+        layer_hidden: dict[int, torch.Tensor] = {}
+        for index, layer in enumerate(self.layers):
+            x = layer(x, rotary, cache, slots, mask)
+            if index in output_layers:
+                layer_hidden[index] = x
+            if index < len(deepstack):
+                x = _add_at_mask(x, visual_mask, deepstack[index])
+        return BackboneOutput(hidden=self.norm(x), layer_hidden=layer_hidden)
+
+    def _attention_mask(self, attn_mask: torch.Tensor | None, slots: torch.Tensor, batch: int,
+                        length: int) -> torch.Tensor | None:
+        t = slots.shape[0]
+        if attn_mask is not None:
+            if (attn_mask.dtype != torch.bool or attn_mask.ndim != 4
+                    or attn_mask.shape[0] not in (1, batch) or attn_mask.shape[1] != 1
+                    or attn_mask.shape[2:] != (t, length)):
+                raise ValueError(f"attn_mask must be bool [{batch} or 1, 1, {t}, {length}], got "
+                                 f"{attn_mask.dtype} {tuple(attn_mask.shape)}")
+            return attn_mask
+        if t == 1 and int(slots[0]) == length - 1:
+            return None
+        key_slots = torch.arange(length, device=slots.device)
+        return (key_slots[None, :] <= slots[:, None])[None, None]  # [1, 1, T, S]
+
+    def _check_inputs(self, inputs_embeds: torch.Tensor, positions: torch.Tensor,
+                      cache: KVCache, slots: torch.Tensor, visual_mask: torch.Tensor | None,
+                      deepstack: list[torch.Tensor] | None, output_layers: tuple[int, ...]
+                      ) -> None:
+        cfg = self.cfg
+        if inputs_embeds.ndim != 3 or inputs_embeds.shape[-1] != cfg.hidden_size:
+            raise ValueError(f"inputs_embeds must be [B, T, {cfg.hidden_size}], got "
+                             f"{tuple(inputs_embeds.shape)}")
+        b, t, _ = inputs_embeds.shape
+        if t == 0:
+            raise ValueError("inputs_embeds holds no tokens")
+        if positions.shape != (3, b, t):
+            raise ValueError(f"positions must be [3, {b}, {t}], got {tuple(positions.shape)}")
+        if slots.ndim != 1 or slots.shape[0] != t or slots.dtype != torch.long:
+            raise ValueError(f"slots must be a long tensor [{t}], got {slots.dtype} "
+                             f"{tuple(slots.shape)}")
+        if int(slots.min()) < 0 or int(slots.max()) >= cache.capacity:
+            raise ValueError(f"slots outside the cache capacity {cache.capacity}")
+        expected = (cfg.num_hidden_layers, b, cfg.num_key_value_heads, cfg.head_dim)
+        got = (cache.num_layers, cache.k.shape[1], cache.k.shape[2], cache.k.shape[4])
+        if got != expected:
+            raise ValueError(f"cache (layers, batch, kv heads, head_dim) = {got}, backbone "
+                             f"needs {expected}")
+        bad_layers = [i for i in output_layers if not 0 <= i < cfg.num_hidden_layers]
+        if bad_layers:
+            raise ValueError(f"output_layers {bad_layers} outside [0, {cfg.num_hidden_layers})")
+        if deepstack:
+            if len(deepstack) > cfg.num_hidden_layers:
+                raise ValueError("more deepstack levels than layers")
+            if (visual_mask is None or visual_mask.shape != (b, t)
+                    or visual_mask.dtype != torch.bool):
+                raise ValueError(f"deepstack needs a bool visual_mask [{b}, {t}]")
+            count = int(visual_mask.sum())
+            for level in deepstack:
+                if level.shape != (count, cfg.hidden_size):
+                    raise ValueError(f"deepstack features must be [{count}, {cfg.hidden_size}] "
+                                     f"(visual tokens in visual_mask), got {tuple(level.shape)}")
+
+
+def _add_at_mask(x: torch.Tensor, mask: torch.Tensor, features: torch.Tensor) -> torch.Tensor:
+    """x: [B, T, H]; mask: [B, T] bool; features: [mask.sum(), H] -> x with features added."""
+    added = x[mask] + features.to(x.dtype)
+    return x.masked_scatter(mask[..., None], added)
