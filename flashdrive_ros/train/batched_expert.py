@@ -1,0 +1,80 @@
+"""The action expert over a batch of different prefixes, for training.
+
+`ActionExpert.forward` serves K samples of one window from a batch-1 cache. Training needs B
+windows, each with its own cached prefix of its own length; this runs the expert's own
+modules (same weights, same math) over a batch-B cache with a per-window prefix mask.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from flashdrive_ros.model.expert import ActionExpert, ExpertAttention
+from flashdrive_ros.model.kv_cache import KVCache
+from flashdrive_ros.model.rope import apply_rotary, mrope_cos_sin
+
+
+def batched_expert_positions(cache: KVCache, prefix_lens: torch.Tensor,
+                             num_tokens: int) -> torch.Tensor:
+    """[3, B, num_tokens]: per window, the positions after its slot prefix_len - 1."""
+    batch = torch.arange(cache.positions.shape[1], device=prefix_lens.device)
+    last = cache.positions[:, batch, prefix_lens - 1]  # last: [3, B]
+    start = last.amax(dim=0) + 1  # start: [B]
+    steps = torch.arange(num_tokens, device=prefix_lens.device)
+    return (start[:, None] + steps[None, :]).unsqueeze(0).expand(3, -1, -1).contiguous()
+
+
+def _attention(attn: ExpertAttention, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor,
+               prefix_k: torch.Tensor, prefix_v: torch.Tensor, key_mask: torch.Tensor
+               ) -> torch.Tensor:
+    """x: [B, N, H]; cos, sin: [B, N, D]; prefix_k (rotated), prefix_v: [B, Hkv, P, D];
+    key_mask: [B, 1, 1, P + N] bool."""
+    b, n, _ = x.shape
+    q = attn.q_norm(attn.q_proj(x).view(b, n, attn.num_heads, attn.head_dim))
+    k = attn.k_norm(attn.k_proj(x).view(b, n, attn.num_kv_heads, attn.head_dim))
+    v = attn.v_proj(x).view(b, n, attn.num_kv_heads, attn.head_dim).transpose(1, 2)
+    q = apply_rotary(q.transpose(1, 2), cos, sin)  # q: [B, H, N, D]
+    k = apply_rotary(k.transpose(1, 2), cos, sin)  # k: [B, Hkv, N, D]
+    keys = torch.cat([prefix_k, k], dim=2)
+    values = torch.cat([prefix_v, v], dim=2)
+    out = F.scaled_dot_product_attention(q, keys, values, attn_mask=key_mask,
+                                         enable_gqa=attn.num_heads != attn.num_kv_heads)
+    return attn.o_proj(out.transpose(1, 2).reshape(b, n, -1))
+
+
+def batched_expert(expert: ActionExpert, x: torch.Tensor, cache: KVCache,
+                   prefix_lens: torch.Tensor) -> torch.Tensor:
+    """x: [B, N, H_exp]; cache: batch B; prefix_lens: [B] long -> [B, N, H_exp]."""
+    b, n, _ = x.shape
+    if cache.k.shape[1] != b or prefix_lens.shape != (b,):
+        raise ValueError(f"cache batch {cache.k.shape[1]} / prefix_lens {tuple(prefix_lens.shape)}"
+                         f" do not match the {b} windows")
+    length = int(prefix_lens.max())
+    if int(prefix_lens.min()) < 1 or length > cache.length:
+        raise ValueError(f"prefix_lens outside [1, cache length {cache.length}]")
+    positions = batched_expert_positions(cache, prefix_lens, n)
+    cos, sin = mrope_cos_sin(positions, expert.inv_freq, expert.mrope_section,
+                             expert.mrope_interleaved, dtype=x.dtype)  # cos: [B, N, D]
+    p_cos, p_sin = mrope_cos_sin(cache.positions[:, :, :length], expert.inv_freq,
+                                 expert.mrope_section, expert.mrope_interleaved, dtype=x.dtype)
+    slots = torch.arange(length, device=x.device)
+    prefix_ok = slots[None, :] < prefix_lens[:, None]  # prefix_ok: [B, P]
+    own_ok = torch.ones(b, n, dtype=torch.bool, device=x.device)
+    key_mask = torch.cat([prefix_ok, own_ok], dim=1)[:, None, None, :]
+    for i, layer in enumerate(expert.layers):
+        k, v, _ = cache.layer_view(i, length)  # k, v: [B, Hkv, P, D]
+        prefix_k = apply_rotary(k.to(x.dtype), p_cos, p_sin)
+        h = layer.input_layernorm(x)
+        x = x + _attention(layer.self_attn, h, cos, sin, prefix_k, v.to(x.dtype), key_mask)
+        x = x + layer.mlp(layer.post_attention_layernorm(x))
+    return expert.norm(x)
+
+
+def batched_velocity(expert: ActionExpert, in_proj: nn.Module, out_proj: nn.Module,
+                     x_t: torch.Tensor, t: torch.Tensor, cache: KVCache,
+                     prefix_lens: torch.Tensor) -> torch.Tensor:
+    """x_t: [B, N, 2]; t: [B] -> v: [B, N, 2], window b reading its own prefix."""
+    tokens = in_proj(x_t, t.to(x_t.dtype))  # tokens: [B, N, H_exp]
+    return out_proj(batched_expert(expert, tokens, cache, prefix_lens))
