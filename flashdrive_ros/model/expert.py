@@ -1,0 +1,148 @@
+"""Action expert: a Qwen3-style decoder stack without embeddings over the action tokens.
+
+Layer i attends to the backbone's KV cache layer i (slots [0, prefix_len), batch 1, shared
+by all K samples without copying) plus the K samples' own action tokens, bidirectionally.
+Module names mirror the release checkpoint (`expert.layers.{i}.self_attn.q_proj`, ...).
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from flashdrive_ros.model.config import ExpertConfig, TextConfig
+from flashdrive_ros.model.kv_cache import KVCache
+from flashdrive_ros.model.rope import apply_rotary, inverse_frequencies, mrope_cos_sin
+
+
+class RMSNorm(nn.Module):
+    def __init__(self, dim: int, eps: float) -> None:
+        super().__init__()
+        self.eps = eps
+        self.weight = nn.Parameter(torch.ones(dim))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        h = x.float()
+        h = h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + self.eps)
+        return self.weight * h.to(x.dtype)
+
+
+class ExpertMLP(nn.Module):
+    def __init__(self, hidden: int, inner: int) -> None:
+        super().__init__()
+        self.gate_proj = nn.Linear(hidden, inner, bias=False)
+        self.up_proj = nn.Linear(hidden, inner, bias=False)
+        self.down_proj = nn.Linear(inner, hidden, bias=False)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.down_proj(F.silu(self.gate_proj(x)) * self.up_proj(x))
+
+
+class ExpertAttention(nn.Module):
+    def __init__(self, cfg: ExpertConfig) -> None:
+        super().__init__()
+        self.num_heads = cfg.num_attention_heads
+        self.num_kv_heads = cfg.num_key_value_heads
+        self.head_dim = cfg.head_dim
+        self.q_proj = nn.Linear(cfg.hidden_size, self.num_heads * self.head_dim, bias=False)
+        self.k_proj = nn.Linear(cfg.hidden_size, self.num_kv_heads * self.head_dim, bias=False)
+        self.v_proj = nn.Linear(cfg.hidden_size, self.num_kv_heads * self.head_dim, bias=False)
+        self.o_proj = nn.Linear(self.num_heads * self.head_dim, cfg.hidden_size, bias=False)
+        self.q_norm = RMSNorm(self.head_dim, cfg.rms_norm_eps)
+        self.k_norm = RMSNorm(self.head_dim, cfg.rms_norm_eps)
+
+    def forward(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor,
+                prefix_k: torch.Tensor, prefix_v: torch.Tensor) -> torch.Tensor:
+        """x: [K, N, H_exp]; cos, sin: [1, N, D]; prefix_k (rotated), prefix_v: [1, Hkv, P, D]."""
+        k_samples, n, _ = x.shape
+        groups = self.num_heads // self.num_kv_heads
+        q = self.q_norm(self.q_proj(x).view(k_samples, n, self.num_heads, self.head_dim))
+        k = self.k_norm(self.k_proj(x).view(k_samples, n, self.num_kv_heads, self.head_dim))
+        v = self.v_proj(x).view(k_samples, n, self.num_kv_heads, self.head_dim)
+        q = apply_rotary(q.transpose(1, 2), cos, sin)  # q: [K, H, N, D]
+        k = apply_rotary(k.transpose(1, 2), cos, sin)  # k: [K, Hkv, N, D]
+        v = v.transpose(1, 2)  # v: [K, Hkv, N, D]
+        q = q.view(k_samples, self.num_kv_heads, groups, n, self.head_dim)
+        scale = self.head_dim ** -0.5
+        s_prefix = torch.einsum("bhgnd,hpd->bhgnp", q, prefix_k[0]) * scale
+        s_own = torch.einsum("bhgnd,bhmd->bhgnm", q, k) * scale
+        probs = torch.cat([s_prefix, s_own], dim=-1).float().softmax(dim=-1).to(q.dtype)
+        p_prefix, p_own = probs.split([prefix_k.shape[2], n], dim=-1)
+        out = (torch.einsum("bhgnp,hpd->bhgnd", p_prefix, prefix_v[0])
+               + torch.einsum("bhgnm,bhmd->bhgnd", p_own, v))  # out: [K, Hkv, G, N, D]
+        out = out.reshape(k_samples, self.num_heads, n, self.head_dim).transpose(1, 2)
+        return self.o_proj(out.reshape(k_samples, n, self.num_heads * self.head_dim))
+
+
+class ExpertLayer(nn.Module):
+    def __init__(self, cfg: ExpertConfig) -> None:
+        super().__init__()
+        self.input_layernorm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
+        self.self_attn = ExpertAttention(cfg)
+        self.post_attention_layernorm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
+        self.mlp = ExpertMLP(cfg.hidden_size, cfg.intermediate_size)
+
+    def forward(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor,
+                prefix_k: torch.Tensor, prefix_v: torch.Tensor) -> torch.Tensor:
+        x = x + self.self_attn(self.input_layernorm(x), cos, sin, prefix_k, prefix_v)
+        return x + self.mlp(self.post_attention_layernorm(x))
+
+
+class ActionExpert(nn.Module):
+    def __init__(self, cfg: ExpertConfig, text: TextConfig) -> None:
+        """`text` gives the rotary settings (theta, mrope_section) of the backbone's cache."""
+        super().__init__()
+        if text.head_dim != cfg.head_dim:
+            raise ValueError(f"expert head_dim {cfg.head_dim} != text head_dim {text.head_dim}")
+        self.cfg = cfg
+        self.mrope_section = text.mrope_section
+        self.mrope_interleaved = text.mrope_interleaved
+        self.register_buffer("inv_freq", inverse_frequencies(cfg.head_dim, text.rope_theta),
+                             persistent=False)
+        self.layers = nn.ModuleList(ExpertLayer(cfg) for _ in range(cfg.num_hidden_layers))
+        self.norm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
+
+    def forward(self, x: torch.Tensor, positions: torch.Tensor, cache: KVCache,
+                prefix_len: int) -> torch.Tensor:
+        """x: [K, N_wp, H_exp]; positions: [3, 1, N_wp]; cache: batch 1 -> [K, N_wp, H_exp]."""
+        self._check(x, positions, cache, prefix_len)
+        cos, sin = mrope_cos_sin(positions, self.inv_freq, self.mrope_section,
+                                 self.mrope_interleaved, dtype=x.dtype)  # cos: [1, N, D]
+        p_cos, p_sin = mrope_cos_sin(cache.positions[:, :, :prefix_len], self.inv_freq,
+                                     self.mrope_section, self.mrope_interleaved, dtype=x.dtype)
+        for i, layer in enumerate(self.layers):
+            k, v, _ = cache.layer_view(i, prefix_len)  # k, v: [1, Hkv, P, D]
+            prefix_k = apply_rotary(k.to(x.dtype), p_cos, p_sin)
+            x = layer(x, cos, sin, prefix_k, v.to(x.dtype))
+        return self.norm(x)
+
+    def _check(self, x: torch.Tensor, positions: torch.Tensor, cache: KVCache,
+               prefix_len: int) -> None:
+        if x.ndim != 3 or x.shape[-1] != self.cfg.hidden_size:
+            raise ValueError(f"expert input must be [K, N, {self.cfg.hidden_size}], "
+                             f"got {tuple(x.shape)}")
+        if positions.shape != (3, 1, x.shape[1]):
+            raise ValueError(f"expert positions must be [3, 1, {x.shape[1]}], "
+                             f"got {tuple(positions.shape)}")
+        if cache.k.shape[1] != 1:
+            raise ValueError(f"expert expects a batch-1 cache shared by the samples, "
+                             f"got batch {cache.k.shape[1]}")
+        if cache.num_layers != len(self.layers):
+            raise ValueError(f"cache has {cache.num_layers} layers, expert has "
+                             f"{len(self.layers)}")
+        if cache.k.shape[2] != self.cfg.num_key_value_heads or cache.k.shape[4] != \
+                self.cfg.head_dim:
+            raise ValueError("cache kv heads / head_dim do not match the expert")
+        if not 0 < prefix_len <= cache.length:
+            raise ValueError(f"prefix_len {prefix_len} outside (0, cache length "
+                             f"{cache.length}]")
+
+
+def expert_positions(cache: KVCache, prefix_len: int, num_tokens: int) -> torch.Tensor:
+    """[3, 1, num_tokens]: the positions following cache slot prefix_len - 1 on all axes."""
+    if not 0 < prefix_len <= cache.length:
+        raise ValueError(f"prefix_len {prefix_len} outside (0, cache length {cache.length}]")
+    start = cache.positions[:, 0, prefix_len - 1].max() + 1
+    steps = torch.arange(num_tokens, device=cache.positions.device) + start
+    return steps.view(1, 1, -1).expand(3, 1, -1).clone()
