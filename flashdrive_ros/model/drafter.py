@@ -1,0 +1,219 @@
+"""DFlash block-diffusion drafter: one forward proposes a whole block of tokens.
+
+Inputs: target hidden states of the last C committed tokens, taken at
+`DrafterConfig.target_layer_ids` and concatenated ([B, C, L * H_target]), and a block of K
+tokens: the last committed token followed by K - 1 mask tokens. `fc` + RMSNorm turn the
+target features into C context vectors. Each decoder layer lets the K block queries attend,
+without a causal mask, to keys/values of [context ; block]; context keys/values come from the
+projected features (the same for every layer), block keys/values from the running block
+state. Final RMSNorm, then the target's own lm_head gives logits for block positions
+1..K-1 (the drafts).
+
+The drafter owns no vocabulary: block token embeddings come from the target's `embed_tokens`
+and logits from the target's `lm_head`, both passed in per call. The mask token
+(id = vocab_size) is outside the target's embedding table, so the drafter holds a learned
+`mask_embedding` [H] used wherever a block id equals vocab_size.
+
+Rotary: the target's inverse frequencies (same head_dim and rope_theta). `rotary="flat"`
+takes 1D positions [B, C + K] (sequence index = cache slot, FlatRoPE); `rotary="mrope"`
+takes the target's 3D positions [3, B, C + K] with its mrope_section.
+
+Weights live under `drafter.` in safetensors: fc.weight, hidden_norm.weight, mask_embedding,
+layers.{i}.{input_layernorm,post_attention_layernorm}.weight,
+layers.{i}.self_attn.{q,k,v,o}_proj.weight, layers.{i}.self_attn.{q,k}_norm.weight,
+layers.{i}.mlp.{gate,up,down}_proj.weight, norm.weight.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from flashdrive_ros.model.backbone import RMSNorm
+from flashdrive_ros.model.config import DrafterConfig, TextConfig
+from flashdrive_ros.model.rope import (apply_rotary, flat_cos_sin, inverse_frequencies,
+                                       mrope_cos_sin)
+
+WEIGHT_PREFIX = "drafter."
+
+
+class DrafterMLP(nn.Module):
+    def __init__(self, hidden_size: int, intermediate_size: int) -> None:
+        super().__init__()
+        self.gate_proj = nn.Linear(hidden_size, intermediate_size, bias=False)
+        self.up_proj = nn.Linear(hidden_size, intermediate_size, bias=False)
+        self.down_proj = nn.Linear(intermediate_size, hidden_size, bias=False)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.down_proj(F.silu(self.gate_proj(x)) * self.up_proj(x))
+
+
+class DrafterAttention(nn.Module):
+    def __init__(self, cfg: DrafterConfig) -> None:
+        super().__init__()
+        self.num_heads = cfg.num_attention_heads
+        self.num_kv_heads = cfg.num_key_value_heads
+        self.head_dim = cfg.head_dim
+        self.q_proj = nn.Linear(cfg.hidden_size, self.num_heads * self.head_dim, bias=False)
+        self.k_proj = nn.Linear(cfg.hidden_size, self.num_kv_heads * self.head_dim, bias=False)
+        self.v_proj = nn.Linear(cfg.hidden_size, self.num_kv_heads * self.head_dim, bias=False)
+        self.o_proj = nn.Linear(self.num_heads * self.head_dim, cfg.hidden_size, bias=False)
+        self.q_norm = RMSNorm(self.head_dim, cfg.rms_norm_eps)
+        self.k_norm = RMSNorm(self.head_dim, cfg.rms_norm_eps)
+
+    def forward(self, x: torch.Tensor, context: torch.Tensor, cos: torch.Tensor,
+                sin: torch.Tensor) -> torch.Tensor:
+        """x: [B, K, H] block; context: [B, C, H]; cos, sin: [B, C + K, D] -> [B, K, H]."""
+        b, k_len, _ = x.shape
+        both = torch.cat([context, x], dim=1)  # both: [B, C + K, H]
+        s = both.shape[1]
+        q = self.q_norm(self.q_proj(x).view(b, k_len, self.num_heads, self.head_dim))
+        k = self.k_norm(self.k_proj(both).view(b, s, self.num_kv_heads, self.head_dim))
+        v = self.v_proj(both).view(b, s, self.num_kv_heads, self.head_dim)
+        q = apply_rotary(q.transpose(1, 2), cos[:, -k_len:], sin[:, -k_len:])  # q: [B,Hq,K,D]
+        k = apply_rotary(k.transpose(1, 2), cos, sin)  # k: [B, Hkv, C + K, D]
+        out = F.scaled_dot_product_attention(q, k, v.transpose(1, 2),
+                                             enable_gqa=self.num_heads != self.num_kv_heads)
+        return self.o_proj(out.transpose(1, 2).reshape(b, k_len, -1))
+
+
+class DrafterLayer(nn.Module):
+    def __init__(self, cfg: DrafterConfig) -> None:
+        super().__init__()
+        self.self_attn = DrafterAttention(cfg)
+        self.mlp = DrafterMLP(cfg.hidden_size, cfg.intermediate_size)
+        self.input_layernorm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
+        self.post_attention_layernorm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
+
+    def forward(self, x: torch.Tensor, context: torch.Tensor, cos: torch.Tensor,
+                sin: torch.Tensor) -> torch.Tensor:
+        x = x + self.self_attn(self.input_layernorm(x), context, cos, sin)
+        return x + self.mlp(self.post_attention_layernorm(x))
+
+
+class Drafter(nn.Module):
+    """DFlash drafter over a Qwen3-VL target described by `text_cfg`."""
+
+    def __init__(self, cfg: DrafterConfig, text_cfg: TextConfig) -> None:
+        super().__init__()
+        if cfg.kind != "dflash":
+            raise ValueError(f"Drafter implements kind 'dflash', config asks for {cfg.kind!r}")
+        if cfg.hidden_size != text_cfg.hidden_size:
+            raise ValueError(f"drafter hidden_size {cfg.hidden_size} must equal the target's "
+                             f"{text_cfg.hidden_size} (it reuses embed_tokens and lm_head)")
+        if cfg.head_dim != text_cfg.head_dim:
+            raise ValueError(f"drafter head_dim {cfg.head_dim} must equal the target's "
+                             f"{text_cfg.head_dim} (shared rotary frequencies)")
+        if cfg.num_attention_heads % cfg.num_key_value_heads:
+            raise ValueError("drafter num_attention_heads must be a multiple of "
+                             "num_key_value_heads")
+        bad = [i for i in cfg.target_layer_ids if not 0 <= i < text_cfg.num_hidden_layers]
+        if bad:
+            raise ValueError(f"drafter target_layer_ids {bad} outside the target's "
+                             f"{text_cfg.num_hidden_layers} layers")
+        self.cfg = cfg
+        self.text_cfg = text_cfg
+        self.vocab_size = text_cfg.vocab_size
+        feature_size = len(cfg.target_layer_ids) * text_cfg.hidden_size
+        self.fc = nn.Linear(feature_size, cfg.hidden_size, bias=False)
+        self.hidden_norm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
+        self.mask_embedding = nn.Parameter(torch.randn(cfg.hidden_size) * 0.02)
+        self.layers = nn.ModuleList(DrafterLayer(cfg) for _ in range(cfg.num_hidden_layers))
+        self.norm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
+        self.register_buffer("inv_freq", inverse_frequencies(cfg.head_dim, text_cfg.rope_theta),
+                             persistent=False)  # inv_freq: [D / 2]
+
+    @property
+    def mask_token_id(self) -> int:
+        return self.vocab_size
+
+    @property
+    def feature_size(self) -> int:
+        return self.fc.in_features
+
+    def embed_block(self, block_ids: torch.Tensor, embed_tokens: nn.Embedding) -> torch.Tensor:
+        """block_ids: [B, K] in [0, vocab_size] (vocab_size = mask) -> [B, K, H]."""
+        if block_ids.ndim != 2 or block_ids.dtype != torch.long:
+            raise ValueError(f"block_ids must be long [B, K], got {block_ids.dtype} "
+                             f"{tuple(block_ids.shape)}")
+        if int(block_ids.min()) < 0 or int(block_ids.max()) > self.vocab_size:
+            raise ValueError(f"block ids outside [0, {self.vocab_size}] "
+                             f"({self.vocab_size} = mask token)")
+        is_mask = block_ids == self.mask_token_id
+        embeds = embed_tokens(block_ids.masked_fill(is_mask, 0))  # embeds: [B, K, H]
+        mask_row = self.mask_embedding.to(embeds.dtype).expand_as(embeds)
+        return torch.where(is_mask[..., None], mask_row, embeds)
+
+    def rotary_cos_sin(self, positions: torch.Tensor, dtype: torch.dtype
+                       ) -> tuple[torch.Tensor, torch.Tensor]:
+        """positions: [B, S] (flat) or [3, B, S] (mrope) -> cos, sin: [B, S, D]."""
+        if self.cfg.rotary == "flat":
+            return flat_cos_sin(positions, self.inv_freq, dtype)
+        return mrope_cos_sin(positions, self.inv_freq, self.text_cfg.mrope_section,
+                             self.text_cfg.mrope_interleaved, dtype)
+
+    def forward(self, context_features: torch.Tensor, block_embeds: torch.Tensor,
+                positions: torch.Tensor) -> torch.Tensor:
+        """context_features: [B, C, L*H_t]; block_embeds: [B, K, H] -> hidden [B, K, H] (normed).
+
+        positions: [B, C + K] for rotary "flat", [3, B, C + K] for "mrope".
+        """
+        self._check(context_features, block_embeds, positions)
+        context = self.hidden_norm(self.fc(context_features.to(self.fc.weight.dtype)))
+        x = block_embeds.to(context.dtype)
+        cos, sin = self.rotary_cos_sin(positions, x.dtype)
+        for layer in self.layers:
+            x = layer(x, context, cos, sin)
+        return self.norm(x)
+
+    def propose_logits(self, context_features: torch.Tensor, block_ids: torch.Tensor,
+                       positions: torch.Tensor, embed_tokens: nn.Embedding,
+                       lm_head: nn.Module) -> torch.Tensor:
+        """block_ids: [B, K] (committed token, then masks) -> draft logits [B, K - 1, V]."""
+        hidden = self(context_features, self.embed_block(block_ids, embed_tokens), positions)
+        return lm_head(hidden[:, 1:])
+
+    def _check(self, context_features: torch.Tensor, block_embeds: torch.Tensor,
+               positions: torch.Tensor) -> None:
+        if context_features.ndim != 3 or context_features.shape[-1] != self.feature_size:
+            raise ValueError(f"context_features must be [B, C, {self.feature_size}], got "
+                             f"{tuple(context_features.shape)}")
+        b, c, _ = context_features.shape
+        if block_embeds.ndim != 3 or block_embeds.shape[0] != b \
+                or block_embeds.shape[2] != self.cfg.hidden_size:
+            raise ValueError(f"block_embeds must be [{b}, K, {self.cfg.hidden_size}], got "
+                             f"{tuple(block_embeds.shape)}")
+        s = c + block_embeds.shape[1]
+        want = (b, s) if self.cfg.rotary == "flat" else (3, b, s)
+        if tuple(positions.shape) != want:
+            raise ValueError(f"{self.cfg.rotary} drafter positions must be {list(want)}, got "
+                             f"{list(positions.shape)}")
+
+    def load_weights(self, tensors: Mapping[str, torch.Tensor],
+                     prefix: str = WEIGHT_PREFIX) -> None:
+        """Load `prefix`-named tensors (extra keys without the prefix are ignored)."""
+        own = {name[len(prefix):]: t for name, t in tensors.items() if name.startswith(prefix)}
+        expected = self.state_dict()
+        missing = sorted(set(expected) - set(own))
+        unexpected = sorted(set(own) - set(expected))
+        if missing or unexpected:
+            raise ValueError(f"drafter weights do not match: missing {missing[:8]}, "
+                             f"unexpected {unexpected[:8]}")
+        for name, tensor in own.items():
+            if tuple(tensor.shape) != tuple(expected[name].shape):
+                raise ValueError(f"drafter weight {prefix}{name} has shape "
+                                 f"{tuple(tensor.shape)}, expected {tuple(expected[name].shape)}")
+        self.load_state_dict(own)
+
+    def load_safetensors(self, path: str | Path, prefix: str = WEIGHT_PREFIX) -> None:
+        from safetensors.torch import load_file
+        self.load_weights(load_file(str(path)), prefix)
+
+    def save_safetensors(self, path: str | Path, prefix: str = WEIGHT_PREFIX) -> None:
+        from safetensors.torch import save_file
+        save_file({prefix + name: t.detach().contiguous()
+                   for name, t in self.state_dict().items()}, str(path))
