@@ -8,7 +8,7 @@ import torch
 
 from flashdrive_ros.model.config import tiny
 from flashdrive_ros.model.kv_cache import KVCache
-from flashdrive_ros.model.positions import prompt_positions
+from flashdrive_ros.model.positions import next_position, prompt_positions, text_positions
 from flashdrive_ros.model.preprocess import preprocess_images
 from flashdrive_ros.model.vlm import VLM
 
@@ -157,3 +157,35 @@ def test_prefill_matches_hf_hidden_states_and_logits(setup):
         assert torch.allclose(out.layer_hidden[i], ref.hidden_states[i + 1], atol=TOL, rtol=0), i
     assert torch.allclose(logits, ref.logits, atol=TOL, rtol=0)
     assert (logits - ref.logits).abs().max() < TOL
+
+
+def test_chunked_prefill_and_decode_match_hf(setup):
+    cfg, ours, hf, patches, grid, input_ids = setup
+    next_token = torch.tensor([[1234]])
+    full_ids = torch.cat([input_ids, next_token], dim=1)
+    t = input_ids.shape[1]
+    with torch.no_grad():
+        ref = hf(input_ids=full_ids, pixel_values=patches, image_grid_thw=grid,
+                 mm_token_type_ids=(full_ids == IMAGE_TOKEN).int(), return_dict=True).logits
+        embeds, visual_mask, deepstack = ours.embed(input_ids, patches, grid, IMAGE_TOKEN)
+        positions = prompt_positions(input_ids, grid, IMAGE_TOKEN,
+                                     cfg.vision.spatial_merge_size)
+        cache = KVCache(cfg.text.num_hidden_layers, 1, cfg.text.num_key_value_heads, t + 4,
+                        cfg.text.head_dim)
+        backbone = ours.model.language_model
+        chunk_logits = []
+        seen_visual = 0
+        for start, end in ((0, 17), (17, 40), (40, t)):
+            mask = visual_mask[:, start:end]
+            count = int(mask.sum())
+            levels = [d[seen_visual:seen_visual + count] for d in deepstack]
+            seen_visual += count
+            out = backbone(embeds[:, start:end], positions[:, :, start:end], cache,
+                           torch.arange(start, end), visual_mask=mask, deepstack=levels)
+            chunk_logits.append(ours.logits(out.hidden))
+        step_embeds, _, _ = ours.embed(next_token, None, None, IMAGE_TOKEN)
+        step_pos = text_positions(next_position(positions), 1)
+        step = backbone(step_embeds, step_pos, cache, torch.tensor([t]))
+        step_logits = ours.logits(step.hidden)
+    assert torch.allclose(torch.cat(chunk_logits, dim=1), ref[:, :t], atol=TOL, rtol=0)
+    assert torch.allclose(step_logits, ref[:, t:], atol=TOL, rtol=0)
