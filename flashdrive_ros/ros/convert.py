@@ -199,3 +199,17 @@ def odometry_to_sample(msg: Any) -> OdometrySample:
         linear=arrays["linear velocity"],
         angular=arrays["angular velocity"],
     )
+
+
+def camera_info_intrinsics(msg: Any) -> tuple[float, float, float, float, int, int]:
+    """sensor_msgs/CameraInfo -> (fx, fy, cx, cy, width, height); an uncalibrated (zero) or
+    non-finite K raises."""
+    k = np.asarray(msg.k, dtype=np.float64)
+    if k.shape != (9,) or not np.isfinite(k).all():
+        raise NonFiniteValue(f"CameraInfo K must be 9 finite values, got {k.tolist()}")
+    fx, fy, cx, cy = float(k[0]), float(k[4]), float(k[2]), float(k[5])
+    if fx <= 0 or fy <= 0:
+        raise SizeMismatch(f"CameraInfo K has fx {fx}, fy {fy} (uncalibrated camera)")
+    if msg.width <= 0 or msg.height <= 0:
+        raise SizeMismatch(f"CameraInfo size {msg.width}x{msg.height} is empty")
+    return fx, fy, cx, cy, int(msg.width), int(msg.height)

@@ -1,0 +1,260 @@
+"""The drive node's parameters: one validated dataclass is the single source of truth for
+names, types, defaults, descriptions and ranges; `declare_parameters` puts them on a node."""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from flashdrive_ros.sim import topics
+
+CHOICES_TRANSPORT = ("compressed", "raw")
+CHOICES_RELIABILITY = ("best_effort", "reliable")
+CHOICES_MODE = ("flashdrive", "baseline")
+CHOICES_BACKEND = ("torch", "tensorrt")
+OVERLAY_CAMERA = "camera_front_wide_120fov"
+OVERLAY_EXTRINSIC = (1.7, 0.0, 1.45, 0.0, 0.0, 0.0)
+
+
+class ParameterError(ValueError):
+    """A parameter value is out of range or inconsistent with the others."""
+
+
+def _spec(default: Any, description: str, *, read_only: bool = False,
+          minimum: float | None = None, maximum: float | None = None,
+          choices: tuple[str, ...] | None = None):
+    metadata = {"description": description, "read_only": read_only, "minimum": minimum,
+                "maximum": maximum, "choices": choices}
+    if isinstance(default, list):
+        return field(default_factory=lambda: list(default), metadata=metadata)
+    return field(default=default, metadata=metadata)
+
+
+@dataclass
+class DriveParams:
+    model_dir: str = _spec(
+        "", "Model directory (config.json, safetensors, tokenizer.json); empty = the "
+        "embedded default model.", read_only=True)
+    camera_names: list[str] = _spec(
+        list(topics.CAMERA_NAMES), "Camera names; their order is the model's camera slot "
+        "order.", read_only=True)
+    camera_topics: list[str] = _spec(
+        [topics.camera_image_topic(n) for n in topics.CAMERA_NAMES],
+        "Image topic per camera, same order as camera_names.", read_only=True)
+    camera_info_topics: list[str] = _spec(
+        [topics.camera_info_topic(n) for n in topics.CAMERA_NAMES],
+        "CameraInfo topic per camera, same order as camera_names.", read_only=True)
+    image_transport: str = _spec(
+        "compressed", "compressed: sensor_msgs/CompressedImage (JPEG/PNG); raw: "
+        "sensor_msgs/Image.", read_only=True, choices=CHOICES_TRANSPORT)
+    image_reliability: str = _spec(
+        "best_effort", "QoS reliability of the camera subscriptions (SensorDataQoS depth "
+        "otherwise); applied at the next activate.", choices=CHOICES_RELIABILITY)
+    odom_topic: str = _spec(topics.ODOMETRY_TOPIC, "nav_msgs/Odometry topic of the ego "
+                            "vehicle.", read_only=True)
+    control_rate_hz: float = _spec(10.0, "Rate at which the newest plan is published; "
+                                   "applied at the next activate.", minimum=0.5,
+                                   maximum=100.0)
+    sync_slop_s: float = _spec(0.05, "Approximate-time sync: the largest stamp spread of one "
+                               "camera set (exclusive); applied at the next activate.",
+                               minimum=0.001, maximum=1.0)
+    sync_queue_size: int = _spec(10, "Approximate-time sync: messages kept per camera; "
+                                 "applied at the next activate.", minimum=1, maximum=100)
+    num_samples: int = _spec(1, "Trajectory samples drawn per plan; applied at the next "
+                             "configure.", minimum=1, maximum=64)
+    streaming: bool = _spec(True, "Streaming KV cache (flashdrive mode only); applied at the "
+                            "next configure.")
+    speculative: bool = _spec(True, "Speculative CoC decoding with the drafter (flashdrive "
+                              "mode only); applied at the next configure.")
+    cached_velocity: bool = _spec(True, "Cached-velocity flow matching (flashdrive mode "
+                                  "only); applied at the next configure.")
+    cuda_graphs: bool = _spec(True, "CUDA graphs for fixed-shape steps, used when the "
+                              "device is CUDA and the mode is flashdrive; applied at the next "
+                              "configure.")
+    mode: str = _spec("flashdrive", "flashdrive: the shortcuts above; baseline: every "
+                      "shortcut off. Applied at the next configure.", choices=CHOICES_MODE)
+    device: str = _spec("auto", "Torch device: auto (cuda when available, else cpu), cpu, "
+                        "cuda or cuda:N.", read_only=True)
+    backend: str = _spec("torch", "Inference backend.", read_only=True,
+                         choices=CHOICES_BACKEND)
+    base_frame: str = _spec(topics.BASE_FRAME, "Frame of the published trajectory (ego "
+                            "frame at the input time).")
+    odom_frame: str = _spec(topics.ODOM_FRAME, "Fixed odometry frame (frame_id of the "
+                            "odometry pose).")
+    max_plan_age_s: float = _spec(0.5, "A plan whose input is older than this (node clock) "
+                                  "is not published as valid.", minimum=0.05, maximum=10.0)
+    overlay_camera: str = _spec(OVERLAY_CAMERA, "Camera whose image carries the "
+                                "trajectory overlay on ~/overlay; empty = no overlay.")
+    overlay_intrinsics: list[float] = _spec(
+        [0.0, 0.0, 0.0, 0.0], "Overlay intrinsics fx, fy, cx, cy in pixels; all zero = from "
+        "the camera's CameraInfo K.")
+    overlay_extrinsic: list[float] = _spec(
+        list(OVERLAY_EXTRINSIC), "Overlay camera pose in base_frame: x, y, z (m), "
+        "roll, pitch, yaw (rad) of the camera body frame (x forward, y left, z up).")
+
+    def __post_init__(self) -> None:
+        for f in dataclasses.fields(self):
+            self._check_field(f, getattr(self, f.name))
+        n = len(self.camera_names)
+        if n == 0:
+            raise ParameterError("camera_names must name at least one camera")
+        if len(set(self.camera_names)) != n:
+            raise ParameterError(f"camera_names has duplicates: {self.camera_names}")
+        for name in ("camera_topics", "camera_info_topics"):
+            if len(getattr(self, name)) != n:
+                raise ParameterError(f"{name} has {len(getattr(self, name))} entries, "
+                                     f"camera_names has {n}")
+        for name in ("camera_names", "camera_topics", "camera_info_topics"):
+            if any(not s for s in getattr(self, name)):
+                raise ParameterError(f"{name} holds an empty string")
+        if self.image_transport == "raw" and any(
+                t.rstrip("/").endswith("/compressed") for t in self.camera_topics):
+            raise ParameterError("image_transport 'raw' subscribes sensor_msgs/Image, but "
+                                 "camera_topics name '.../compressed' topics")
+        if not self.odom_topic or not self.base_frame or not self.odom_frame:
+            raise ParameterError("odom_topic, base_frame and odom_frame must not be empty")
+        if self.overlay_camera and self.overlay_camera not in self.camera_names:
+            raise ParameterError(f"overlay_camera {self.overlay_camera!r} is not in "
+                                 f"camera_names {self.camera_names}")
+        if len(self.overlay_intrinsics) != 4:
+            raise ParameterError("overlay_intrinsics needs 4 values fx, fy, cx, cy")
+        if any(self.overlay_intrinsics) and min(self.overlay_intrinsics[:2]) <= 0:
+            raise ParameterError("overlay_intrinsics fx and fy must be > 0 (or all zero)")
+        if len(self.overlay_extrinsic) != 6:
+            raise ParameterError("overlay_extrinsic needs 6 values x, y, z, roll, pitch, yaw")
+        if not (self.device in ("auto", "cpu", "cuda") or
+                (self.device.startswith("cuda:") and self.device[5:].isdigit())):
+            raise ParameterError(f"device must be auto, cpu, cuda or cuda:N, got "
+                                 f"{self.device!r}")
+        if self.model_dir and not Path(self.model_dir).expanduser().is_dir():
+            raise ParameterError(f"model_dir {self.model_dir!r} is not a directory")
+
+    @staticmethod
+    def _check_field(f: dataclasses.Field, value: Any) -> None:
+        kind = _base_type(f)
+        if kind is list:
+            item = float if "float" in str(f.type) else str
+            if not isinstance(value, (list, tuple)) or not all(
+                    isinstance(v, item) or (item is float and isinstance(v, int)
+                                            and not isinstance(v, bool)) for v in value):
+                raise ParameterError(f"{f.name} must be a list of {item.__name__}, got "
+                                     f"{value!r}")
+            if item is float and not all(math.isfinite(v) for v in value):
+                raise ParameterError(f"{f.name} holds NaN or inf")
+            return
+        ok = isinstance(value, kind) and not (kind is int and isinstance(value, bool))
+        if kind is float and isinstance(value, int) and not isinstance(value, bool):
+            ok = True
+        if not ok:
+            raise ParameterError(f"{f.name} must be {kind.__name__}, got {value!r}")
+        meta = f.metadata
+        if meta["choices"] is not None and value not in meta["choices"]:
+            raise ParameterError(f"{f.name} must be one of {meta['choices']}, got {value!r}")
+        if kind in (int, float):
+            if not math.isfinite(value):
+                raise ParameterError(f"{f.name} must be finite, got {value}")
+            if meta["minimum"] is not None and value < meta["minimum"]:
+                raise ParameterError(f"{f.name} = {value} is below {meta['minimum']}")
+            if meta["maximum"] is not None and value > meta["maximum"]:
+                raise ParameterError(f"{f.name} = {value} is above {meta['maximum']}")
+
+    @property
+    def resolved_model_dir(self) -> Path:
+        from flashdrive_ros.paths import default_model_dir
+
+        return Path(self.model_dir).expanduser() if self.model_dir else default_model_dir()
+
+    def replace(self, **changes: Any) -> DriveParams:
+        return dataclasses.replace(self, **changes)
+
+    @classmethod
+    def field_names(cls) -> tuple[str, ...]:
+        return tuple(f.name for f in dataclasses.fields(cls))
+
+
+def _base_type(f: dataclasses.Field) -> type:
+    name = str(f.type)
+    if name.startswith("list"):
+        return list
+    return {"str": str, "int": int, "float": float, "bool": bool}[name]
+
+
+def descriptor_for(f: dataclasses.Field):
+    from rcl_interfaces.msg import FloatingPointRange, IntegerRange, ParameterDescriptor
+
+    meta = f.metadata
+    descriptor = ParameterDescriptor(name=f.name, type=_parameter_type(f),
+                                     description=meta["description"],
+                                     read_only=meta["read_only"])
+    if meta["choices"] is not None:
+        descriptor.additional_constraints = "one of: " + ", ".join(meta["choices"])
+    kind = _base_type(f)
+    if kind is float and meta["minimum"] is not None:
+        descriptor.floating_point_range = [FloatingPointRange(
+            from_value=float(meta["minimum"]), to_value=float(meta["maximum"]), step=0.0)]
+    if kind is int and meta["minimum"] is not None:
+        descriptor.integer_range = [IntegerRange(
+            from_value=int(meta["minimum"]), to_value=int(meta["maximum"]), step=1)]
+    return descriptor
+
+
+def _parameter_type(f: dataclasses.Field) -> int:
+    from rcl_interfaces.msg import ParameterType
+
+    kind = _base_type(f)
+    if kind is list:
+        return (ParameterType.PARAMETER_DOUBLE_ARRAY if "float" in str(f.type)
+                else ParameterType.PARAMETER_STRING_ARRAY)
+    return {str: ParameterType.PARAMETER_STRING, int: ParameterType.PARAMETER_INTEGER,
+            float: ParameterType.PARAMETER_DOUBLE, bool: ParameterType.PARAMETER_BOOL}[kind]
+
+
+def _default_value(f: dataclasses.Field):
+    default = f.default_factory() if f.default is dataclasses.MISSING else f.default
+    if _base_type(f) is float:
+        return float(default)
+    if _base_type(f) is list:
+        return [float(v) for v in default] if "float" in str(f.type) else list(default)
+    return default
+
+
+def declare_parameters(node) -> None:
+    """Declare every DriveParams field on `node` (skipping those already declared) with its
+    descriptor; values come from overrides (--params-file, -p) or the defaults. rclpy raises
+    on a value of the wrong type or outside the declared range."""
+    for f in dataclasses.fields(DriveParams):
+        if not node.has_parameter(f.name):
+            node.declare_parameter(f.name, _default_value(f), descriptor_for(f))
+
+
+def read_parameters(node) -> DriveParams:
+    """The node's current values as a validated DriveParams (raises ParameterError)."""
+    values = {name: node.get_parameter(name).value for name in DriveParams.field_names()}
+    return DriveParams(**_plain(values))
+
+
+def _plain(values: dict[str, Any]) -> dict[str, Any]:
+    return {k: list(v) if isinstance(v, (list, tuple)) or hasattr(v, "tolist") else v
+            for k, v in values.items()}
+
+
+def add_validation_callback(node):
+    """Reject a parameter change that would make DriveParams invalid, with the reason.
+    Returns the callback handle."""
+    from rcl_interfaces.msg import SetParametersResult
+
+    def validate(changes) -> SetParametersResult:
+        values = {name: node.get_parameter(name).value for name in DriveParams.field_names()}
+        for parameter in changes:
+            if parameter.name in values:
+                values[parameter.name] = parameter.value
+        try:
+            DriveParams(**_plain(values))
+        except (ParameterError, TypeError) as exc:
+            return SetParametersResult(successful=False, reason=str(exc))
+        return SetParametersResult(successful=True)
+
+    return node.add_on_set_parameters_callback(validate)

@@ -1,0 +1,115 @@
+import dataclasses
+
+import pytest
+import yaml
+from rcl_interfaces.msg import ParameterType
+from rclpy.exceptions import InvalidParameterValueException
+from rclpy.node import Node
+from rclpy.parameter import Parameter
+
+from flashdrive_ros.ros.loopback import local_context
+from flashdrive_ros.ros.params import (DriveParams, ParameterError, add_validation_callback,
+                                       declare_parameters, descriptor_for, read_parameters)
+from flashdrive_ros.sim import topics
+
+ROOT = __import__("pathlib").Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture(scope="module")
+def context():
+    context = local_context()
+    yield context
+    context.shutdown()
+
+
+def test_defaults_follow_sim_topics():
+    params = DriveParams()
+    assert params.camera_names == list(topics.CAMERA_NAMES)
+    assert params.camera_topics[1] == topics.camera_image_topic(topics.CAMERA_NAMES[1])
+    assert params.odom_topic == topics.ODOMETRY_TOPIC
+    assert params.control_rate_hz == 10.0 and params.mode == "flashdrive"
+    assert params.overlay_camera in params.camera_names
+
+
+@pytest.mark.parametrize("changes, match", [
+    (dict(camera_names=["a", "b"]), "camera_topics has 4 entries"),
+    (dict(camera_names=["a", "a", "b", "c"]), "duplicates"),
+    (dict(control_rate_hz=0.0), "below"),
+    (dict(control_rate_hz=float("nan")), "finite"),
+    (dict(sync_queue_size=True), "must be int"),
+    (dict(mode="fast"), "one of"),
+    (dict(image_transport="raw"), "compressed"),
+    (dict(overlay_camera="camera_rear"), "not in camera_names"),
+    (dict(overlay_intrinsics=[0.0, 500.0, 1.0, 1.0]), "fx and fy"),
+    (dict(overlay_extrinsic=[0.0] * 5), "6 values"),
+    (dict(device="gpu"), "device"),
+    (dict(model_dir="/nonexistent/model"), "not a directory"),
+    (dict(camera_topics=["/a", "", "/c", "/d"]), "empty string"),
+])
+def test_invalid_values_raise_with_reason(changes, match):
+    with pytest.raises(ParameterError, match=match):
+        DriveParams().replace(**changes)
+
+
+def test_yaml_defaults_match_the_dataclass():
+    loaded = yaml.safe_load((ROOT / "config" / "drive.yaml").read_text())
+    values = loaded["drive_node"]["ros__parameters"]
+    assert set(values) == set(DriveParams.field_names())
+    assert DriveParams(**values) == DriveParams()
+
+
+def test_descriptors_carry_ranges_and_read_only():
+    fields = {f.name: f for f in dataclasses.fields(DriveParams)}
+    rate = descriptor_for(fields["control_rate_hz"])
+    assert rate.type == ParameterType.PARAMETER_DOUBLE
+    assert (rate.floating_point_range[0].from_value, rate.floating_point_range[0].to_value) == \
+        (0.5, 100.0)
+    assert descriptor_for(fields["camera_topics"]).read_only
+    assert descriptor_for(fields["sync_queue_size"]).integer_range[0].to_value == 100
+    assert "baseline" in descriptor_for(fields["mode"]).additional_constraints
+    assert descriptor_for(fields["overlay_intrinsics"]).type == \
+        ParameterType.PARAMETER_DOUBLE_ARRAY
+
+
+def test_declare_read_and_reject_on_a_real_node(context, tmp_path):
+    params_file = tmp_path / "p.yaml"
+    params_file.write_text(yaml.safe_dump({"param_test_node": {"ros__parameters": {
+        "control_rate_hz": 20.0, "mode": "baseline", "camera_names": ["a", "b"],
+        "camera_topics": ["/a", "/b"], "camera_info_topics": ["/a/info", "/b/info"],
+        "overlay_camera": "b"}}}))
+    node = Node("param_test_node", context=context,
+                cli_args=["--ros-args", "--params-file", str(params_file)])
+    try:
+        declare_parameters(node)
+        declare_parameters(node)
+        params = read_parameters(node)
+        assert params.control_rate_hz == 20.0 and params.mode == "baseline"
+        assert params.camera_names == ["a", "b"] and params.overlay_camera == "b"
+        assert params.overlay_intrinsics == [0.0, 0.0, 0.0, 0.0]
+        add_validation_callback(node)
+
+        result = node.set_parameters([Parameter("max_plan_age_s", value=1.5)])[0]
+        assert result.successful
+        assert read_parameters(node).max_plan_age_s == 1.5
+
+        result = node.set_parameters([Parameter("overlay_camera", value="zzz")])[0]
+        assert not result.successful and "not in camera_names" in result.reason
+        result = node.set_parameters([Parameter("control_rate_hz", value=500.0)])[0]
+        assert not result.successful
+        result = node.set_parameters([Parameter("model_dir", value="/tmp")])[0]
+        assert not result.successful and "read-only" in result.reason
+        result = node.set_parameters([Parameter("mode", value="turbo")])[0]
+        assert not result.successful and "one of" in result.reason
+        assert read_parameters(node).control_rate_hz == 20.0
+    finally:
+        node.destroy_node()
+
+
+def test_out_of_range_override_fails_declaration(context):
+    node = Node("param_range_node", context=context,
+                cli_args=["--ros-args", "-p", "sync_queue_size:=1000"])
+    try:
+        with pytest.raises(InvalidParameterValueException):
+            declare_parameters(node)
+    finally:
+        node.destroy_node()
