@@ -1,0 +1,215 @@
+"""Reading a rosbag2 (mcap or sqlite3) through rosbags into image, odometry and label records.
+
+Stamps are the message header stamps (the node stamps its outputs with them); the bag's log
+time orders the stream. Every bag-level problem raises a BagError subclass naming it; a single
+image that does not deserialize or decode becomes an ImageRecord with `error` set.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from rosbags.highlevel import AnyReader, AnyReaderError
+from rosbags.typesys import Stores, get_typestore
+
+from flashdrive_ros.eval.errors import (BagError, BagNotFound, CorruptBag, EmptyBag,
+                                        ImageDecodeError, MissingTopics, UnknownMessageType)
+from flashdrive_ros.eval.images import IMAGE_TYPES, decode_image
+from flashdrive_ros.eval.topics import TopicMapping
+
+ODOMETRY_TYPE = "nav_msgs/msg/Odometry"
+LABELS_TYPE = "std_msgs/msg/String"
+STORAGE_SUFFIXES = (".mcap", ".db3")
+
+
+@dataclass(frozen=True)
+class ImageRecord:
+    camera: int
+    stamp: float
+    rgb: np.ndarray | None
+    error: str | None = None
+
+
+@dataclass(frozen=True)
+class OdometryRecord:
+    stamp: float
+    position: np.ndarray  # [3] world
+    quaternion: np.ndarray  # [4] xyzw, world from body
+    linear_velocity: np.ndarray  # [3]
+
+
+@dataclass(frozen=True)
+class LabelRecord:
+    stamp: float
+    values: dict = field(default_factory=dict)
+
+
+Record = ImageRecord | OdometryRecord | LabelRecord
+
+
+def header_seconds(msg: Any) -> float:
+    return int(msg.header.stamp.sec) + int(msg.header.stamp.nanosec) * 1e-9
+
+
+def resolve_bag_path(path: str | Path) -> Path:
+    """A rosbag2 directory, or its .mcap/.db3 storage file next to metadata.yaml."""
+    path = Path(path)
+    if not path.exists():
+        raise BagNotFound(f"bag not found: {path}")
+    if path.is_file():
+        if path.suffix in STORAGE_SUFFIXES and (path.parent / "metadata.yaml").is_file():
+            return path.parent
+        raise CorruptBag(f"{path} is a file; pass the rosbag2 directory that holds "
+                         f"metadata.yaml and the .mcap or .db3 file")
+    if not (path / "metadata.yaml").is_file():
+        raise CorruptBag(f"{path} holds no metadata.yaml: not a rosbag2 directory")
+    return path
+
+
+class BagReader:
+    """Open with `with BagReader(path, topics) as bag:`; validation happens on entry."""
+
+    def __init__(self, path: str | Path, topics: TopicMapping) -> None:
+        self.path = resolve_bag_path(path)
+        self.topics = topics
+        self.typestore = get_typestore(Stores.ROS2_JAZZY)
+        self._reader: AnyReader | None = None
+        self.image_types: dict[str, str] = {}
+        self.has_labels = False
+        self.skipped_messages: dict[str, int] = {}
+
+    def __enter__(self) -> BagReader:
+        reader = AnyReader([self.path], default_typestore=self.typestore)
+        try:
+            reader.open()
+        except (AnyReaderError, OSError, ValueError) as exc:
+            raise CorruptBag(f"cannot open bag {self.path}: {exc}") from None
+        self._reader = reader
+        try:
+            self._validate()
+        except BagError:
+            self.close()
+            raise
+        return self
+
+    def __exit__(self, *exc_info) -> None:
+        self.close()
+
+    def close(self) -> None:
+        if self._reader is not None:
+            self._reader.close()
+            self._reader = None
+
+    @property
+    def reader(self) -> AnyReader:
+        if self._reader is None:
+            raise RuntimeError("BagReader used outside its with-block")
+        return self._reader
+
+    @property
+    def start_time(self) -> float:
+        return self.reader.start_time * 1e-9
+
+    @property
+    def end_time(self) -> float:
+        return self.reader.end_time * 1e-9
+
+    def _validate(self) -> None:
+        reader = self.reader
+        if reader.message_count == 0:
+            raise EmptyBag(f"bag {self.path} holds no messages")
+        counts: dict[str, int] = {}
+        types: dict[str, str] = {}
+        for conn in reader.connections:
+            counts[conn.topic] = counts.get(conn.topic, 0) + conn.msgcount
+            types[conn.topic] = conn.msgtype
+        required = [*self.topics.cameras, self.topics.odometry]
+        missing = [t for t in required if counts.get(t, 0) == 0]
+        if missing:
+            present = ", ".join(f"{t} ({types[t]})" for t in sorted(types))
+            raise MissingTopics(f"bag {self.path} lacks messages on {missing}; it holds: "
+                                f"{present}")
+        for topic in self.topics.cameras:
+            if types[topic] not in IMAGE_TYPES:
+                raise UnknownMessageType(f"camera topic {topic} has type {types[topic]}, "
+                                         f"expected one of {IMAGE_TYPES}")
+            self.image_types[topic] = types[topic]
+        if types[self.topics.odometry] != ODOMETRY_TYPE:
+            raise UnknownMessageType(f"odometry topic {self.topics.odometry} has type "
+                                     f"{types[self.topics.odometry]}, expected {ODOMETRY_TYPE}")
+        labels = self.topics.labels
+        if labels and counts.get(labels, 0) > 0:
+            if types[labels] != LABELS_TYPE:
+                raise UnknownMessageType(f"labels topic {labels} has type {types[labels]}, "
+                                         f"expected {LABELS_TYPE}")
+            self.has_labels = True
+        for topic in self._wanted_topics():
+            if types[topic] not in reader.typestore.types:
+                raise UnknownMessageType(f"bag {self.path} carries no definition of "
+                                         f"{types[topic]} (topic {topic})")
+
+    def _wanted_topics(self) -> list[str]:
+        topics = [*self.topics.cameras, self.topics.odometry]
+        return topics + [self.topics.labels] if self.has_labels else topics
+
+    def _skip(self, what: str) -> None:
+        self.skipped_messages[what] = self.skipped_messages.get(what, 0) + 1
+
+    def records(self, topics: list[str] | None = None) -> Iterator[Record]:
+        """Records of `topics` (default: all mapped topics) in bag log-time order."""
+        reader = self.reader
+        wanted = set(topics or self._wanted_topics())
+        connections = [c for c in reader.connections if c.topic in wanted]
+        slots = {topic: i for i, topic in enumerate(self.topics.cameras)}
+        try:
+            for conn, log_ns, raw in reader.messages(connections=connections):
+                record = self._convert(conn, log_ns, raw, slots)
+                if record is not None:
+                    yield record
+        except (AnyReaderError, OSError) as exc:
+            raise CorruptBag(f"bag {self.path} is unreadable past some point: {exc}") from None
+
+    def odometry(self) -> list[OdometryRecord]:
+        return [r for r in self.records([self.topics.odometry])
+                if isinstance(r, OdometryRecord)]
+
+    def labels(self) -> list[LabelRecord]:
+        if not self.has_labels:
+            return []
+        return [r for r in self.records([self.topics.labels]) if isinstance(r, LabelRecord)]
+
+    def _convert(self, conn, log_ns: int, raw: bytes, slots: dict[str, int]) -> Record | None:
+        topic = conn.topic
+        try:
+            msg = self.reader.deserialize(raw, conn.msgtype)
+        except Exception as exc:  # rosbags raises assorted errors on a bad CDR payload
+            if topic in slots:
+                return ImageRecord(slots[topic], log_ns * 1e-9, None,
+                                   f"{topic}: payload does not deserialize ({exc})")
+            self._skip(f"undeserializable {topic}")
+            return None
+        if topic in slots:
+            stamp = header_seconds(msg)
+            try:
+                return ImageRecord(slots[topic], stamp, decode_image(conn.msgtype, msg))
+            except ImageDecodeError as exc:
+                return ImageRecord(slots[topic], stamp, None, f"{topic}: {exc}")
+        if topic == self.topics.odometry:
+            pose, twist = msg.pose.pose, msg.twist.twist
+            return OdometryRecord(
+                header_seconds(msg),
+                np.array([pose.position.x, pose.position.y, pose.position.z]),
+                np.array([pose.orientation.x, pose.orientation.y, pose.orientation.z,
+                          pose.orientation.w]),
+                np.array([twist.linear.x, twist.linear.y, twist.linear.z]))
+        try:
+            values = json.loads(msg.data)
+            return LabelRecord(float(values["t"]), values)
+        except (ValueError, KeyError, TypeError):
+            self._skip(f"unparsable label on {topic}")
+            return None

@@ -1,0 +1,175 @@
+"""Offline replay: bag -> WindowBuilder at the control rate in bag time -> planners -> results.
+
+Every mode sees the same windows in the same order (one WindowBuilder, one window object per
+tick). A tick at t0 is built once every record stamped up to t0 + `settle_s` has been fed.
+"""
+
+from __future__ import annotations
+
+import math
+from bisect import bisect_left
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Protocol
+
+from tqdm import tqdm
+
+from flashdrive_ros.engine.types import Plan, Window
+from flashdrive_ros.engine.window import WindowBuilder, WindowRejection
+from flashdrive_ros.eval.bag import BagReader, ImageRecord, LabelRecord, OdometryRecord
+from flashdrive_ros.eval.errors import TopicsConfigError
+from flashdrive_ros.eval.ground_truth import OdometryTrack
+from flashdrive_ros.eval.metrics import window_metrics
+from flashdrive_ros.eval.summary import SkipCounter, WindowResult
+from flashdrive_ros.model.config import ModelConfig
+
+
+class Planner(Protocol):
+    def step(self, window: Window) -> Plan: ...
+
+    def reset(self) -> None: ...
+
+
+@dataclass
+class ReplaySettings:
+    control_rate_hz: float = 10.0
+    settle_s: float = 0.05
+    max_windows: int | None = None
+    progress: bool = True
+
+    def __post_init__(self) -> None:
+        if not (math.isfinite(self.control_rate_hz) and self.control_rate_hz > 0):
+            raise ValueError(f"control_rate_hz must be > 0, got {self.control_rate_hz}")
+        if not 0 <= self.settle_s < 1.0 / self.control_rate_hz:
+            raise ValueError(f"settle_s must be in [0, control period), got {self.settle_s}")
+        if self.max_windows is not None and self.max_windows < 1:
+            raise ValueError(f"max_windows must be >= 1 or None, got {self.max_windows}")
+
+    @property
+    def period_s(self) -> float:
+        return 1.0 / self.control_rate_hz
+
+
+@dataclass
+class ReplayResults:
+    """results per mode (same windows in each), skipped ticks (shared by all modes)."""
+
+    results: dict[str, list[WindowResult]]
+    skipped: SkipCounter = field(default_factory=SkipCounter)
+    ticks: int = 0
+
+
+class LabelIndex:
+    """Nearest `/sim/labels` decision to a time, within `tolerance` seconds."""
+
+    def __init__(self, labels: list[LabelRecord], tolerance: float) -> None:
+        ordered = sorted((label for label in labels if "decision" in label.values),
+                         key=lambda label: label.stamp)
+        self.stamps = [label.stamp for label in ordered]
+        self.decisions = [str(label.values["decision"]) for label in ordered]
+        self.tolerance = tolerance
+
+    def decision_at(self, t: float) -> str | None:
+        i = bisect_left(self.stamps, t)
+        best = min((j for j in (i - 1, i) if 0 <= j < len(self.stamps)),
+                   key=lambda j: abs(self.stamps[j] - t), default=None)
+        if best is None or abs(self.stamps[best] - t) > self.tolerance:
+            return None
+        return self.decisions[best]
+
+
+class OfflineReplay:
+    def __init__(self, bag: BagReader, planners: dict[str, Planner], model: ModelConfig,
+                 settings: ReplaySettings | None = None) -> None:
+        if not planners:
+            raise ValueError("need at least one planner")
+        cameras = len(model.prompt.camera_names)
+        if len(bag.topics.cameras) != cameras:
+            raise TopicsConfigError(f"the model takes {cameras} cameras, the topic mapping "
+                                    f"names {len(bag.topics.cameras)}: {bag.topics.cameras}")
+        self.bag = bag
+        self.planners = planners
+        self.model = model
+        self.settings = settings or ReplaySettings()
+        self.builder = WindowBuilder(
+            cameras, num_frames=model.prompt.num_frames, frame_dt=model.prompt.frame_dt,
+            num_history=model.action.num_history, history_dt=model.action.history_dt)
+        self.frame_span = (model.prompt.num_frames - 1) * model.prompt.frame_dt
+        self.track = OdometryTrack(bag.odometry())
+        self.labels = LabelIndex(bag.labels(), self.settings.period_s / 2)
+        self.corrupt: deque[ImageRecord] = deque()
+        self.out = ReplayResults({mode: [] for mode in planners})
+
+    def run(self, on_window: Callable[[float], None] | None = None) -> ReplayResults:
+        period = self.settings.period_s
+        start, end = self.bag.start_time, self.bag.end_time
+        tick_index = math.ceil(start / period - 1e-9)
+        total = max(int(end / period) - tick_index + 1, 0)
+        bar = tqdm(total=total, unit="tick", desc="replay", disable=not self.settings.progress)
+        try:
+            for record in self.bag.records():
+                while record.stamp > tick_index * period + self.settings.settle_s:
+                    if self._tick(tick_index * period):
+                        return self.out
+                    tick_index += 1
+                    bar.update()
+                self._feed(record)
+            while tick_index * period <= end + 1e-9:
+                if self._tick(tick_index * period):
+                    break
+                tick_index += 1
+                bar.update()
+        finally:
+            bar.close()
+        return self.out
+
+    def _feed(self, record) -> None:
+        if isinstance(record, ImageRecord):
+            if record.rgb is None:
+                self.corrupt.append(record)
+            else:
+                self.builder.add_image(record.camera, record.stamp, record.rgb)
+        elif isinstance(record, OdometryRecord):
+            self.builder.add_odometry(record.stamp, record.position, record.quaternion,
+                                      record.linear_velocity)
+
+    def _corrupt_near(self, t0: float) -> ImageRecord | None:
+        tolerance = self.builder.limits.frame_tolerance
+        while self.corrupt and self.corrupt[0].stamp < t0 - self.frame_span - 1.0:
+            self.corrupt.popleft()
+        return next((r for r in self.corrupt
+                     if t0 - self.frame_span - tolerance <= r.stamp <= t0 + tolerance), None)
+
+    def _tick(self, t0: float) -> bool:
+        """Plan the window at t0 in every mode; True once max_windows is reached."""
+        self.out.ticks += 1
+        window = self.builder.build(t0)
+        if isinstance(window, WindowRejection):
+            corrupt = self._corrupt_near(t0)
+            if corrupt is not None:
+                self.out.skipped.add("corrupt_image", corrupt.error or "image did not decode")
+            else:
+                self.out.skipped.add(window.code, window.reason)
+            if window.time_base_reset:
+                for planner in self.planners.values():
+                    planner.reset()
+            return False
+        action = self.model.action
+        truth = self.track.future(t0, action.num_waypoints, action.dt)
+        if truth is None:
+            self.out.skipped.add("no_future", f"odometry does not cover {t0:.2f} s + "
+                                 f"{action.num_waypoints * action.dt:.1f} s")
+            return False
+        baseline = self.track.constant_velocity(t0, action.num_waypoints, action.dt)
+        decision = self.labels.decision_at(t0)
+        for mode, planner in self.planners.items():
+            plan = planner.step(window)
+            self.out.results[mode].append(WindowResult(
+                t0=t0, samples=plan.trajectories, truth=truth, constant_velocity=baseline,
+                metrics=window_metrics(plan.trajectories, truth, baseline, plan.dt),
+                timings_ms=dict(plan.timings_ms), accepted_lengths=list(plan.accepted_lengths),
+                tokens_generated=plan.tokens_generated, coc_text=plan.coc_text,
+                decision=decision))
+        limit = self.settings.max_windows
+        return limit is not None and len(next(iter(self.out.results.values()))) >= limit

@@ -1,0 +1,104 @@
+"""Per-window results of one mode and their aggregate: the report.json block of that mode."""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from flashdrive_ros.engine.types import STAGES
+from flashdrive_ros.eval.metrics import decision_matches, mean_or_none, percentiles
+
+
+@dataclass
+class WindowResult:
+    """One planned window. samples: [K, T, 3] (x, y, yaw) in the t0 ego frame; truth and
+    constant_velocity: [T, 3]."""
+
+    t0: float
+    samples: np.ndarray
+    truth: np.ndarray
+    constant_velocity: np.ndarray
+    metrics: dict[str, float]
+    timings_ms: dict[str, float]
+    accepted_lengths: list[int] = field(default_factory=list)
+    tokens_generated: int = 0
+    coc_text: str = ""
+    decision: str | None = None
+    plan_age_s: float | None = None
+
+    @property
+    def decision_match(self) -> bool | None:
+        if self.decision is None:
+            return None
+        return decision_matches(self.coc_text, self.decision)
+
+
+@dataclass
+class SkipCounter:
+    """Windows that were not planned, by reason code, with the first message of each."""
+
+    counts: Counter = field(default_factory=Counter)
+    examples: dict[str, str] = field(default_factory=dict)
+
+    def add(self, code: str, message: str) -> None:
+        self.counts[code] += 1
+        self.examples.setdefault(code, message)
+
+    def to_dict(self) -> dict:
+        return {"total": int(sum(self.counts.values())),
+                "reasons": dict(sorted(self.counts.items())),
+                "examples": dict(sorted(self.examples.items()))}
+
+
+def summarize(results: list[WindowResult], skipped: SkipCounter,
+              control_rate_hz: float) -> dict:
+    """The report block of one mode; every metric is a mean over the planned windows."""
+    metric_names = list(results[0].metrics) if results else []
+    block: dict = {"windows": len(results)}
+    for name in metric_names:
+        block[name] = mean_or_none(r.metrics[name] for r in results)
+    block["latency_ms"] = {stage: percentiles(r.timings_ms[stage] for r in results
+                                              if stage in r.timings_ms) for stage in STAGES}
+    block["accepted_length_mean"] = mean_or_none(
+        a for r in results for a in r.accepted_lengths)
+    block["tokens_per_window"] = mean_or_none(r.tokens_generated for r in results)
+    period_ms = 1000.0 / control_rate_hz
+    totals = [r.timings_ms["total"] for r in results if "total" in r.timings_ms]
+    block["control_rate_hz"] = control_rate_hz
+    block["within_control_period"] = (
+        float(np.mean(np.array(totals) <= period_ms)) if totals else None)
+    matches = [r.decision_match for r in results if r.decision is not None]
+    block["decision_match_rate"] = mean_or_none(float(m) for m in matches)
+    block["labelled_windows"] = len(matches)
+    ages = [r.plan_age_s for r in results if r.plan_age_s is not None]
+    if ages:
+        block["plan_age_s"] = percentiles(ages)
+    block["skipped_windows"] = skipped.to_dict()
+    block["per_window"] = [
+        {"t0": round(r.t0, 6), "minade6_6s": r.metrics.get("minade6_6s"),
+         "total_ms": r.timings_ms.get("total"), "accepted_length_mean":
+         mean_or_none(r.accepted_lengths), "tokens": r.tokens_generated, "coc": r.coc_text,
+         "decision": r.decision, "decision_match": r.decision_match}
+        for r in results]
+    return block
+
+
+def compare_blocks(baseline: dict, flashdrive: dict) -> dict:
+    """Speedups (baseline / flashdrive latency) and flashdrive - baseline metric deltas."""
+    out: dict = {}
+    for stage in STAGES:
+        for q in ("p50", "p90"):
+            base = baseline["latency_ms"][stage][q]
+            fast = flashdrive["latency_ms"][stage][q]
+            out[f"speedup_{stage}_{q}"] = base / fast if base and fast else None
+    deltas = {}
+    for name, value in flashdrive.items():
+        if isinstance(value, float) and isinstance(baseline.get(name), float) \
+                and (name.startswith(("minade", "fde", "minfde", "cv_"))
+                     or name in ("accepted_length_mean", "tokens_per_window",
+                                 "decision_match_rate")):
+            deltas[name] = value - baseline[name]
+    out["metric_deltas"] = deltas
+    return out
