@@ -1,0 +1,216 @@
+import dataclasses
+
+import numpy as np
+import pytest
+import torch
+
+from flashdrive_ros.engine.streaming import (FrameLayout, StreamingKVCache, encode_frames,
+                                             run_prefill)
+from flashdrive_ros.model.config import ModelConfig, TextConfig, tiny
+from flashdrive_ros.model.kv_cache import KVCache
+from flashdrive_ros.model.positions import prompt_positions
+from flashdrive_ros.model.vlm import VLM
+
+IMAGE_TOKEN = 4000
+VIEWS, FRAMES = 4, 4
+HEIGHT, WIDTH = 48, 64
+
+
+def make_vlm(layers: int) -> tuple[VLM, ModelConfig]:
+    cfg = tiny()
+    if layers != cfg.text.num_hidden_layers:
+        cfg = dataclasses.replace(
+            cfg, text=dataclasses.replace(cfg.text, num_hidden_layers=layers),
+            expert=dataclasses.replace(cfg.expert, num_hidden_layers=layers),
+            vision=dataclasses.replace(cfg.vision, deepstack_visual_indexes=(1,)),
+            drafter=None)
+        cfg = ModelConfig.from_dict(cfg.to_dict())
+    torch.manual_seed(0)
+    vlm = VLM(cfg.vision, cfg.text).eval()
+    return vlm, cfg
+
+
+def camera_frame(view: int, step: int) -> np.ndarray:
+    rng = np.random.default_rng(1000 * view + step)
+    return rng.integers(0, 256, size=(HEIGHT, WIDTH, 3), dtype=np.uint8)
+
+
+def window_inputs(step: int):
+    """Frames of window `step` are camera steps step .. step + FRAMES - 1, 0.1 s apart."""
+    images = np.stack([np.stack([camera_frame(v, step + f) for f in range(FRAMES)])
+                       for v in range(VIEWS)])
+    stamps = np.array([[0.1 * (step + f) for f in range(FRAMES)] for _ in range(VIEWS)])
+    return images, stamps
+
+
+def prompt(step: int, tokens_per_image: int):
+    """View-major prompt: prefix, per view a camera label, per frame a frame label,
+    vision markers and image tokens; a tail whose history tokens change every window."""
+    ids = [10, 11, 12]
+    blocks = []
+    for v in range(VIEWS):
+        row = []
+        ids.append(100 + v)
+        for f in range(FRAMES):
+            start = len(ids)
+            ids += [200 + f, 300] + [IMAGE_TOKEN] * tokens_per_image + [301]
+            row.append((start, len(ids)))
+        blocks.append(row)
+    tail_start = len(ids)
+    ids += [400 + (step * 7 + i) % 50 for i in range(6)] + [500]
+    return ids, FrameLayout.from_token_ids(ids, IMAGE_TOKEN, blocks, tail_start)
+
+
+def prefill_window(vlm, cfg, state: StreamingKVCache, step: int, time_base_reset=False):
+    images, stamps = window_inputs(step)
+    tokens = cfg.tokens_per_image
+    ids, layout = prompt(step, tokens)
+    input_ids = torch.tensor([ids])
+    grid = torch.tensor([[1, HEIGHT // cfg.vision.patch_size, WIDTH // cfg.vision.patch_size]]
+                        * (VIEWS * FRAMES))
+    positions = prompt_positions(input_ids, grid, IMAGE_TOKEN, cfg.vision.spatial_merge_size)
+    plan = state.plan(layout, ids, stamps, time_base_reset)
+    with torch.no_grad():
+        embeds, deepstack = encode_frames(vlm, images, plan.frames_to_encode, (HEIGHT, WIDTH))
+        out = run_prefill(vlm, state, plan, input_ids, positions, embeds, deepstack,
+                          IMAGE_TOKEN)
+    return plan, out, layout, positions
+
+
+def new_state(cfg, streaming=True) -> StreamingKVCache:
+    text: TextConfig = cfg.text
+    cache = KVCache(text.num_hidden_layers, 1, text.num_key_value_heads, 512, text.head_dim)
+    return StreamingKVCache(cache, streaming=streaming)
+
+
+def tail_hidden(plan, out, layout):
+    tail = layout.prompt_length - layout.tail_start
+    return out.hidden[:, -tail:]
+
+
+def full_reference(vlm, cfg, step):
+    state, out = full_reference_hidden(vlm, cfg, step)
+    _, layout = prompt(step, cfg.tokens_per_image)
+    return state, out[:, layout.tail_start:]
+
+
+def full_reference_hidden(vlm, cfg, step):
+    """(state, hidden [1, N, H] of every prompt token) of a full prefill of window `step`."""
+    state = new_state(cfg, streaming=False)
+    _, out, _, _ = prefill_window(vlm, cfg, state, step)
+    return state, out.hidden
+
+
+@pytest.fixture(scope="module")
+def tiny_vlm():
+    return make_vlm(4)
+
+
+@pytest.fixture(scope="module")
+def one_layer_vlm():
+    return make_vlm(1)
+
+
+def test_first_streaming_window_equals_full_prefill(tiny_vlm):
+    vlm, cfg = tiny_vlm
+    state = new_state(cfg)
+    plan, out, layout, _ = prefill_window(vlm, cfg, state, 0)
+    assert plan.full and plan.reason == "first window"
+    ref_state, ref_tail = full_reference(vlm, cfg, 0)
+    assert torch.equal(tail_hidden(plan, out, layout), ref_tail)
+    n = layout.prompt_length
+    assert torch.equal(state.cache.k[:, :, :, :n], ref_state.cache.k[:, :, :, :n])
+    assert torch.equal(vlm.logits(out.hidden[:, -1]), vlm.logits(ref_tail[:, -1]))
+
+
+def test_streaming_is_exact_for_a_one_layer_backbone(one_layer_vlm):
+    vlm, cfg = one_layer_vlm
+    state = new_state(cfg)
+    for step in range(6):
+        plan, out, layout, _ = prefill_window(vlm, cfg, state, step)
+        assert plan.full == (step == 0)
+        _, ref_hidden = full_reference_hidden(vlm, cfg, step)
+        # New frames and tail, each seeing exactly its full-prefill context through the mask.
+        torch.testing.assert_close(out.hidden, ref_hidden[:, plan.query_order],
+                                   rtol=1e-5, atol=1e-5)
+        assert int(vlm.logits(out.hidden[0, -1]).argmax()) == int(
+            vlm.logits(ref_hidden[0, -1]).argmax())
+
+
+def test_cache_holds_expected_frames_at_expected_positions(tiny_vlm):
+    vlm, cfg = tiny_vlm
+    state = new_state(cfg)
+    for step in range(6):
+        plan, out, layout, positions = prefill_window(vlm, cfg, state, step)
+    assert not plan.full and plan.shift == 5 % FRAMES and state.windows_since_full == 5
+    assert plan.frames_to_encode == tuple((v, FRAMES - 1) for v in range(VIEWS))
+    block = layout.block_spans[0][0][1] - layout.block_spans[0][0][0]
+    tail = layout.prompt_length - layout.tail_start
+    assert out.hidden.shape[1] == VIEWS * block + tail
+    ref_state, ref_tail = full_reference(vlm, cfg, 5)
+    n = layout.prompt_length
+    slot_of = layout.slot_of_prompt_index(plan.shift)
+    # Layer-0 keys depend on the token alone: they identify which frame sits in which slot.
+    torch.testing.assert_close(state.cache.k[0, :, :, slot_of], ref_state.cache.k[0, :, :, :n],
+                               rtol=1e-5, atol=1e-5)
+    assert torch.equal(state.cache.positions[:, :, slot_of], positions)
+    assert torch.equal(ref_state.cache.positions[:, :, :n], positions)
+    assert state.cache.length == n
+    # Deeper layers carry the streaming approximation: cached frames saw an older context.
+    assert not torch.allclose(tail_hidden(plan, out, layout), ref_tail, atol=1e-4)
+
+
+def test_full_recompute_mode_recomputes_every_window(tiny_vlm):
+    vlm, cfg = tiny_vlm
+    state = new_state(cfg, streaming=False)
+    for step in range(3):
+        plan, out, layout, _ = prefill_window(vlm, cfg, state, step)
+        assert plan.full and plan.reason == "streaming off"
+        assert len(plan.frames_to_encode) == VIEWS * FRAMES
+        _, ref_tail = full_reference(vlm, cfg, step)
+        assert torch.equal(tail_hidden(plan, out, layout), ref_tail)
+
+
+def test_full_prefill_triggers(tiny_vlm):
+    vlm, cfg = tiny_vlm
+    state = new_state(cfg)
+    assert prefill_window(vlm, cfg, state, 0)[0].full
+    assert not prefill_window(vlm, cfg, state, 1)[0].full
+    plan = prefill_window(vlm, cfg, state, 3)[0]
+    assert plan.full and "shifted by one" in plan.reason
+    plan = prefill_window(vlm, cfg, state, 4, time_base_reset=True)[0]
+    assert plan.full and plan.reason == "time base reset"
+    assert not prefill_window(vlm, cfg, state, 5)[0].full
+    state.reset()
+    assert prefill_window(vlm, cfg, state, 6)[0].reason == "first window"
+    images, stamps = window_inputs(7)
+    ids, layout = prompt(7, cfg.tokens_per_image)
+    state.plan(layout, ids, stamps)
+    plan = prefill_window(vlm, cfg, state, 7)[0]
+    assert plan.full and plan.reason == "previous prefill did not finish"
+    ids, layout = prompt(8, cfg.tokens_per_image)
+    ids[0] = 13
+    plan = state.plan(layout, ids, window_inputs(8)[1])
+    assert plan.full and plan.reason == "prompt before the tail changed"
+
+
+def test_bad_layouts_and_inputs_raise(tiny_vlm):
+    vlm, cfg = tiny_vlm
+    with pytest.raises(ValueError, match="same non-zero token count"):
+        FrameLayout((((0, 3), (3, 5)),), (((1, 3), (4, 5)),), 5, 7)
+    with pytest.raises(ValueError, match="ordered and disjoint"):
+        FrameLayout((((0, 3), (2, 5)),), (((1, 2), (3, 4)),), 5, 7)
+    with pytest.raises(ValueError, match="tail_start"):
+        FrameLayout((((0, 3),),), (((1, 2),),), 2, 7)
+    with pytest.raises(ValueError, match="contiguous run"):
+        FrameLayout.from_token_ids([1, 9, 2, 9], 9, [[(0, 4)]], 4)
+    state = new_state(cfg)
+    ids, layout = prompt(0, cfg.tokens_per_image)
+    with pytest.raises(ValueError, match="stamps"):
+        state.plan(layout, ids, np.zeros((VIEWS, FRAMES + 1)))
+    plan = state.plan(layout, ids, window_inputs(0)[1])
+    with pytest.raises(ValueError, match="positions"):
+        state.begin(plan, torch.zeros(3, 1, 5, dtype=torch.long))
+    small = StreamingKVCache(KVCache(4, 1, 2, 16, 32))
+    with pytest.raises(ValueError, match="capacity"):
+        small.plan(layout, ids, window_inputs(0)[1])
