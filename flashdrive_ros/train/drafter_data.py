@@ -1,0 +1,82 @@
+"""DFlash training blocks cut from the target's own greedy CoC sequences.
+
+A sequence is prompt + greedy CoC (through `<|traj_future_start|>`). The target's hidden
+states at the drafter's layers are stored for the last C prompt tokens and every CoC token.
+An anchor a is a committed CoC token: the block is [token a, mask x (K - 1)], the labels are
+tokens a+1..a+K-1 (ignored past the sequence end), the context is the features of tokens
+a-C..a-1. Flat rotary takes the sequence indices, mrope the target's 3D positions.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+IGNORE = -100
+
+
+@dataclass
+class DraftCorpus:
+    """Everything drafter training needs, for N sequences.
+
+    ids: [N, C + M] tokens from prompt index prompt_len - C on (padded past lengths);
+    features: [N, C + M, L * H] target hidden states at the drafter's layers for those tokens;
+    positions: [3, N, C + M] the target's 3D positions; lengths: [N] valid tokens per row
+    (C + CoC length); prompt_len: the prompt length (index of the first CoC token).
+    """
+
+    ids: torch.Tensor
+    features: torch.Tensor
+    positions: torch.Tensor
+    lengths: torch.Tensor
+    prompt_len: int
+    context_len: int
+
+    def __post_init__(self) -> None:
+        n, width = self.ids.shape
+        if self.features.shape[:2] != (n, width) or self.positions.shape != (3, n, width):
+            raise ValueError("ids, features and positions must cover the same [N, C + M]")
+        if self.lengths.shape != (n,) or int(self.lengths.min()) < self.context_len + 2:
+            raise ValueError("every row needs the context and at least two CoC tokens")
+
+    def __len__(self) -> int:
+        return self.ids.shape[0]
+
+
+@dataclass
+class DraftBatch:
+    context: torch.Tensor  # [B, C, L * H]
+    block_ids: torch.Tensor  # [B, K] anchor token then mask ids
+    labels: torch.Tensor  # [B, K - 1] next tokens or IGNORE
+    flat_positions: torch.Tensor  # [B, C + K]
+    mrope_positions: torch.Tensor  # [3, B, C + K]
+
+
+def sample_blocks(corpus: DraftCorpus, rows: torch.Tensor, block_size: int, mask_id: int,
+                  generator: torch.Generator) -> DraftBatch:
+    """One random anchor per row in `rows` ([B] long)."""
+    c = corpus.context_len
+    device = corpus.ids.device
+    rows = rows.to(device)
+    lengths = corpus.lengths[rows]
+    # anchors in local coordinates: the first CoC token sits at local index C
+    span = (lengths - 1 - c).clamp(min=1)
+    draws = torch.rand(rows.shape[0], generator=generator, device=generator.device).to(device)
+    anchor = c + (draws * span).long().clamp(max=span - 1)  # anchor: [B]
+    offsets = torch.arange(-c, block_size, device=device)  # offsets: [C + K]
+    index = anchor[:, None] + offsets[None, :]  # index: [B, C + K]
+    width = corpus.ids.shape[1]
+    valid = index < lengths[:, None]
+    safe = index.clamp(max=width - 1)
+    ids = corpus.ids[rows[:, None], safe]
+    labels = ids[:, c + 1:].masked_fill(~valid[:, c + 1:], IGNORE)
+    block_ids = torch.full((rows.shape[0], block_size), mask_id, dtype=torch.long, device=device)
+    block_ids[:, 0] = ids[:, c]
+    context = corpus.features[rows[:, None], index[:, :c]]
+    flat = index + (corpus.prompt_len - c)
+    context_pos = corpus.positions[:, rows[:, None], index[:, :c]]  # [3, B, C]
+    start = context_pos[:, :, -1].amax(dim=0) + 1  # start: [B]
+    block_pos = start[:, None] + torch.arange(block_size, device=device)[None, :]
+    mrope = torch.cat([context_pos, block_pos.unsqueeze(0).expand(3, -1, -1)], dim=2)
+    return DraftBatch(context, block_ids, labels, flat, mrope)

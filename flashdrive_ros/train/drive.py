@@ -1,0 +1,100 @@
+"""One simulated drive held once in memory, and the training windows indexed into it.
+
+Each step's camera frames are stored once; a window at step i reads frames i-F+1..i of every
+camera, the ego history i-H+1..i and the future i+1..i+W, all by index.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+
+@dataclass
+class Drive:
+    """seed: simulator seed; steps at a fixed `dt`.
+
+    frames: uint8 [S, N_cam, H, W, 3]; stamps: float64 [S];
+    poses: float64 [S, 4] world (x, y, z, yaw); speed: float64 [S];
+    coc: S chain-of-causation sentences; decision: int64 [S] index into the decision names;
+    expert_future: float64 [S, N_wp, 3] the expert's plan (x, y, yaw) in the ego frame of
+    each step.
+    """
+
+    seed: int
+    scenario: str
+    dt: float
+    frames: np.ndarray
+    stamps: np.ndarray
+    poses: np.ndarray
+    speed: np.ndarray
+    coc: list[str]
+    decision: np.ndarray
+    expert_future: np.ndarray
+
+    def __post_init__(self) -> None:
+        s = self.frames.shape[0]
+        if self.frames.ndim != 5 or self.frames.dtype != np.uint8 or self.frames.shape[-1] != 3:
+            raise ValueError(f"frames must be uint8 [S, N_cam, H, W, 3], got "
+                             f"{self.frames.dtype} {self.frames.shape}")
+        if self.poses.shape != (s, 4) or self.stamps.shape != (s,) or self.speed.shape != (s,):
+            raise ValueError("poses [S, 4], stamps [S] and speed [S] must match the frames")
+        if len(self.coc) != s or self.decision.shape != (s,):
+            raise ValueError("one CoC sentence and one decision per step")
+        if self.expert_future.ndim != 3 or self.expert_future.shape[0] != s or \
+                self.expert_future.shape[2] != 3:
+            raise ValueError("expert_future must be [S, N_wp, 3]")
+
+    @property
+    def num_steps(self) -> int:
+        return self.frames.shape[0]
+
+    def window_steps(self, num_frames: int, num_history: int) -> np.ndarray:
+        """Steps that have the frames and history a window needs: [N] int64."""
+        first = max(num_frames, num_history) - 1
+        return np.arange(first, self.num_steps, dtype=np.int64)
+
+
+def to_ego_frame(poses: np.ndarray, origin: np.ndarray) -> np.ndarray:
+    """poses: [N, 4] world (x, y, z, yaw); origin: [4] -> [N, 4] in the origin's frame."""
+    c, s = np.cos(origin[3]), np.sin(origin[3])
+    d = poses[:, :3] - origin[:3]
+    x = c * d[:, 0] + s * d[:, 1]
+    y = -s * d[:, 0] + c * d[:, 1]
+    yaw = np.angle(np.exp(1j * (poses[:, 3] - origin[3])))
+    return np.stack([x, y, d[:, 2], yaw], axis=-1)
+
+
+@dataclass
+class WindowSample:
+    """One training window.
+
+    images: uint8 [N_cam, N_frames, H, W, 3]; stamps: [N_cam, N_frames];
+    history: [N_hist, 4] (x, y, z, yaw) in the t0 frame, last row zero;
+    future: [N_wp, 3] (x, y, yaw) in the t0 frame.
+    """
+
+    drive: int
+    step: int
+    images: np.ndarray
+    stamps: np.ndarray
+    history: np.ndarray
+    future: np.ndarray
+    speed: float
+    coc: str
+    decision: int
+
+
+def window_sample(drive: Drive, drive_index: int, step: int, num_frames: int,
+                  num_history: int) -> WindowSample:
+    if not max(num_frames, num_history) - 1 <= step < drive.num_steps:
+        raise ValueError(f"step {step} lacks the frames or history of a window")
+    frames = drive.frames[step - num_frames + 1:step + 1]  # frames: [F, N_cam, H, W, 3]
+    images = np.ascontiguousarray(frames.transpose(1, 0, 2, 3, 4))
+    stamps = np.broadcast_to(drive.stamps[step - num_frames + 1:step + 1],
+                             images.shape[:2]).copy()
+    history = to_ego_frame(drive.poses[step - num_history + 1:step + 1], drive.poses[step])
+    return WindowSample(drive_index, step, images, stamps, history,
+                        drive.expert_future[step].copy(), float(drive.speed[step]),
+                        drive.coc[step], int(drive.decision[step]))
