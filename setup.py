@@ -36,6 +36,7 @@ setup(
     python_requires=">=3.10",
     entry_points={
         "console_scripts": [
+            "drive_node = flashdrive_ros.ros.node:main",
         ],
     },
 )

@@ -53,7 +53,7 @@ def test_invalid_values_raise_with_reason(changes, match):
 
 def test_yaml_defaults_match_the_dataclass():
     loaded = yaml.safe_load((ROOT / "config" / "drive.yaml").read_text())
-    values = loaded["drive_node"]["ros__parameters"]
+    values = loaded["/**/drive_node"]["ros__parameters"]
     assert set(values) == set(DriveParams.field_names())
     assert DriveParams(**values) == DriveParams()
 
