@@ -4,6 +4,7 @@ import torch
 from flashdrive_ros.engine.config import EngineConfig
 from flashdrive_ros.engine.flow_cached import FlowSchedule, euler_cached
 from flashdrive_ros.model.config import ConfigError
+from flashdrive_ros.model.flow import euler_integrate
 
 
 class CountingVelocity:
@@ -22,10 +23,11 @@ class CountingVelocity:
 
 
 def reference_euler(fn, x0, steps):
+    times = torch.linspace(0.0, 1.0, steps + 1, dtype=torch.float64).tolist()
     x = x0
     for i in range(steps):
-        t = torch.full((x.shape[0],), i / steps, dtype=x.dtype)
-        x = x + (1.0 / steps) * fn(x, t)
+        t = torch.full((x.shape[0],), times[i], dtype=x.dtype)
+        x = x + (times[i + 1] - times[i]) * fn(x, t)
     return x
 
 
@@ -44,12 +46,14 @@ def test_empty_reuse_is_plain_euler_exactly():
     assert len(fn.calls) == 10
 
 
-def test_empty_reuse_matches_model_flow_euler():
-    flow = pytest.importorskip("flashdrive_ros.model.flow")
-    x0 = torch.randn(2, 64, 2, generator=torch.Generator().manual_seed(2), dtype=torch.float64)
-    ours = euler_cached(CountingVelocity(), x0, FlowSchedule.plain(10))
-    theirs = flow.euler_sample(CountingVelocity(), x0, 10)
-    assert torch.equal(ours, theirs)
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_empty_reuse_matches_model_flow_euler(dtype):
+    x0 = torch.randn(2, 64, 2, generator=torch.Generator().manual_seed(2), dtype=dtype)
+    fn = CountingVelocity()
+    fn.w1, fn.w2 = fn.w1.to(dtype), fn.w2.to(dtype)
+    for steps in (1, 7, 10):
+        ours = euler_cached(fn, x0, FlowSchedule.plain(steps))
+        assert torch.equal(ours, euler_integrate(fn, x0, steps))
 
 
 def test_reused_steps_skip_the_velocity_call():
@@ -58,11 +62,12 @@ def test_reused_steps_skip_the_velocity_call():
     out = euler_cached(fn, x0, FlowSchedule(8, (3, 4, 5, 6)))
     called_at = [float(t[0]) for t in fn.calls]
     assert called_at == [0.0, 1 / 8, 6 / 8, 7 / 8]
+    times = torch.linspace(0.0, 1.0, 9, dtype=torch.float64).tolist()
     manual = x0
     for step in range(8):
         if step + 1 not in (3, 4, 5, 6):
-            v = CountingVelocity()(manual, torch.full((2,), step / 8, dtype=torch.float64))
-        manual = manual + (1.0 / 8) * v
+            v = CountingVelocity()(manual, torch.full((2,), times[step], dtype=torch.float64))
+        manual = manual + (times[step + 1] - times[step]) * v
     assert torch.equal(out, manual)
     assert not torch.allclose(out, reference_euler(CountingVelocity(), x0, 8))
 

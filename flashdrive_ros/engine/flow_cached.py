@@ -11,6 +11,8 @@ from dataclasses import dataclass
 
 import torch
 
+from flashdrive_ros.model.flow import time_grid
+
 VelocityFn = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
 
 
@@ -44,8 +46,9 @@ class FlowSchedule:
         return self.num_steps - len(self.reuse_steps)
 
     def times(self) -> list[float]:
-        """Start time t_i = (i - 1) / num_steps of each 1-based step i."""
-        return [i / self.num_steps for i in range(self.num_steps)]
+        """num_steps + 1 uniform times from 0 to 1 (model/flow.py's grid); step i (1-based)
+        runs from times[i - 1] to times[i]."""
+        return time_grid(self.num_steps).tolist()
 
 
 def euler_cached(velocity_fn: VelocityFn, x0: torch.Tensor,
@@ -56,15 +59,16 @@ def euler_cached(velocity_fn: VelocityFn, x0: torch.Tensor,
     [K, ...]. Returns x at t = 1, same shape as x0.
     """
     reuse_steps = set(schedule.reuse_steps)
-    dt = 1.0 / schedule.num_steps
+    times = schedule.times()
     x = x0
-    velocity: torch.Tensor | None = None
-    for index, t in enumerate(schedule.times(), start=1):
-        if index not in reuse_steps or velocity is None:
-            t_batch = torch.full((x.shape[0],), t, dtype=x.dtype, device=x.device)  # [K]
+    velocity = None
+    for step in range(1, schedule.num_steps + 1):
+        t0, t1 = times[step - 1], times[step]
+        if step not in reuse_steps:
+            t_batch = torch.full((x.shape[0],), t0, dtype=x.dtype, device=x.device)  # [K]
             velocity = velocity_fn(x, t_batch)
             if velocity.shape != x.shape:
                 raise ValueError(f"velocity_fn returned {tuple(velocity.shape)} for x of "
                                  f"shape {tuple(x.shape)}")
-        x = x + dt * velocity
+        x = x + (t1 - t0) * velocity
     return x
