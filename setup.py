@@ -37,6 +37,7 @@ setup(
     entry_points={
         "console_scripts": [
             "drive_node = flashdrive_ros.ros.node:main",
+            "flashdrive-replay = flashdrive_ros.eval.cli:main",
         ],
     },
 )

@@ -1,0 +1,68 @@
+"""`flashdrive-replay BAG --model-dir DIR --out OUTDIR [--mode flashdrive|baseline|compare]
+[--through-ros] [--topics-yaml FILE]`: replay a rosbag through the planner and report."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from flashdrive_ros.eval.errors import ReplayError
+from flashdrive_ros.eval.replay import MODE_RUNS, ReplayOptions, run_replay
+from flashdrive_ros.eval.report import print_summary
+from flashdrive_ros.eval.topics import TopicMapping
+from flashdrive_ros.paths import default_model_dir
+
+
+def parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="flashdrive-replay", description=__doc__.split(":")[1])
+    p.add_argument("bag", help="rosbag2 directory (mcap or sqlite3)")
+    p.add_argument("--model-dir", default=None,
+                   help="model directory (default: the embedded model)")
+    p.add_argument("--out", required=True, help="output directory for report.json, "
+                   "report.md and plots")
+    p.add_argument("--mode", choices=sorted(MODE_RUNS), default="flashdrive")
+    p.add_argument("--through-ros", action="store_true",
+                   help="play the bag over DDS into the real drive node and record its output")
+    p.add_argument("--topics-yaml", help="YAML with keys cameras (list, slot order), "
+                   "odometry, labels")
+    p.add_argument("--camera-topics", help="comma-separated image topics in slot order")
+    p.add_argument("--odom-topic", help="nav_msgs/Odometry topic")
+    p.add_argument("--labels-topic", help="std_msgs/String JSON labels topic ('' = none)")
+    p.add_argument("--rate", type=float, default=1.0,
+                   help="playback speed factor through ROS (bag seconds per wall second)")
+    p.add_argument("--num-samples", type=int, default=6,
+                   help="trajectory samples per window (minADE6 uses up to 6)")
+    p.add_argument("--device", default="auto", help="auto, cpu or cuda[:N]")
+    p.add_argument("--control-rate", type=float, default=10.0, help="windows per bag second")
+    p.add_argument("--max-windows", type=int, default=None, help="stop after N windows")
+    p.add_argument("--no-plots", action="store_true")
+    p.add_argument("--quiet", action="store_true", help="no progress bar, no summary table")
+    return p
+
+
+def options_from_args(args: argparse.Namespace) -> ReplayOptions:
+    topics = TopicMapping.from_yaml(args.topics_yaml) if args.topics_yaml else TopicMapping()
+    cameras = [t.strip() for t in args.camera_topics.split(",")] if args.camera_topics else None
+    topics = topics.with_overrides(cameras=cameras, odometry=args.odom_topic,
+                                   labels=args.labels_topic)
+    return ReplayOptions(
+        bag=args.bag, model_dir=args.model_dir or default_model_dir(), out_dir=args.out,
+        mode=args.mode, topics=topics, through_ros=args.through_ros, rate=args.rate,
+        num_samples=args.num_samples, device=args.device, control_rate_hz=args.control_rate,
+        max_windows=args.max_windows, progress=not args.quiet, plots=not args.no_plots)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parser().parse_args(argv)
+    try:
+        report = run_replay(options_from_args(args))
+    except ReplayError as exc:
+        print(f"flashdrive-replay: error: {exc}", file=sys.stderr)
+        return 2
+    if not args.quiet:
+        print_summary(report)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,142 @@
+"""One replay run: options -> engines or the node -> per-mode results -> report and plots."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from flashdrive_ros.eval.bag import BagReader
+from flashdrive_ros.eval.errors import ReplayError
+from flashdrive_ros.eval.offline import OfflineReplay, ReplayResults, ReplaySettings
+from flashdrive_ros.eval.plots import write_plots
+from flashdrive_ros.eval.report import write_report
+from flashdrive_ros.eval.summary import compare_blocks, summarize
+from flashdrive_ros.eval.topics import TopicMapping
+from flashdrive_ros.model.config import ConfigError, ModelConfig
+
+MODE_RUNS = {"flashdrive": ("flashdrive",), "baseline": ("baseline",),
+             "compare": ("baseline", "flashdrive")}
+
+
+@dataclass
+class ReplayOptions:
+    bag: Path
+    model_dir: Path
+    out_dir: Path
+    mode: str = "flashdrive"
+    topics: TopicMapping = field(default_factory=TopicMapping)
+    through_ros: bool = False
+    rate: float = 1.0
+    num_samples: int = 6
+    device: str = "auto"
+    control_rate_hz: float = 10.0
+    max_windows: int | None = None
+    progress: bool = True
+    plots: bool = True
+
+    def __post_init__(self) -> None:
+        self.bag, self.model_dir, self.out_dir = (Path(self.bag), Path(self.model_dir),
+                                                  Path(self.out_dir))
+        if self.mode not in MODE_RUNS:
+            raise ReplayError(f"mode must be one of {sorted(MODE_RUNS)}, got {self.mode!r}")
+        if not (math.isfinite(self.rate) and self.rate > 0):
+            raise ReplayError(f"--rate must be > 0, got {self.rate}")
+        if self.num_samples < 1:
+            raise ReplayError(f"--num-samples must be >= 1, got {self.num_samples}")
+        if not (self.device in ("auto", "cpu") or self.device.startswith("cuda")):
+            raise ReplayError(f"--device must be auto, cpu or cuda[:N], got {self.device!r}")
+        if not (math.isfinite(self.control_rate_hz) and self.control_rate_hz > 0):
+            raise ReplayError(f"--control-rate must be > 0, got {self.control_rate_hz}")
+        if self.max_windows is not None and self.max_windows < 1:
+            raise ReplayError(f"--max-windows must be >= 1, got {self.max_windows}")
+
+    @property
+    def modes(self) -> tuple[str, ...]:
+        return MODE_RUNS[self.mode]
+
+    def resolved_device(self) -> str:
+        if self.device != "auto":
+            return self.device
+        import torch
+
+        return "cuda" if torch.cuda.is_available() else "cpu"
+
+
+def load_model_config(model_dir: Path) -> ModelConfig:
+    if not model_dir.is_dir():
+        raise ReplayError(f"model directory not found: {model_dir}")
+    try:
+        return ModelConfig.load(model_dir / "config.json")
+    except ConfigError as exc:
+        raise ReplayError(str(exc)) from None
+
+
+def load_engines(options: ReplayOptions) -> dict:
+    from flashdrive_ros.engine.config import EngineConfig
+    from flashdrive_ros.engine.engine import Engine
+
+    device = options.resolved_device()
+    engines = {}
+    for mode in options.modes:
+        config = EngineConfig(mode=mode, num_samples=options.num_samples, device=device)
+        try:
+            engine = Engine.load(options.model_dir, config)
+        except (ValueError, OSError) as exc:
+            raise ReplayError(f"cannot load the {mode} engine from {options.model_dir}: "
+                              f"{exc}") from None
+        engine.warmup()
+        engines[mode] = engine
+    return engines
+
+
+def run_offline(options: ReplayOptions) -> ReplayResults:
+    model = load_model_config(options.model_dir)
+    with BagReader(options.bag, options.topics) as bag:
+        engines = load_engines(options)
+        settings = ReplaySettings(control_rate_hz=options.control_rate_hz,
+                                  max_windows=options.max_windows, progress=options.progress)
+        return OfflineReplay(bag, engines, model, settings).run()
+
+
+def build_report(options: ReplayOptions, replay: ReplayResults,
+                 deadline_misses: dict[str, int] | None = None) -> dict:
+    """report.json content; deadline misses default to windows whose total latency exceeds
+    the control period (offline), through ROS they come from the node's diagnostics."""
+    period_ms = 1000.0 / options.control_rate_hz
+    blocks = {}
+    for mode in options.modes:
+        block = summarize(replay.results[mode], replay.skipped, options.control_rate_hz)
+        if deadline_misses is None:
+            block["deadline_misses"] = sum(r.timings_ms.get("total", 0.0) > period_ms
+                                           for r in replay.results[mode])
+            block["deadline_misses_source"] = "windows with total latency over the period"
+        else:
+            block["deadline_misses"] = deadline_misses[mode]
+            block["deadline_misses_source"] = "node diagnostics: skipped control ticks"
+        blocks[mode] = block
+    header = {"bag": str(options.bag), "model_dir": str(options.model_dir),
+              "mode": options.mode, "through_ros": options.through_ros,
+              "control_rate_hz": options.control_rate_hz, "num_samples": options.num_samples,
+              "device": options.resolved_device(), "ticks": replay.ticks,
+              "topics": {"cameras": list(options.topics.cameras),
+                         "odometry": options.topics.odometry, "labels": options.topics.labels}}
+    if len(blocks) == 1:
+        return {**header, **blocks[options.mode]}
+    comparison = compare_blocks(blocks["baseline"], blocks["flashdrive"])
+    top = {k: v for k, v in blocks["flashdrive"].items() if k != "per_window"}
+    return {**header, **top, "modes": blocks,
+            "speedup_total_p50": comparison["speedup_total_p50"], "comparison": comparison}
+
+
+def run_replay(options: ReplayOptions) -> dict:
+    if options.through_ros:
+        from flashdrive_ros.eval.through_ros import run_through_ros
+
+        replay, misses, overlays = run_through_ros(options)
+    else:
+        replay, misses, overlays = run_offline(options), None, []
+    report = build_report(options, replay, misses)
+    plots = write_plots(replay.results, options.out_dir, overlays) if options.plots else []
+    write_report(options.out_dir, report, plots)
+    return report

@@ -1,0 +1,123 @@
+"""report.json, report.md and the stdout summary table of a replay."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+from flashdrive_ros.engine.types import STAGES
+
+TABLE_METRICS = (
+    ("minade6_6s", "minADE6 @6.4 s (m)"),
+    ("minade1_6s", "minADE1 @6.4 s (m)"),
+    ("minade6_3s", "minADE6 @3 s (m)"),
+    ("minade1_3s", "minADE1 @3 s (m)"),
+    ("fde1_6s", "FDE1 @6.4 s (m)"),
+    ("cv_minade_6s", "const. velocity ADE @6.4 s (m)"),
+    ("cv_minade_3s", "const. velocity ADE @3 s (m)"),
+    ("accepted_length_mean", "accepted length (mean)"),
+    ("tokens_per_window", "CoC tokens per window"),
+    ("decision_match_rate", "decision match rate"),
+)
+
+
+def mode_blocks(report: dict) -> dict[str, dict]:
+    """{mode: block}: the blocks under `modes`, or the report itself for one mode."""
+    if "modes" in report:
+        return report["modes"]
+    return {report["mode"]: report}
+
+
+def _fmt(value, digits: int = 3) -> str:
+    if value is None:
+        return "-"
+    if isinstance(value, float):
+        return "nan" if math.isnan(value) else f"{value:.{digits}f}"
+    return str(value)
+
+
+def _rows(report: dict) -> tuple[list[str], list[list[str]]]:
+    blocks = mode_blocks(report)
+    header = ["", *blocks]
+    rows = [["windows", *(_fmt(b["windows"]) for b in blocks.values())]]
+    rows += [[label, *(_fmt(b.get(key)) for b in blocks.values())]
+             for key, label in TABLE_METRICS]
+    for stage in STAGES:
+        for q in ("p50", "p90"):
+            rows.append([f"latency {stage} {q} (ms)",
+                         *(_fmt(b["latency_ms"][stage][q], 1) for b in blocks.values())])
+    rows.append([f"within {1000 / report['control_rate_hz']:.0f} ms period",
+                 *(_fmt(b.get("within_control_period")) for b in blocks.values())])
+    rows.append(["deadline misses", *(_fmt(b.get("deadline_misses")) for b in blocks.values())])
+    if any("plan_age_s" in b for b in blocks.values()):
+        rows.append(["plan age p50 (s)", *(_fmt(b.get("plan_age_s", {}).get("p50"))
+                                           for b in blocks.values())])
+    rows.append(["skipped windows", *(_fmt(b["skipped_windows"]["total"])
+                                      for b in blocks.values())])
+    return header, rows
+
+
+def summary_table(report: dict) -> str:
+    """Fixed-width table: minADE vs constant velocity, latency per stage, accepted length,
+    control rate held, and the speedup in compare mode."""
+    header, rows = _rows(report)
+    widths = [max(len(r[i]) for r in [header, *rows]) for i in range(len(header))]
+    lines = ["  ".join(c.ljust(w) if i == 0 else c.rjust(w)
+                       for i, (c, w) in enumerate(zip(r, widths))) for r in [header, *rows]]
+    lines.insert(1, "-" * len(lines[0]))
+    if "speedup_total_p50" in report:
+        lines.append(f"speedup total p50 (baseline / flashdrive): "
+                     f"{_fmt(report['speedup_total_p50'], 2)}x")
+    return "\n".join(lines)
+
+
+def print_summary(report: dict) -> None:
+    source = "through ROS" if report.get("through_ros") else "offline"
+    print(f"flashdrive-replay {source}: {report['bag']}")
+    print(summary_table(report))
+
+
+def _markdown_table(header: list[str], rows: list[list[str]]) -> str:
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    lines += ["| " + " | ".join(r) + " |" for r in rows]
+    return "\n".join(lines)
+
+
+def markdown(report: dict, plots: list[str]) -> str:
+    header, rows = _rows(report)
+    source = "through ROS" if report.get("through_ros") else "offline"
+    parts = [f"# Replay report: {report['bag']}", "",
+             f"- model: `{report['model_dir']}`",
+             f"- mode: {report['mode']}, {source}",
+             f"- control rate: {report['control_rate_hz']} Hz, ticks: {report['ticks']}", "",
+             "## Summary", "", _markdown_table(header, rows), ""]
+    if "speedup_total_p50" in report:
+        parts += [f"Speedup of the total latency at p50 (baseline / flashdrive): "
+                  f"**{_fmt(report['speedup_total_p50'], 2)}x**", ""]
+    for mode, block in mode_blocks(report).items():
+        reasons = block["skipped_windows"]["reasons"]
+        examples = block["skipped_windows"]["examples"]
+        if reasons:
+            parts += [f"## Skipped windows ({mode})", "", _markdown_table(
+                ["reason", "count", "first message"],
+                [[k, str(v), examples.get(k, "")] for k, v in reasons.items()]), ""]
+        windows = block.get("per_window", [])
+        if windows:
+            step = max(len(windows) // 8, 1)
+            parts += [f"## Chain of causation, every {step}th window ({mode})", "",
+                      _markdown_table(["t0 (s)", "minADE6 (m)", "total (ms)", "CoC",
+                                       "label"],
+                                      [[_fmt(w["t0"], 2), _fmt(w["minade6_6s"]),
+                                        _fmt(w["total_ms"], 1),
+                                        w["coc"].replace("|", "/").replace("\n", " "),
+                                        _fmt(w["decision"])] for w in windows[::step]]), ""]
+    if plots:
+        parts += ["## Plots", ""] + [f"![{Path(p).stem}]({Path(p).name})" for p in plots]
+    return "\n".join(parts) + "\n"
+
+
+def write_report(out_dir: Path, report: dict, plots: list[str]) -> None:
+    out_dir.mkdir(parents=True, exist_ok=True)
+    (out_dir / "report.json").write_text(json.dumps(report, indent=2, allow_nan=False) + "\n")
+    (out_dir / "report.md").write_text(markdown(report, plots))
