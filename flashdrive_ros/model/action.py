@@ -24,12 +24,12 @@ class FourierEncoder(nn.Module):
     def __init__(self, dim: int, max_freq: float) -> None:
         super().__init__()
         self.out_dim = dim
-        freqs = torch.logspace(0.0, math.log10(max_freq), steps=dim // 2)
+        freqs = torch.logspace(0.0, math.log10(max_freq), steps=dim // 2, dtype=torch.float32)
         self.register_buffer("freqs", freqs[None, :])  # freqs: [1, dim / 2]
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        arg = x[..., None] * self.freqs * (2 * math.pi)
-        return torch.cat([arg.sin(), arg.cos()], dim=-1) * math.sqrt(2.0)
+        arg = x.float()[..., None] * self.freqs.float() * (2 * math.pi)
+        return (torch.cat([arg.sin(), arg.cos()], dim=-1) * math.sqrt(2.0)).to(x.dtype)
 
 
 class MLPEncoder(nn.Module):
@@ -77,10 +77,8 @@ class ActionSpace(nn.Module):
 
     def __init__(self, cfg: ActionConfig) -> None:
         super().__init__()
-        self.register_buffer("accel_mean", torch.tensor(cfg.accel_mean))
-        self.register_buffer("accel_std", torch.tensor(cfg.accel_std))
-        self.register_buffer("curvature_mean", torch.tensor(cfg.curvature_mean))
-        self.register_buffer("curvature_std", torch.tensor(cfg.curvature_std))
+        for name in ("accel_mean", "accel_std", "curvature_mean", "curvature_std"):
+            self.register_buffer(name, torch.tensor(getattr(cfg, name), dtype=torch.float32))
 
     def denormalize(self, actions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """actions: [..., T, 2] normalized -> (accel [..., T], curvature [..., T])."""
