@@ -3,7 +3,8 @@ import torch
 from flashdrive_ros.model.action import ActionInProj, velocity
 from flashdrive_ros.model.config import tiny
 from flashdrive_ros.model.expert import ActionExpert
-from flashdrive_ros.model.flow import euler_integrate, euler_sample, initial_noise, time_grid
+from flashdrive_ros.model.flow import (euler_integrate, euler_sample, initial_noise,
+                                       interpolate, time_grid)
 from flashdrive_ros.model.kv_cache import KVCache
 
 
@@ -62,3 +63,15 @@ def test_batched_samples_equal_separate_calls_with_real_expert():
                               for i in range(3)])
     torch.testing.assert_close(batched, separate, atol=1e-5, rtol=1e-5)
     assert batched.shape == (3, 64, 2) and torch.isfinite(batched).all()
+
+
+def test_interpolation_target_is_integrated_exactly_by_euler():
+    gen = torch.Generator().manual_seed(2)
+    x1 = torch.randn(3, 64, 2, generator=gen)
+    x0 = torch.randn(3, 64, 2, generator=gen)
+    x_t, v = interpolate(x1, x0, torch.tensor([0.0, 0.5, 1.0]))
+    torch.testing.assert_close(x_t[0], x0[0])
+    torch.testing.assert_close(x_t[2], x1[2])
+    torch.testing.assert_close(x_t[1], 0.5 * (x0[1] + x1[1]))
+    out = euler_integrate(lambda x, t: interpolate(x1, x0, t)[1], x0, steps=4)
+    torch.testing.assert_close(out, x1)

@@ -48,3 +48,13 @@ def euler_integrate(velocity_fn: VelocityFn, x0: torch.Tensor, steps: int) -> to
                              f"{tuple(x.shape)}")
         x = x + float(times[i + 1] - times[i]) * v
     return x
+
+
+def interpolate(x1: torch.Tensor, x0: torch.Tensor, t: torch.Tensor
+                ) -> tuple[torch.Tensor, torch.Tensor]:
+    """Training pair: x_t = (1 - t) x0 + t x1 and target velocity x1 - x0; t: [K] in [0, 1]."""
+    if x1.shape != x0.shape or t.shape != x1.shape[:1]:
+        raise ValueError(f"x1 {tuple(x1.shape)}, x0 {tuple(x0.shape)} and t {tuple(t.shape)} "
+                         f"do not match")
+    tt = t.to(x1.dtype).view(-1, *([1] * (x1.ndim - 1)))
+    return (1 - tt) * x0 + tt * x1, x1 - x0
