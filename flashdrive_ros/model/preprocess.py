@@ -43,14 +43,17 @@ def fit_image_size(height: int, width: int, factor: int, min_pixels: int = DEFAU
     return h_bar, w_bar
 
 
-def resize_images(images: np.ndarray, size: tuple[int, int]) -> torch.Tensor:
+def resize_images(images: np.ndarray, size: tuple[int, int],
+                  device: torch.device | str | None = None) -> torch.Tensor:
     """images: uint8 [N, H, W, 3] -> float32 [N, 3, h, w] in [0, 255], antialiased bicubic.
 
-    Values are rounded and clamped to the uint8 range, like resizing a uint8 image.
+    Values are rounded and clamped to the uint8 range, like resizing a uint8 image. The
+    uint8 frames are moved to `device` first, so the resize runs there.
     """
     _check_images(images)
     height, width = size
-    pixels = torch.from_numpy(np.ascontiguousarray(images)).permute(0, 3, 1, 2).float()
+    pixels = torch.from_numpy(np.ascontiguousarray(images)).to(device)
+    pixels = pixels.permute(0, 3, 1, 2).float()
     if pixels.shape[-2:] == (height, width):
         return pixels
     resized = F.interpolate(pixels, size=(height, width), mode="bicubic", align_corners=False,
@@ -82,15 +85,17 @@ def patchify(pixels: torch.Tensor, cfg: VisionConfig) -> tuple[torch.Tensor, tor
     x = x.permute(0, 2, 5, 3, 6, 1, 4, 7)  # x: [N, gh/m, gw/m, m, m, C, P, P]
     x = x.unsqueeze(6).expand(*x.shape[:6], tp, p, p)  # x: [N, gh/m, gw/m, m, m, C, Tp, P, P]
     patches = x.reshape(n * gh * gw, channels * tp * p * p)
-    grid_thw = torch.tensor([[1, gh, gw]] * n, dtype=torch.long).reshape(n, 3)
+    grid_thw = torch.tensor([[1, gh, gw]] * n, dtype=torch.long, device="cpu").reshape(n, 3)
     return patches, grid_thw
 
 
-def preprocess_images(images: np.ndarray, cfg: VisionConfig, size: tuple[int, int]
+def preprocess_images(images: np.ndarray, cfg: VisionConfig, size: tuple[int, int],
+                      device: torch.device | str | None = None
                       ) -> tuple[torch.Tensor, torch.Tensor]:
     """images: uint8 [N, H, W, 3] RGB; size: (height, width), a multiple of patch*merge.
 
-    Returns (pixel_patches [N_patches, C*Tp*P*P] float32, grid_thw [N, 3] long).
+    Returns (pixel_patches [N_patches, C*Tp*P*P] float32 on `device` (default CPU),
+    grid_thw [N, 3] long on the CPU).
     """
     _check_images(images)
     unit = cfg.patch_size * cfg.spatial_merge_size
@@ -98,7 +103,7 @@ def preprocess_images(images: np.ndarray, cfg: VisionConfig, size: tuple[int, in
     if height <= 0 or width <= 0 or height % unit or width % unit:
         raise ValueError(f"target size {height}x{width} must be a positive multiple of "
                          f"patch*merge = {unit}")
-    return patchify(normalize(resize_images(images, (height, width))), cfg)
+    return patchify(normalize(resize_images(images, (height, width), device)), cfg)
 
 
 def _check_images(images: np.ndarray) -> None:
