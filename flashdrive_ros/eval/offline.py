@@ -10,7 +10,7 @@ import math
 from bisect import bisect_left
 from collections import deque
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Protocol
 
 from tqdm import tqdm
@@ -53,10 +53,11 @@ class ReplaySettings:
 
 @dataclass
 class ReplayResults:
-    """results per mode (same windows in each), skipped ticks (shared by all modes)."""
+    """results per mode; skipped windows per mode (offline, one counter shared by all modes,
+    which see the same windows)."""
 
     results: dict[str, list[WindowResult]]
-    skipped: SkipCounter = field(default_factory=SkipCounter)
+    skipped: dict[str, SkipCounter]
     ticks: int = 0
 
 
@@ -99,7 +100,10 @@ class OfflineReplay:
         self.track = OdometryTrack(bag.odometry())
         self.labels = LabelIndex(bag.labels(), self.settings.period_s / 2)
         self.corrupt: deque[ImageRecord] = deque()
-        self.out = ReplayResults({mode: [] for mode in planners})
+        shared = SkipCounter()
+        self.skipped = shared
+        self.out = ReplayResults({mode: [] for mode in planners},
+                                 dict.fromkeys(planners, shared))
 
     def run(self, on_window: Callable[[float], None] | None = None) -> ReplayResults:
         period = self.settings.period_s
@@ -148,9 +152,9 @@ class OfflineReplay:
         if isinstance(window, WindowRejection):
             corrupt = self._corrupt_near(t0)
             if corrupt is not None:
-                self.out.skipped.add("corrupt_image", corrupt.error or "image did not decode")
+                self.skipped.add("corrupt_image", corrupt.error or "image did not decode")
             else:
-                self.out.skipped.add(window.code, window.reason)
+                self.skipped.add(window.code, window.reason)
             if window.time_base_reset:
                 for planner in self.planners.values():
                     planner.reset()
@@ -158,7 +162,7 @@ class OfflineReplay:
         action = self.model.action
         truth = self.track.future(t0, action.num_waypoints, action.dt)
         if truth is None:
-            self.out.skipped.add("no_future", f"odometry does not cover {t0:.2f} s + "
+            self.skipped.add("no_future", f"odometry does not cover {t0:.2f} s + "
                                  f"{action.num_waypoints * action.dt:.1f} s")
             return False
         baseline = self.track.constant_velocity(t0, action.num_waypoints, action.dt)

@@ -91,8 +91,8 @@ def load_engines(options: ReplayOptions) -> dict:
 
 
 def run_offline(options: ReplayOptions) -> ReplayResults:
-    model = load_model_config(options.model_dir)
     with BagReader(options.bag, options.topics) as bag:
+        model = load_model_config(options.model_dir)
         engines = load_engines(options)
         settings = ReplaySettings(control_rate_hz=options.control_rate_hz,
                                   max_windows=options.max_windows, progress=options.progress)
@@ -100,20 +100,20 @@ def run_offline(options: ReplayOptions) -> ReplayResults:
 
 
 def build_report(options: ReplayOptions, replay: ReplayResults,
-                 deadline_misses: dict[str, int] | None = None) -> dict:
-    """report.json content; deadline misses default to windows whose total latency exceeds
-    the control period (offline), through ROS they come from the node's diagnostics."""
+                 node_stats: dict[str, dict] | None = None) -> dict:
+    """report.json content. Offline, deadline misses are the windows whose total latency
+    exceeds the control period; through ROS, node_stats (from the node's diagnostics) holds
+    them with the node's tick counters."""
     period_ms = 1000.0 / options.control_rate_hz
     blocks = {}
     for mode in options.modes:
-        block = summarize(replay.results[mode], replay.skipped, options.control_rate_hz)
-        if deadline_misses is None:
+        block = summarize(replay.results[mode], replay.skipped[mode], options.control_rate_hz)
+        if node_stats is None:
             block["deadline_misses"] = sum(r.timings_ms.get("total", 0.0) > period_ms
                                            for r in replay.results[mode])
             block["deadline_misses_source"] = "windows with total latency over the period"
         else:
-            block["deadline_misses"] = deadline_misses[mode]
-            block["deadline_misses_source"] = "node diagnostics: skipped control ticks"
+            block.update(node_stats[mode])
         blocks[mode] = block
     header = {"bag": str(options.bag), "model_dir": str(options.model_dir),
               "mode": options.mode, "through_ros": options.through_ros,
@@ -133,10 +133,10 @@ def run_replay(options: ReplayOptions) -> dict:
     if options.through_ros:
         from flashdrive_ros.eval.through_ros import run_through_ros
 
-        replay, misses, overlays = run_through_ros(options)
+        replay, node_stats, overlays = run_through_ros(options)
     else:
-        replay, misses, overlays = run_offline(options), None, []
-    report = build_report(options, replay, misses)
+        replay, node_stats, overlays = run_offline(options), None, []
+    report = build_report(options, replay, node_stats)
     plots = write_plots(replay.results, options.out_dir, overlays) if options.plots else []
     write_report(options.out_dir, report, plots)
     return report

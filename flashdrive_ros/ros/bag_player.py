@@ -1,0 +1,106 @@
+"""Plays a rosbag2 over DDS: every message is published as its stored CDR bytes on its topic
+at its log time (scaled by `rate`), with rosgraph_msgs/Clock on /clock for use_sim_time."""
+
+from __future__ import annotations
+
+import importlib
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from rclpy.node import Node
+from rclpy.qos import DurabilityPolicy, QoSProfile, ReliabilityPolicy
+from rosbags.highlevel import AnyReader
+from rosbags.typesys import Stores, get_typestore
+from rosgraph_msgs.msg import Clock
+
+from flashdrive_ros.ros.convert import seconds_to_stamp
+
+LATCHED_TOPICS = ("/tf_static",)
+PUBLISH_DEPTH = 100
+
+
+def message_class(msgtype: str):
+    """'sensor_msgs/msg/Image' -> the rclpy message class."""
+    package, kind, name = msgtype.split("/")
+    return getattr(importlib.import_module(f"{package}.{kind}"), name)
+
+
+@dataclass
+class PlayStats:
+    messages: int = 0
+    bag_seconds: float = 0.0
+    wall_seconds: float = 0.0
+    max_lateness_s: float = 0.0
+
+
+class BagPlayer:
+    """Publishers are created on construction so subscribers can match before `play`."""
+
+    def __init__(self, node: Node, bag: str | Path, rate: float = 1.0,
+                 topics: list[str] | None = None, publish_clock: bool = True) -> None:
+        if not rate > 0:
+            raise ValueError(f"rate must be > 0, got {rate}")
+        self.node = node
+        self.bag = Path(bag)
+        self.rate = rate
+        self.typestore = get_typestore(Stores.ROS2_JAZZY)
+        self.publishers = {}
+        with AnyReader([self.bag], default_typestore=self.typestore) as reader:
+            self.start_s = reader.start_time * 1e-9
+            self.end_s = reader.end_time * 1e-9
+            self.connections = [c for c in reader.connections
+                                if topics is None or c.topic in topics]
+            for conn in self.connections:
+                if conn.topic in self.publishers:
+                    continue
+                durability = (DurabilityPolicy.TRANSIENT_LOCAL if conn.topic in LATCHED_TOPICS
+                              else DurabilityPolicy.VOLATILE)
+                qos = QoSProfile(depth=PUBLISH_DEPTH, reliability=ReliabilityPolicy.RELIABLE,
+                                 durability=durability)
+                self.publishers[conn.topic] = node.create_publisher(
+                    message_class(conn.msgtype), conn.topic, qos)
+        self.clock_publisher = (node.create_publisher(Clock, "/clock", 10)
+                                if publish_clock else None)
+
+    def wait_for_subscribers(self, topics: list[str], timeout_s: float) -> list[str]:
+        """Wait until every topic in `topics` has a matched subscription; returns the topics
+        still unmatched at the timeout (empty on success)."""
+        deadline = time.monotonic() + timeout_s
+        while True:
+            unmatched = [t for t in topics if self.publishers[t].get_subscription_count() < 1]
+            if not unmatched or time.monotonic() > deadline:
+                return unmatched
+            time.sleep(0.02)
+
+    def play(self, stop: threading.Event | None = None) -> PlayStats:
+        stats = PlayStats()
+        with AnyReader([self.bag], default_typestore=self.typestore) as reader:
+            connections = [c for c in reader.connections if c.topic in self.publishers]
+            first_ns = None
+            wall_start = time.monotonic()
+            last_clock_ns = -1
+            for conn, log_ns, raw in reader.messages(connections=connections):
+                if stop is not None and stop.is_set():
+                    break
+                if first_ns is None:
+                    first_ns = log_ns
+                target = wall_start + (log_ns - first_ns) * 1e-9 / self.rate
+                delay = target - time.monotonic()
+                if delay > 0:
+                    time.sleep(delay)
+                else:
+                    stats.max_lateness_s = max(stats.max_lateness_s, -delay)
+                if self.clock_publisher is not None and log_ns > last_clock_ns:
+                    self.clock_publisher.publish(Clock(clock=seconds_to_stamp(log_ns * 1e-9)))
+                    last_clock_ns = log_ns
+                self.publishers[conn.topic].publish(bytes(raw))
+                stats.messages += 1
+                stats.bag_seconds = (log_ns - first_ns) * 1e-9
+            stats.wall_seconds = time.monotonic() - wall_start
+        return stats
+
+    def publish_clock(self, seconds: float) -> None:
+        if self.clock_publisher is not None:
+            self.clock_publisher.publish(Clock(clock=seconds_to_stamp(seconds)))
