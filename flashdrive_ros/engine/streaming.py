@@ -29,8 +29,8 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
+from flashdrive_ros.engine.decoding import PrefillOutput, Target, prefill
 from flashdrive_ros.engine.masks import slot_mask
-from flashdrive_ros.model.backbone import BackboneOutput
 from flashdrive_ros.model.kv_cache import KVCache
 from flashdrive_ros.model.preprocess import preprocess_images
 from flashdrive_ros.model.vlm import VLM
@@ -280,23 +280,23 @@ def encode_frames(vlm: VLM, images: np.ndarray, frames: Sequence[tuple[int, int]
     return vlm.visual(patches.to(device=device, dtype=dtype), grid_thw.to(device))
 
 
-def run_prefill(vlm: VLM, state: StreamingKVCache, plan: PrefillPlan, input_ids: torch.Tensor,
-                positions: torch.Tensor, image_embeds: torch.Tensor,
-                deepstack: list[torch.Tensor], image_token_id: int,
-                output_layers: tuple[int, ...] = ()) -> BackboneOutput:
-    """Runs the plan's queries through the backbone into the streaming cache.
+def run_prefill(target: Target, vlm: VLM, state: StreamingKVCache, plan: PrefillPlan,
+                input_ids: torch.Tensor, positions: torch.Tensor, image_embeds: torch.Tensor,
+                deepstack: list[torch.Tensor], image_token_id: int, context_len: int = 0
+                ) -> PrefillOutput:
+    """Runs the plan's queries through the target backbone into the streaming cache.
 
-    input_ids: [B, N] and positions: [3, B, N] of the full prompt in prompt order;
-    image_embeds / deepstack: the encoded `plan.frames_to_encode`. Returns the backbone
-    output for the queries (the last one is the prompt's last token).
+    input_ids: [1, N] and positions: [3, 1, N] of the full prompt in prompt order;
+    image_embeds / deepstack: the encoded `plan.frames_to_encode`. Returns the logits at the
+    prompt's last token and the target features of its last `context_len` tokens.
     """
     order = plan.query_order.to(input_ids.device)
     embeds, visual_mask, deepstack = vlm.place_images(input_ids[:, order], image_embeds,
                                                       deepstack, image_token_id)
     state.begin(plan, positions)
-    out = vlm.language_model(embeds, positions[:, :, order], state.cache,
-                             plan.query_slots.to(input_ids.device),
-                             state.attention_mask(plan, input_ids.shape[0]), visual_mask,
-                             deepstack, output_layers)
+    out = prefill(target, embeds, positions[:, :, order], state.cache,
+                  plan.query_slots.to(input_ids.device),
+                  state.attention_mask(plan, input_ids.shape[0]), visual_mask, deepstack,
+                  context_len)
     state.finish(plan)
     return out
