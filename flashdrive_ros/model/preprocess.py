@@ -45,10 +45,11 @@ def fit_image_size(height: int, width: int, factor: int, min_pixels: int = DEFAU
 
 def resize_images(images: np.ndarray, size: tuple[int, int],
                   device: torch.device | str | None = None) -> torch.Tensor:
-    """images: uint8 [N, H, W, 3] -> float32 [N, 3, h, w] in [0, 255], antialiased bicubic.
+    """images: uint8 [N, H, W, 3] -> float32 [N, 3, h, w] on the 0..255 scale.
 
-    Values are rounded and clamped to the uint8 range, like resizing a uint8 image. The
-    uint8 frames are moved to `device` first, so the resize runs there.
+    Antialiased bicubic on float values, neither rounded nor clamped, as the Alpamayo
+    pipeline resizes float frames. The uint8 frames move to `device` first, so the resize
+    runs there.
     """
     _check_images(images)
     height, width = size
@@ -56,9 +57,8 @@ def resize_images(images: np.ndarray, size: tuple[int, int],
     pixels = pixels.permute(0, 3, 1, 2).float()
     if pixels.shape[-2:] == (height, width):
         return pixels
-    resized = F.interpolate(pixels, size=(height, width), mode="bicubic", align_corners=False,
-                            antialias=True)
-    return resized.round_().clamp_(0.0, 255.0)
+    return F.interpolate(pixels, size=(height, width), mode="bicubic", align_corners=False,
+                         antialias=True)
 
 
 def normalize(pixels: torch.Tensor) -> torch.Tensor:
