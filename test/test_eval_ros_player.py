@@ -1,0 +1,120 @@
+"""BagPlayer and PlanRecorder over real DDS on loopback, and LifecycleClient against a real
+rclpy lifecycle node."""
+
+import threading
+import time
+
+import pytest
+from lifecycle_msgs.msg import Transition
+from rclpy.executors import MultiThreadedExecutor
+from rclpy.lifecycle import LifecycleNode, TransitionCallbackReturn
+from rclpy.node import Node
+from rosbags.highlevel import AnyReader
+from rosgraph_msgs.msg import Clock
+from test_eval_bags import TYPESTORE, T_START, write_drive_bag
+
+from flashdrive_ros.eval.topics import TopicMapping
+from flashdrive_ros.ros.bag_player import BagPlayer
+from flashdrive_ros.ros.loopback import local_context
+from flashdrive_ros.ros.plan_recorder import LifecycleClient, LifecycleError, PlanRecorder
+
+pytestmark = pytest.mark.ros
+
+
+@pytest.fixture
+def ros():
+    context = local_context()
+    executor = MultiThreadedExecutor(context=context)
+    spinner = threading.Thread(target=executor.spin, daemon=True)
+    spinner.start()
+    yield context, executor
+    executor.shutdown()
+    context.shutdown()
+    spinner.join(timeout=5)
+
+
+def stored_messages(path):
+    with AnyReader([path], default_typestore=TYPESTORE) as reader:
+        return [(c.topic, bytes(raw)) for c, _, raw in reader.messages()]
+
+
+def test_player_publishes_stored_bytes_and_recorder_writes_them(tmp_path, ros):
+    context, executor = ros
+    topics = TopicMapping()
+    bag = write_drive_bag(tmp_path / "in", seconds=0.4)
+    player_node = Node("player", context=context)
+    recorder_node = Node("recorder", context=context)
+    for node in (player_node, recorder_node):
+        executor.add_node(node)
+    clocks = []
+    recorder_node.create_subscription(Clock, "/clock", lambda m: clocks.append(m.clock), 100)
+    player = BagPlayer(player_node, bag, rate=4.0)
+    recorded_topics = {topics.odometry: "nav_msgs/msg/Odometry",
+                       topics.cameras[0]: "sensor_msgs/msg/CompressedImage",
+                       topics.labels: "std_msgs/msg/String"}
+    recorder = PlanRecorder(recorder_node, tmp_path / "out", recorded_topics)
+    assert recorder.subscribe_when_published(list(recorded_topics), 10.0) == []
+    assert recorder.wait_matched(10.0) == []
+    assert player.wait_for_subscribers(list(recorded_topics), 10.0) == []
+    stats = player.play()
+    expected = [m for m in stored_messages(bag) if m[0] in recorded_topics]
+    deadline = time.monotonic() + 10
+    while sum(recorder.counts.values()) < len(expected) and time.monotonic() < deadline:
+        time.sleep(0.02)
+    recorder.close()
+    assert stats.messages == len(stored_messages(bag))
+    assert stats.bag_seconds == pytest.approx(0.4)
+    assert stats.wall_seconds >= 0.4 / 4.0
+    assert sorted(stored_messages(tmp_path / "out")) == sorted(expected)
+    assert clocks and clocks[0].sec + clocks[0].nanosec * 1e-9 == pytest.approx(T_START)
+
+
+def test_player_reports_topics_nobody_subscribes(tmp_path, ros):
+    context, executor = ros
+    bag = write_drive_bag(tmp_path / "in", seconds=0.2)
+    node = Node("lonely_player", context=context)
+    executor.add_node(node)
+    player = BagPlayer(node, bag, topics=[TopicMapping().odometry])
+    assert player.wait_for_subscribers([TopicMapping().odometry], 0.3) == [
+        TopicMapping().odometry]
+
+
+class Managed(LifecycleNode):
+    def __init__(self, context, fail_activate):
+        super().__init__("managed", context=context)
+        self.fail_activate = fail_activate
+
+    def on_configure(self, state):
+        return TransitionCallbackReturn.SUCCESS
+
+    def on_activate(self, state):
+        if self.fail_activate:
+            return TransitionCallbackReturn.FAILURE
+        return super().on_activate(state)
+
+
+@pytest.mark.parametrize("fail_activate", [False, True])
+def test_lifecycle_client_drives_a_lifecycle_node(ros, fail_activate):
+    context, executor = ros
+    managed = Managed(context, fail_activate)
+    client_node = Node("controller", context=context)
+    executor.add_node(managed)
+    executor.add_node(client_node)
+    client = LifecycleClient(client_node, "/managed")
+    assert client.state() == "unconfigured"
+    client.transition(Transition.TRANSITION_CONFIGURE, 10.0)
+    assert client.state() == "inactive"
+    if fail_activate:
+        with pytest.raises(LifecycleError, match="transition 3 failed"):
+            client.transition(Transition.TRANSITION_ACTIVATE, 10.0)
+    else:
+        client.transition(Transition.TRANSITION_ACTIVATE, 10.0)
+        assert client.state() == "active"
+
+
+def test_lifecycle_client_names_a_missing_node(ros):
+    context, executor = ros
+    node = Node("controller2", context=context)
+    executor.add_node(node)
+    with pytest.raises(LifecycleError, match="/nobody/change_state did not appear"):
+        LifecycleClient(node, "/nobody").transition(Transition.TRANSITION_CONFIGURE, 0.3)
