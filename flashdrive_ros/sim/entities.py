@@ -1,0 +1,179 @@
+"""Things in the synthetic world: traffic lights, intersections, crosswalks, vehicles,
+pedestrians and static boxes (buildings, trees, poles)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from flashdrive_ros.sim.path import Path
+
+LIGHT_MODES = ("stop", "go", "green")
+VEHICLE_KINDS = ("lead", "oncoming", "cross", "parked")
+
+
+@dataclass
+class TrafficLight:
+    """A signal for the route's axis; its cycle starts when the ego nears the stop line.
+
+    mode 'stop': green, then (trigger) yellow -> red -> green.  mode 'go': red, then
+    (trigger) green.  mode 'green': always green. stop_s / oncoming_stop_s: route arc
+    lengths of the two stop lines.
+    """
+
+    stop_s: float
+    oncoming_stop_s: float
+    mode: str
+    trigger_distance: float = 50.0
+    yellow_time: float = 2.5
+    red_time: float = 8.0
+    t_trigger: float | None = None
+
+    def __post_init__(self) -> None:
+        if self.mode not in LIGHT_MODES:
+            raise ValueError(f"light mode must be one of {LIGHT_MODES}, got {self.mode!r}")
+        if self.trigger_distance <= 0 or self.yellow_time <= 0 or self.red_time <= 0:
+            raise ValueError("light timings must be positive")
+
+    def update(self, t: float, ego_front_s: float) -> None:
+        if (self.t_trigger is None and self.mode != "green"
+                and self.stop_s - ego_front_s <= self.trigger_distance):
+            self.t_trigger = t
+
+    def state(self, t: float) -> str:
+        if self.mode == "green":
+            return "green"
+        if self.t_trigger is None or t < self.t_trigger:
+            return "green" if self.mode == "stop" else "red"
+        if self.mode == "go":
+            return "green"
+        since = t - self.t_trigger
+        if since < self.yellow_time:
+            return "yellow"
+        if since < self.yellow_time + self.red_time:
+            return "red"
+        return "green"
+
+    def turned_green_at(self) -> float | None:
+        if self.t_trigger is None or self.mode == "green":
+            return None
+        if self.mode == "go":
+            return self.t_trigger
+        return self.t_trigger + self.yellow_time + self.red_time
+
+
+@dataclass
+class Intersection:
+    """A cross road through the route at arc length s; half_width of the cross road."""
+
+    s: float
+    half_width: float = 6.0
+    light: TrafficLight | None = None
+    side_only: bool = False
+
+
+@dataclass
+class Crosswalk:
+    s: float
+    width: float = 3.0
+
+
+@dataclass
+class Vehicle:
+    """A car driving along its own path (center of the box at path arc length s).
+
+    Parked cars have no path and keep the pose (x, y, yaw). stop_lines: (path s, light).
+    brake: (path s where braking starts, target speed, hold seconds) for a lead that brakes.
+    activate_s: ego route arc length at which the car starts to exist (None: from the start).
+    """
+
+    kind: str
+    length: float
+    width: float
+    height: float
+    color: tuple[int, int, int]
+    path: Path | None = None
+    s: float = 0.0
+    v: float = 0.0
+    v_cruise: float = 0.0
+    x: float = 0.0
+    y: float = 0.0
+    yaw: float = 0.0
+    active: bool = True
+    stop_lines: tuple = ()
+    brake: tuple[float, float, float] | None = None
+    activate_s: float | None = None
+    merge_s: float = 0.0
+    cross_light: TrafficLight | None = None
+    cross_delay: float = 0.0
+    brake_until: float | None = None
+    committed: frozenset = frozenset()
+
+    def __post_init__(self) -> None:
+        if self.kind not in VEHICLE_KINDS:
+            raise ValueError(f"vehicle kind must be one of {VEHICLE_KINDS}, got {self.kind!r}")
+        if self.kind != "parked" and self.path is None:
+            raise ValueError(f"a {self.kind} vehicle needs a path")
+        if self.path is not None:
+            self.sync_pose()
+
+    def sync_pose(self) -> None:
+        x, y, yaw = self.path.pose_at(self.s)
+        self.x, self.y, self.yaw = float(x), float(y), float(yaw)
+
+    @property
+    def finished(self) -> bool:
+        return self.path is not None and self.s >= self.path.length - 0.5
+
+
+@dataclass
+class Pedestrian:
+    """Walks from start to end at speed once the ego's front passes trigger_s (route s)."""
+
+    start: tuple[float, float]
+    end: tuple[float, float]
+    speed: float
+    trigger_s: float
+    color: tuple[int, int, int]
+    height: float = 1.75
+    t_start: float | None = None
+    walked: float = 0.0
+
+    @property
+    def route_length(self) -> float:
+        return float(np.hypot(self.end[0] - self.start[0], self.end[1] - self.start[1]))
+
+    @property
+    def direction(self) -> np.ndarray:
+        d = np.subtract(self.end, self.start)
+        return d / np.linalg.norm(d)
+
+    @property
+    def walking(self) -> bool:
+        return self.t_start is not None and self.walked < self.route_length
+
+    def position(self) -> np.ndarray:
+        return np.asarray(self.start, dtype=np.float64) + self.direction * self.walked
+
+    def velocity(self) -> np.ndarray:
+        return self.direction * self.speed if self.walking else np.zeros(2)
+
+    @property
+    def yaw(self) -> float:
+        d = self.direction
+        return float(np.arctan2(d[1], d[0]))
+
+
+@dataclass
+class StaticBox:
+    """A box resting on the ground: center (x, y), heading, size, colour."""
+
+    x: float
+    y: float
+    yaw: float
+    length: float
+    width: float
+    height: float
+    color: tuple[int, int, int]
+    z0: float = 0.0

@@ -1,0 +1,126 @@
+"""Per-frame labels from the expert's reasoning: key decision, scenario tags, CoC sentence."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from flashdrive_ros.sim.expert import ExpertInfo
+
+DECISIONS = ("stop", "slow", "follow", "nudge", "keep_lane", "turn")
+SCENARIO_TAGS = ("keep_lane", "follow_lead", "red_light_stop", "green_light_go",
+                 "pedestrian_yield", "nudge_parked", "turn")
+SHARP_CURVATURE = 1.0 / 50.0
+GREEN_GO_WINDOW = 5.0
+
+_TEMPLATES: dict[str, tuple[str, ...]] = {
+    "red_approach": (
+        "Slow down and stop because the traffic light ahead turns {color}",
+        "Brake smoothly to stop at the line since the signal ahead is {color}",
+        "Decelerate and come to a stop because the light at the intersection is {color}",
+        "Stop before the crosswalk because the traffic signal ahead has turned {color}"),
+    "red_wait": (
+        "Stay stopped at the stop line because the traffic light is still red",
+        "Remain stationary and wait for the red light at the intersection to turn green",
+        "Hold the vehicle at the line since the signal ahead remains red"),
+    "green_go": (
+        "Proceed through the intersection because the traffic light has turned green",
+        "Accelerate and continue straight since the signal ahead is now green",
+        "Start moving again because the red light changed to green and the way is clear"),
+    "ped": (
+        "Slow down and stop because a pedestrian is crossing the road ahead",
+        "Yield and stop for the pedestrian walking across the crosswalk in front",
+        "Brake to a stop to let the crossing pedestrian reach the other side safely",
+        "Stop before the crosswalk because a person is walking into our lane"),
+    "follow": (
+        "Follow the slower {obj} ahead and keep a safe distance in the lane",
+        "Keep following the {obj} in front at a safe gap since it drives slowly",
+        "Match the speed of the slower {obj} ahead and stay in the current lane"),
+    "lead_brake": (
+        "Slow down because the {obj} ahead is braking and the gap is closing",
+        "Decelerate to keep a safe distance since the lead {obj} slows down",
+        "Ease off and brake gently because the {obj} in front is slowing"),
+    "nudge": (
+        "Nudge slightly to the left to pass the parked {obj} intruding into the lane",
+        "Shift a little left within the lane to keep clear of the parked {obj}",
+        "Move slightly left around the parked {obj} on the right while keeping speed"),
+    "curve_slow": (
+        "Slow down before the sharp {side} turn ahead to keep the car stable",
+        "Reduce speed because the road ahead bends sharply to the {side}",
+        "Decelerate for the tight {side} curve coming up and stay in the lane"),
+    "turn": (
+        "Follow the road as it turns sharply to the {side} and stay in the lane",
+        "Steer {side} through the tight turn while keeping a moderate speed",
+        "Keep the lane through the sharp {side} bend at a steady speed"),
+    "keep": (
+        "Keep lane and maintain speed since the road ahead is clear",
+        "Continue straight in the current lane because there are no obstacles ahead",
+        "Stay in the lane and keep a steady speed as the road is free",
+        "Drive on at the speed limit because no vehicle or pedestrian blocks the lane"),
+    "keep_curve": (
+        "Keep lane and follow the road as it curves gently to the {side}",
+        "Stay centered in the lane through the gentle {side} curve at steady speed"),
+}
+
+
+@dataclass(frozen=True)
+class Label:
+    t: float
+    coc: str
+    decision: str
+    tags: tuple[str, ...]
+
+    def to_dict(self) -> dict:
+        return {"t": round(self.t, 3), "coc": self.coc, "decision": self.decision,
+                "tags": list(self.tags)}
+
+
+def _situation(infos: list[ExpertInfo], k: int) -> tuple[str, str, list[str]]:
+    """(template key, decision, scenario tags) of frame k."""
+    info = infos[k]
+    if info.reason in ("red_light", "yellow_light"):
+        waiting = info.v < 0.3 and info.light_state == "red"
+        return ("red_wait" if waiting else "red_approach"), "stop", ["red_light_stop"]
+    if info.reason == "pedestrian":
+        return "ped", "stop", ["pedestrian_yield"]
+    green_at = info.light_green_at
+    if (info.light_state == "green" and green_at is not None
+            and 0.0 <= info.t - green_at <= GREEN_GO_WINDOW):
+        return "green_go", "keep_lane", ["green_light_go"]
+    if info.reason in ("lead", "vehicle"):
+        braking = info.accel < -1.0 and info.lead_speed is not None and info.lead_speed < info.v
+        tags = ["follow_lead"]
+        return ("lead_brake", "slow", tags) if braking else ("follow", "follow", tags)
+    if max(info.nudge_now, info.nudge_ahead) > 0.15:
+        return "nudge", "nudge", ["nudge_parked"]
+    if abs(info.curvature_ahead) >= SHARP_CURVATURE:
+        if info.reason == "curve" and info.accel < -0.3:
+            return "curve_slow", "slow", ["turn"]
+        return "turn", "turn", ["turn"]
+    if abs(info.curvature_ahead) > 1.0 / 400.0:
+        return "keep_curve", "keep_lane", ["keep_lane", "curve"]
+    return "keep", "keep_lane", ["keep_lane"]
+
+
+def label_frame(infos: list[ExpertInfo], k: int, seed: int) -> Label:
+    """The label of 10 Hz frame k; the wording is drawn deterministically from (seed, k)."""
+    info = infos[k]
+    key, decision, tags = _situation(infos, k)
+    if info.oncoming_near:
+        tags.append("oncoming_traffic")
+    if info.light_gap is not None and info.light_gap < 40.0:
+        tags.append("intersection")
+    rng = np.random.default_rng([seed, k])
+    options = _TEMPLATES[key]
+    text = options[int(rng.integers(len(options)))]
+    side = "left" if info.curvature_ahead > 0 else "right"
+    color = "yellow" if info.light_state == "yellow" else "red"
+    obj = ("car", "vehicle")[int(rng.integers(2))]
+    coc = text.format(obj=obj, side=side, color=color)
+    return Label(info.t, coc, decision, tuple(tags))
+
+
+def label_drive(infos: list[ExpertInfo], seed: int, count: int | None = None) -> list[Label]:
+    n = len(infos) if count is None else count
+    return [label_frame(infos, k, seed) for k in range(n)]
