@@ -3,8 +3,9 @@ import math
 import numpy as np
 import pytest
 
-from flashdrive_ros.eval.metrics import (ade, decision_matches, displacement, fde, horizon_steps,
-                                         min_ade, min_fde, percentiles, window_metrics)
+from flashdrive_ros.eval.metrics import (ade, displacement, fde, horizon_steps, min_ade,
+                                         min_fde, nearest_decision, percentiles,
+                                         window_metrics, words)
 from flashdrive_ros.eval.summary import SkipCounter, WindowResult, compare_blocks, summarize
 
 
@@ -77,29 +78,33 @@ def test_percentiles_hand_computed():
     assert percentiles([])["p50"] is None
 
 
-def test_decision_match_ignores_case_and_spacing():
-    assert decision_matches("A red light ahead, so  Stop_for_light now", "stop for light")
-    assert not decision_matches("keep lane", "stop for light")
-    assert not decision_matches("anything", "")
+def test_nearest_decision_by_shared_words():
+    examples = [(words("Slow down and stop because the light is red"), "stop"),
+                (words("Keep lane and maintain speed since the road is clear"), "keep_lane"),
+                (words("Follow the slower car ahead"), "follow")]
+    assert nearest_decision("slow down and STOP, the light is red!", examples) == "stop"
+    assert nearest_decision("keep the lane, road is clear", examples) == "keep_lane"
+    assert nearest_decision("zebra", examples) is None
+    assert nearest_decision("anything", []) is None
 
 
-def make_result(t0, total_ms, accepted, err, decision=None, coc=""):
+def make_result(t0, total_ms, accepted, err, decision=None, predicted=None):
     truth = straight(10.0)
     samples = straight(10.0, lateral=err)[None]
     return WindowResult(t0=t0, samples=samples, truth=truth, constant_velocity=truth,
                         metrics=window_metrics(samples, truth, truth, 0.1),
                         timings_ms={"encode": 1.0, "prefill": 2.0, "decode": 3.0,
                                     "action": 4.0, "total": total_ms},
-                        accepted_lengths=accepted, tokens_generated=10, coc_text=coc,
-                        decision=decision)
+                        accepted_lengths=accepted, tokens_generated=10, coc_text="text",
+                        decision=decision, predicted_decision=predicted)
 
 
 def test_summarize_and_compare():
     skipped = SkipCounter()
     skipped.add("no_future", "odometry ends")
     skipped.add("no_future", "odometry ends again")
-    base = summarize([make_result(0.0, 200.0, [], 1.0, "stop", "we stop"),
-                      make_result(0.1, 300.0, [], 3.0, "go", "we stop")], skipped, 10.0)
+    base = summarize([make_result(0.0, 200.0, [], 1.0, "stop", "stop"),
+                      make_result(0.1, 300.0, [], 3.0, "go", "stop")], skipped, 10.0)
     fast = summarize([make_result(0.0, 50.0, [4, 6], 1.0),
                       make_result(0.1, 150.0, [2], 2.0)], SkipCounter(), 10.0)
     assert base["windows"] == 2

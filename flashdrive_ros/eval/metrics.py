@@ -91,9 +91,18 @@ def mean_or_none(values: Iterable[float]) -> float | None:
     return float(array.mean()) if array.size else None
 
 
-def decision_matches(coc_text: str, decision: str) -> bool:
-    """The labelled decision phrase occurs in the CoC text (case and spacing ignored)."""
-    def norm(text: str) -> str:
-        return " ".join(text.lower().replace("_", " ").split())
-    wanted = norm(decision)
-    return bool(wanted) and wanted in norm(coc_text)
+def words(text: str) -> frozenset[str]:
+    return frozenset("".join(c if c.isalnum() else " " for c in text.lower()).split())
+
+
+def nearest_decision(text: str, examples: list[tuple[frozenset[str], str]]) -> str | None:
+    """The decision of the labelled CoC example sharing the most words with `text` (Jaccard
+    similarity); None when nothing is shared or there are no examples."""
+    query = words(text)
+    best, best_score = None, 0.0
+    for example, decision in examples:
+        union = len(query | example)
+        score = len(query & example) / union if union else 0.0
+        if score > best_score:
+            best, best_score = decision, score
+    return best

@@ -20,7 +20,7 @@ from flashdrive_ros.engine.window import WindowBuilder, WindowRejection
 from flashdrive_ros.eval.bag import BagReader, ImageRecord, LabelRecord, OdometryRecord
 from flashdrive_ros.eval.errors import TopicsConfigError
 from flashdrive_ros.eval.ground_truth import OdometryTrack
-from flashdrive_ros.eval.metrics import window_metrics
+from flashdrive_ros.eval.metrics import nearest_decision, window_metrics, words
 from flashdrive_ros.eval.summary import SkipCounter, WindowResult
 from flashdrive_ros.model.config import ModelConfig
 
@@ -62,7 +62,9 @@ class ReplayResults:
 
 
 class LabelIndex:
-    """Nearest `/sim/labels` decision to a time, within `tolerance` seconds."""
+    """Labels of the bag (`/sim/labels`: t, coc, decision): the labelled decision nearest a
+    time (within `tolerance` seconds), and the decision a generated CoC expresses (that of the
+    labelled CoC sharing most words with it)."""
 
     def __init__(self, labels: list[LabelRecord], tolerance: float) -> None:
         ordered = sorted((label for label in labels if "decision" in label.values),
@@ -70,6 +72,12 @@ class LabelIndex:
         self.stamps = [label.stamp for label in ordered]
         self.decisions = [str(label.values["decision"]) for label in ordered]
         self.tolerance = tolerance
+        examples = {str(label.values.get("coc", "")): str(label.values["decision"])
+                    for label in ordered}
+        self.examples = [(words(text), d) for text, d in sorted(examples.items()) if text]
+
+    def predicted_decision(self, coc_text: str) -> str | None:
+        return nearest_decision(coc_text, self.examples)
 
     def decision_at(self, t: float) -> str | None:
         i = bisect_left(self.stamps, t)
@@ -174,6 +182,7 @@ class OfflineReplay:
                 metrics=window_metrics(plan.trajectories, truth, baseline, plan.dt),
                 timings_ms=dict(plan.timings_ms), accepted_lengths=list(plan.accepted_lengths),
                 tokens_generated=plan.tokens_generated, coc_text=plan.coc_text,
-                decision=decision))
+                decision=decision, predicted_decision=self.labels.predicted_decision(
+                    plan.coc_text) if decision is not None else None))
         limit = self.settings.max_windows
         return limit is not None and len(next(iter(self.out.results.values()))) >= limit

@@ -164,5 +164,7 @@ def plan_results(recording: Recording, track: OdometryTrack, labels: LabelIndex,
             metrics=window_metrics(samples, truth, baseline, dt), timings_ms=timings,
             accepted_lengths=[accepted] if accepted else [],
             tokens_generated=int(tokens or 0), coc_text=plan.coc_text,
-            decision=labels.decision_at(plan.t0), plan_age_s=plan.received_s - plan.t0))
+            decision=labels.decision_at(plan.t0),
+            predicted_decision=labels.predicted_decision(plan.coc_text),
+            plan_age_s=plan.received_s - plan.t0))
     return results, skipped

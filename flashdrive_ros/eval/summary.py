@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from flashdrive_ros.engine.types import STAGES
-from flashdrive_ros.eval.metrics import decision_matches, mean_or_none, percentiles
+from flashdrive_ros.eval.metrics import mean_or_none, percentiles
 
 
 @dataclass
@@ -26,13 +26,15 @@ class WindowResult:
     tokens_generated: int = 0
     coc_text: str = ""
     decision: str | None = None
+    predicted_decision: str | None = None
     plan_age_s: float | None = None
 
     @property
     def decision_match(self) -> bool | None:
-        if self.decision is None:
+        """The labelled decision against the decision of the CoC's nearest labelled example."""
+        if self.decision is None or self.predicted_decision is None:
             return None
-        return decision_matches(self.coc_text, self.decision)
+        return self.decision == self.predicted_decision
 
 
 @dataclass
@@ -69,7 +71,7 @@ def summarize(results: list[WindowResult], skipped: SkipCounter,
     block["control_rate_hz"] = control_rate_hz
     block["within_control_period"] = (
         float(np.mean(np.array(totals) <= period_ms)) if totals else None)
-    matches = [r.decision_match for r in results if r.decision is not None]
+    matches = [r.decision_match for r in results if r.decision_match is not None]
     block["decision_match_rate"] = mean_or_none(float(m) for m in matches)
     block["labelled_windows"] = len(matches)
     ages = [r.plan_age_s for r in results if r.plan_age_s is not None]
@@ -80,7 +82,8 @@ def summarize(results: list[WindowResult], skipped: SkipCounter,
         {"t0": round(r.t0, 6), "minade6_6s": r.metrics.get("minade6_6s"),
          "total_ms": r.timings_ms.get("total"), "accepted_length_mean":
          mean_or_none(r.accepted_lengths), "tokens": r.tokens_generated, "coc": r.coc_text,
-         "decision": r.decision, "decision_match": r.decision_match}
+         "decision": r.decision, "predicted_decision": r.predicted_decision,
+         "decision_match": r.decision_match}
         for r in results]
     return block
 
