@@ -129,3 +129,14 @@ def test_matches_transformers_qwen3vl_text_model_with_same_weights():
                  past_key_values=hf_cache, attention_mask=mask, use_cache=True).last_hidden_state
         ours = expert(x, pos, cache, prefix)
     torch.testing.assert_close(ours, ref, atol=1e-4, rtol=1e-4)
+
+
+def test_precomputed_rotated_prefix_gives_same_output():
+    cfg, expert, cache = _setup(seed=2)
+    x = torch.randn(3, 64, cfg.expert.hidden_size)
+    pos = expert_positions(cache, 20, 64)
+    with torch.no_grad():
+        prefix = expert.rotated_prefix(cache, 20, x.dtype)
+        torch.testing.assert_close(expert(x, pos, cache, 20, prefix), expert(x, pos, cache, 20))
+        with pytest.raises(ValueError, match="prefix was not made"):
+            expert(x, pos, cache, 21, prefix)

@@ -95,11 +95,13 @@ class ActionSpace(nn.Module):
 
 def velocity(expert: ActionExpert, in_proj: ActionInProj, out_proj: nn.Linear,
              x_t: torch.Tensor, t: torch.Tensor | float, cache: KVCache, prefix_len: int,
-             positions: torch.Tensor | None = None) -> torch.Tensor:
+             positions: torch.Tensor | None = None,
+             prefix: list[tuple[torch.Tensor, torch.Tensor]] | None = None) -> torch.Tensor:
     """Flow velocity v: [K, N, 2] at x_t: [K, N, 2], time t ([K] or scalar).
 
     positions: [3, 1, N] rotary positions of the action tokens; by default the positions
-    right after cache slot prefix_len - 1 (expert_positions).
+    right after cache slot prefix_len - 1 (expert_positions). prefix: optional
+    `expert.rotated_prefix(...)` computed once for all flow steps.
     """
     if x_t.ndim != 3 or x_t.shape[-1] != 2:
         raise ValueError(f"x_t must be [K, N, 2], got {tuple(x_t.shape)}")
@@ -110,4 +112,4 @@ def velocity(expert: ActionExpert, in_proj: ActionInProj, out_proj: nn.Linear,
     if positions is None:
         positions = expert_positions(cache, prefix_len, x_t.shape[1])
     tokens = in_proj(x_t, t)  # tokens: [K, N, H_exp]
-    return out_proj(expert(tokens, positions, cache, prefix_len))
+    return out_proj(expert(tokens, positions, cache, prefix_len, prefix))

@@ -41,18 +41,20 @@ class AlpamayoModel(nn.Module):
         return frozenset(names)
 
     def velocity(self, x_t: torch.Tensor, t: torch.Tensor | float, cache: KVCache,
-                 prefix_len: int, positions: torch.Tensor | None = None) -> torch.Tensor:
+                 prefix_len: int, positions: torch.Tensor | None = None,
+                 prefix: list[tuple[torch.Tensor, torch.Tensor]] | None = None) -> torch.Tensor:
         """x_t: [K, N, 2], t: [K] or scalar -> v: [K, N, 2] (cache: batch 1)."""
         return velocity(self.expert, self.action_in_proj, self.action_out_proj, x_t, t, cache,
-                        prefix_len, positions)
+                        prefix_len, positions, prefix)
 
     def velocity_fn(self, cache: KVCache, prefix_len: int
                     ) -> Callable[[torch.Tensor, torch.Tensor], torch.Tensor]:
-        """(x [K, N, 2], t [K]) -> v, with the action-token positions fixed once."""
+        """(x [K, N, 2], t [K]) -> v, with positions and rotated prefix keys made once."""
         positions = expert_positions(cache, prefix_len, self.cfg.action.num_waypoints)
+        prefix = self.expert.rotated_prefix(cache, prefix_len, self.action_out_proj.weight.dtype)
 
         def fn(x: torch.Tensor, t: torch.Tensor) -> torch.Tensor:
-            return self.velocity(x, t, cache, prefix_len, positions)
+            return self.velocity(x, t, cache, prefix_len, positions, prefix)
 
         return fn
 

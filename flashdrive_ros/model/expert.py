@@ -104,18 +104,33 @@ class ActionExpert(nn.Module):
         self.norm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
 
     def forward(self, x: torch.Tensor, positions: torch.Tensor, cache: KVCache,
-                prefix_len: int) -> torch.Tensor:
-        """x: [K, N_wp, H_exp]; positions: [3, 1, N_wp]; cache: batch 1 -> [K, N_wp, H_exp]."""
+                prefix_len: int, prefix: list[tuple[torch.Tensor, torch.Tensor]] | None = None
+                ) -> torch.Tensor:
+        """x: [K, N_wp, H_exp]; positions: [3, 1, N_wp]; cache: batch 1 -> [K, N_wp, H_exp].
+
+        prefix: optional `rotated_prefix(cache, prefix_len, dtype)`, reused across flow steps.
+        """
         self._check(x, positions, cache, prefix_len)
+        if prefix is None:
+            prefix = self.rotated_prefix(cache, prefix_len, x.dtype)
+        elif len(prefix) != len(self.layers) or prefix[0][0].shape[2] != prefix_len:
+            raise ValueError("prefix was not made for this expert and prefix_len")
         cos, sin = mrope_cos_sin(positions, self.inv_freq, self.mrope_section,
                                  self.mrope_interleaved, dtype=x.dtype)  # cos: [1, N, D]
-        p_cos, p_sin = mrope_cos_sin(cache.positions[:, :, :prefix_len], self.inv_freq,
-                                     self.mrope_section, self.mrope_interleaved, dtype=x.dtype)
-        for i, layer in enumerate(self.layers):
-            k, v, _ = cache.layer_view(i, prefix_len)  # k, v: [1, Hkv, P, D]
-            prefix_k = apply_rotary(k.to(x.dtype), p_cos, p_sin)
-            x = layer(x, cos, sin, prefix_k, v.to(x.dtype))
+        for layer, (prefix_k, prefix_v) in zip(self.layers, prefix):
+            x = layer(x, cos, sin, prefix_k, prefix_v)
         return self.norm(x)
+
+    def rotated_prefix(self, cache: KVCache, prefix_len: int, dtype: torch.dtype
+                       ) -> list[tuple[torch.Tensor, torch.Tensor]]:
+        """Per layer (keys with RoPE applied, values): [1, Hkv, prefix_len, D] each."""
+        p_cos, p_sin = mrope_cos_sin(cache.positions[:, :, :prefix_len], self.inv_freq,
+                                     self.mrope_section, self.mrope_interleaved, dtype=dtype)
+        out = []
+        for i in range(len(self.layers)):
+            k, v, _ = cache.layer_view(i, prefix_len)  # k, v: [1, Hkv, P, D]
+            out.append((apply_rotary(k.to(dtype), p_cos, p_sin), v.to(dtype)))
+        return out
 
     def _check(self, x: torch.Tensor, positions: torch.Tensor, cache: KVCache,
                prefix_len: int) -> None:
