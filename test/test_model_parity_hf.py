@@ -189,3 +189,32 @@ def test_chunked_prefill_and_decode_match_hf(setup):
         step_logits = ours.logits(step.hidden)
     assert torch.allclose(torch.cat(chunk_logits, dim=1), ref[:, :t], atol=TOL, rtol=0)
     assert torch.allclose(step_logits, ref[:, t:], atol=TOL, rtol=0)
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+def test_bf16_on_cuda_close_to_hf(setup):
+    cfg, ours, hf, patches, grid, input_ids = setup
+    t = input_ids.shape[1]
+    ours_gpu = VLM(cfg.vision, cfg.text).eval()
+    ours_gpu.load_state_dict(ours.state_dict())
+    ours_gpu.to("cuda", torch.bfloat16)
+    hf_gpu = _hf_model(cfg)
+    hf_gpu.load_state_dict(ours.state_dict())
+    hf_gpu.to("cuda", torch.bfloat16)
+    ids, pix, grid_gpu = input_ids.cuda(), patches.cuda(), grid.cuda()
+    with torch.no_grad():
+        ref32 = hf(input_ids=input_ids, pixel_values=patches, image_grid_thw=grid,
+                   mm_token_type_ids=(input_ids == IMAGE_TOKEN).int()).logits
+        ref16 = hf_gpu(input_ids=ids, pixel_values=pix.bfloat16(), image_grid_thw=grid_gpu,
+                       mm_token_type_ids=(ids == IMAGE_TOKEN).int()).logits.float().cpu()
+        embeds, mask, deepstack = ours_gpu.embed(ids, pix.bfloat16(), grid_gpu, IMAGE_TOKEN)
+        positions = prompt_positions(ids, grid_gpu, IMAGE_TOKEN, cfg.vision.spatial_merge_size)
+        cache = KVCache(cfg.text.num_hidden_layers, 1, cfg.text.num_key_value_heads, t,
+                        cfg.text.head_dim, dtype=torch.bfloat16, device="cuda")
+        out = ours_gpu.model.language_model(embeds, positions, cache,
+                                            torch.arange(t, device="cuda"),
+                                            visual_mask=mask, deepstack=deepstack)
+        mine16 = ours_gpu.logits(out.hidden).float().cpu()
+    hf_error = (ref16 - ref32).abs().max().item()
+    my_error = (mine16 - ref32).abs().max().item()
+    assert my_error <= max(2.0 * hf_error, 0.05), (my_error, hf_error)

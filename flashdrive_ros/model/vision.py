@@ -135,7 +135,7 @@ class VisionEncoder(nn.Module):
         weights = torch.cat([tb[1].repeat(t, 1) for tb, t in zip(tables, repeats)])
         cos = torch.cat([tb[2].repeat(t, 1) for tb, t in zip(tables, repeats)])
         sin = torch.cat([tb[3].repeat(t, 1) for tb, t in zip(tables, repeats)])
-        pos = (self.pos_embed(taps) * weights[:, :, None].to(x.dtype)).sum(1)
+        pos = (self.pos_embed(taps) * weights[:, :, None]).sum(1)
         x = x + pos.to(x.dtype)
         segment_lengths = [h * w for t, h, w in grids for _ in range(t)]
         deepstack = []
