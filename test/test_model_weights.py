@@ -147,3 +147,12 @@ def test_pickle_file_is_refused_without_unpickling(model, tok, tmp_path):
         load_state(path)
     with pytest.raises(WeightsError, match="does not exist"):
         load_state(tmp_path / "nowhere")
+
+
+def test_index_entries_outside_the_directory_are_refused(model, sharded):
+    index = json.loads((sharded / INDEX_FILE).read_text())
+    index["weight_map"]["action_out_proj.bias"] = "../outside.safetensors"
+    (sharded / INDEX_FILE).write_text(json.dumps(index))
+    with pytest.raises(WeightsError, match="not a .safetensors file name") as info:
+        load_state(sharded, expected_shapes(model))
+    assert len(info.value.problems) == 1

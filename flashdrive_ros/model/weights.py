@@ -109,7 +109,7 @@ def _check_safetensors(file: Path) -> tuple[dict | None, str | None]:
     return header, None
 
 
-def _weight_files(path: Path, problems: list[str]) -> dict[str, list[str]]:
+def _weight_files(path: Path, problems: list[str], reported: set[str]) -> dict[str, list[str]]:
     """file name -> tensor names the index assigns to it (empty list: take all)."""
     index = path / INDEX_FILE
     if index.is_file():
@@ -122,7 +122,13 @@ def _weight_files(path: Path, problems: list[str]) -> dict[str, list[str]]:
             return {}
         files: dict[str, list[str]] = {}
         for name, file in weight_map.items():
-            files.setdefault(str(file), []).append(name)
+            file = str(file)
+            if Path(file).name != file or not file.endswith(".safetensors"):
+                problems.append(f"{INDEX_FILE}: {name} maps to {file!r}, not a .safetensors "
+                                f"file name inside the model directory")
+                reported.add(name)
+                continue
+            files.setdefault(file, []).append(name)
         return files
     if (path / SINGLE_FILE).is_file():
         return {SINGLE_FILE: []}
@@ -142,7 +148,7 @@ def load_state(path: str | Path, expected: Mapping[str, tuple[int, ...]] | None 
         raise WeightsError(path, ["model directory does not exist"])
     state: dict[str, torch.Tensor] = {}
     reported: set[str] = set()
-    for file, names in _weight_files(path, problems).items():
+    for file, names in _weight_files(path, problems, reported).items():
         target = path / file
         if not target.is_file():
             problems.append(f"{file}: shard named in the index is missing "
