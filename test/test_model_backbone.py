@@ -191,6 +191,10 @@ def test_bad_inputs_raise_clear_errors(model):
     with pytest.raises(ValueError, match="attn_mask"):
         model(embeds, positions, _cache(model, 8), torch.arange(4),
               attn_mask=torch.ones(1, 1, 4, 5, dtype=torch.bool))
+    blind = torch.ones(1, 1, 4, 4, dtype=torch.bool)
+    blind[0, 0, 2] = False
+    with pytest.raises(ValueError, match="no slot"):
+        model(embeds, positions, _cache(model, 4), torch.arange(4), attn_mask=blind)
     with pytest.raises(ValueError, match="deepstack"):
         model(embeds, positions, _cache(model, 8), torch.arange(4),
               visual_mask=torch.ones(1, 4, dtype=torch.bool), deepstack=[torch.randn(3, h)])

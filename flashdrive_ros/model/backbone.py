@@ -163,6 +163,8 @@ class TextBackbone(nn.Module):
                     or attn_mask.shape[2:] != (t, length)):
                 raise ValueError(f"attn_mask must be bool [{batch} or 1, 1, {t}, {length}], got "
                                  f"{attn_mask.dtype} {tuple(attn_mask.shape)}")
+            if not bool(attn_mask.any(dim=-1).all()):
+                raise ValueError("attn_mask has a query that may attend to no slot")
             return attn_mask
         if t == 1 and int(slots[0]) == length - 1:
             return None
