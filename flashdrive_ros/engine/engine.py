@@ -1,0 +1,209 @@
+"""The inference engine: one `Window` in, one `Plan` out.
+
+Stages, each timed: encode (vision on the frames the prefill needs), prefill (streaming or
+full, into the pre-RoPE KV cache), decode (CoC by speculative or autoregressive decoding until
+<|cot_end|>, then <|traj_future_start|> is written), action (flow matching over the committed
+KV, cached-velocity or plain Euler, unicycle integration from v0 fitted to the history).
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from flashdrive_ros.engine.config import EngineConfig
+from flashdrive_ros.engine.decoding import (DecodeResult, PrefillOutput, Sampling, StopRule,
+                                            Target, autoregressive_decode, required_capacity)
+from flashdrive_ros.engine.flow_cached import euler_cached
+from flashdrive_ros.engine.speculative import DFlashProposer, speculative_decode
+from flashdrive_ros.engine.streaming import (FrameLayout, PrefillPlan, StreamingKVCache,
+                                             encode_frames, run_prefill)
+from flashdrive_ros.engine.timing import StageTimer
+from flashdrive_ros.engine.types import Plan, Window
+from flashdrive_ros.model.alpamayo import AlpamayoModel
+from flashdrive_ros.model.config import ConfigError
+from flashdrive_ros.model.drafter import Drafter
+from flashdrive_ros.model.flow import initial_noise
+from flashdrive_ros.model.history import HistoryTokenizer
+from flashdrive_ros.model.kv_cache import KVCache
+from flashdrive_ros.model.positions import prompt_positions
+from flashdrive_ros.model.prompt import PromptBuilder
+from flashdrive_ros.model.tokenizer import TextTokenizer
+from flashdrive_ros.model.unicycle import fit_v0
+from flashdrive_ros.model.weights import TOKENIZER_FILE
+
+DRAFTER_FILE = "drafter.safetensors"
+MAX_ASPECT_DISTORTION = 0.2
+
+
+class Engine:
+    def __init__(self, model: AlpamayoModel, tokenizer: TextTokenizer, drafter: Drafter | None,
+                 cfg: EngineConfig) -> None:
+        mcfg = model.cfg
+        if tokenizer.vocab_size != mcfg.text.vocab_size:
+            raise ConfigError(f"tokenizer has {tokenizer.vocab_size} tokens, the model's "
+                              f"vocabulary is {mcfg.text.vocab_size}")
+        if cfg.speculative and drafter is None:
+            raise ConfigError("speculative decoding needs a drafter; pass one or set "
+                              "speculative false")
+        self.model = model
+        self.tokenizer = tokenizer
+        self.drafter = drafter if cfg.speculative else None
+        self.cfg = cfg
+        self.device = model.action_out_proj.weight.device
+        self.dtype = model.action_out_proj.weight.dtype
+        self.prompt_builder = PromptBuilder(mcfg, tokenizer)
+        self.history_tokenizer = HistoryTokenizer(mcfg.action, tokenizer.traj_token_start)
+        self.image_token_id = tokenizer.token_id("<|image_pad|>")
+        self.image_size = (mcfg.prompt.image_height, mcfg.prompt.image_width)
+        max_coc = cfg.max_coc_tokens or mcfg.prompt.max_coc_tokens
+        self.stop = StopRule(tokenizer.token_id("cot_end"),
+                             tokenizer.token_id("traj_future_start"), max_coc)
+        self.sampling = Sampling(cfg.temperature, cfg.top_p) if cfg.temperature > 0 else None
+        vlm = model.vlm
+        feature_layers = self.drafter.cfg.target_layer_ids if self.drafter else ()
+        self.target = Target(vlm.language_model, vlm.lm_head, feature_layers)
+        self.proposer = (DFlashProposer(self.drafter, vlm.language_model.embed_tokens,
+                                        vlm.lm_head) if self.drafter else None)
+        self.frame_layout, self.prompt_positions = self._prompt_geometry()
+        block = self.drafter.cfg.block_size if self.drafter else 1
+        capacity = required_capacity(self.frame_layout.prompt_length, self.stop, block)
+        text = mcfg.text
+        cache = KVCache(text.num_hidden_layers, 1, text.num_key_value_heads, capacity,
+                        text.head_dim, self.dtype, self.device)
+        self.stream = StreamingKVCache(cache, streaming=cfg.streaming)
+
+    @classmethod
+    def load(cls, model_dir: str | Path, cfg: EngineConfig) -> Engine:
+        """Model (config.json + safetensors), tokenizer.json and, when speculative decoding is
+        on, the drafter's `drafter.safetensors` from `model_dir`."""
+        model_dir = Path(model_dir)
+        model = AlpamayoModel.from_dir(model_dir, cfg.device, cfg.torch_dtype)
+        tokenizer = TextTokenizer.from_file(model_dir / TOKENIZER_FILE)
+        drafter = None
+        if cfg.speculative:
+            drafter_path = model_dir / DRAFTER_FILE
+            if model.cfg.drafter is None or not drafter_path.is_file():
+                raise ConfigError(f"speculative decoding needs a drafter config in "
+                                  f"config.json and {drafter_path}; set speculative false")
+            drafter = Drafter(model.cfg.drafter, model.cfg.text)
+            drafter.load_safetensors(drafter_path)
+            drafter = drafter.to(device=cfg.device, dtype=cfg.torch_dtype).eval()
+        return cls(model, tokenizer, drafter, cfg)
+
+    @property
+    def mode(self) -> str:
+        return self.cfg.mode
+
+    def reset(self) -> None:
+        """Drop the streaming state: the next window runs a full prefill."""
+        self.stream.reset()
+
+    def warmup(self, windows: int = 2) -> None:
+        """Runs `windows` synthetic consecutive windows (first full, then streaming) so lazy
+        initialisation happens before real data, then resets the streaming state."""
+        p, a = self.model.cfg.prompt, self.model.cfg.action
+        shape = (len(p.camera_names), p.num_frames, p.image_height, p.image_width, 3)
+        images = np.full(shape, 128, dtype=np.uint8)
+        history = np.zeros((a.num_history, 4))
+        for n in range(windows):
+            stamps = p.frame_dt * (n + np.arange(p.num_frames, dtype=np.float64))
+            self.step(Window(t0=float(stamps[-1]), images=images,
+                             image_stamps=np.tile(stamps, (shape[0], 1)),
+                             ego_history=history, sequence=n))
+        self.reset()
+
+    @torch.no_grad()
+    def step(self, window: Window) -> Plan:
+        self.check_window(window)
+        timer = StageTimer(self.device)
+        generator = torch.Generator(device=self.device).manual_seed(
+            self.cfg.seed * 1_000_003 + window.sequence)
+        prompt = self.prompt_builder.build(
+            self.history_tokenizer.encode(window.ego_history[:, :3]).tolist())
+        plan = self.stream.plan(self.frame_layout, prompt.token_ids, window.image_stamps,
+                                window.time_base_reset)
+        with timer.stage("encode"):
+            image_embeds, deepstack = self.encode(window, plan)
+        with timer.stage("prefill"):
+            prefill_out = self.prefill(prompt.token_ids, plan, image_embeds, deepstack)
+        with timer.stage("decode"):
+            decoded = self.decode(prefill_out, generator)
+        with timer.stage("action"):
+            trajectories = self.action(window, generator)
+        coc_ids = decoded.tokens[:decoded.tokens.index(self.stop.cot_end_id)]
+        return Plan(t0=window.t0, trajectories=trajectories, dt=self.model.cfg.action.dt,
+                    coc_text=self.tokenizer.decode(coc_ids, skip_special_tokens=True),
+                    coc_token_ids=coc_ids, timings_ms=timer.result(),
+                    accepted_lengths=list(decoded.accepted_lengths),
+                    tokens_generated=len(coc_ids) + (decoded.stopped_by == "cot_end"),
+                    mode=self.cfg.mode,
+                    full_prefill=plan.full, sequence=window.sequence)
+
+    def check_window(self, window: Window) -> None:
+        p, a = self.model.cfg.prompt, self.model.cfg.action
+        cams, frames, height, width, _ = window.images.shape
+        if cams != len(p.camera_names) or frames != p.num_frames:
+            raise ValueError(f"window has {cams} cameras x {frames} frames, the model takes "
+                             f"{len(p.camera_names)} cameras x {p.num_frames} frames")
+        if window.ego_history.shape[0] != a.num_history:
+            raise ValueError(f"window ego_history has {window.ego_history.shape[0]} poses, the "
+                             f"model takes {a.num_history}")
+        unit = self.model.cfg.vision.patch_size * self.model.cfg.vision.spatial_merge_size
+        distortion = abs(math.log((width / max(height, 1)) / (p.image_width / p.image_height)))
+        if height < unit or width < unit or distortion > math.log1p(MAX_ASPECT_DISTORTION):
+            raise ValueError(f"window images are {width}x{height}; the model resizes to "
+                             f"{p.image_width}x{p.image_height} and accepts images at least "
+                             f"{unit} px per side within {MAX_ASPECT_DISTORTION:.0%} of that "
+                             f"aspect ratio")
+
+    def encode(self, window: Window, plan: PrefillPlan
+               ) -> tuple[torch.Tensor, list[torch.Tensor]]:
+        return encode_frames(self.model.vlm, window.images, plan.frames_to_encode,
+                             self.image_size, self.dtype)
+
+    def prefill(self, token_ids: list[int], plan: PrefillPlan, image_embeds: torch.Tensor,
+                deepstack: list[torch.Tensor]) -> PrefillOutput:
+        input_ids = torch.tensor([token_ids], dtype=torch.long, device=self.device)
+        context = self.proposer.context_len if self.proposer else 0
+        return run_prefill(self.target, self.model.vlm, self.stream, plan, input_ids,
+                           self.prompt_positions, image_embeds, deepstack, self.image_token_id,
+                           context)
+
+    def decode(self, prefill_out: PrefillOutput, generator: torch.Generator) -> DecodeResult:
+        cache = self.stream.cache
+        if self.proposer is not None:
+            return speculative_decode(self.target, self.proposer, prefill_out, cache, self.stop,
+                                      self.sampling, generator)
+        return autoregressive_decode(self.target, prefill_out, cache, self.stop, self.sampling,
+                                     generator)
+
+    def action(self, window: Window, generator: torch.Generator) -> np.ndarray:
+        """[K, N_wp, 3] (x, y, yaw) float64 in the t0 ego frame."""
+        a = self.model.cfg.action
+        cache = self.stream.cache
+        velocity_fn = self.model.velocity_fn(cache, cache.length)
+        x0 = initial_noise(self.cfg.num_samples, (a.num_waypoints, a.action_dim), generator,
+                           self.dtype)
+        actions = euler_cached(velocity_fn, x0, self.cfg.flow_schedule)
+        history = torch.as_tensor(window.ego_history, dtype=torch.float64)
+        v0 = fit_v0(history[:, :3], history[:, 3], a.history_dt)
+        return self.model.trajectories(actions, v0.to(actions.device)).cpu().numpy()
+
+    def _prompt_geometry(self) -> tuple[FrameLayout, torch.Tensor]:
+        """Frame layout and [3, 1, N] positions of the prompt (fixed for a prompt builder)."""
+        layout = self.prompt_builder.layout
+        ids = self.prompt_builder.build().token_ids
+        blocks = [[(span.block.start, span.block.stop) for span in row]
+                  for row in layout.images]
+        frame_layout = FrameLayout.from_token_ids(ids, self.image_token_id, blocks,
+                                                  layout.tail.start)
+        v = self.model.cfg.vision
+        grid = [1, self.image_size[0] // v.patch_size, self.image_size[1] // v.patch_size]
+        grid_thw = torch.tensor([grid] * (frame_layout.num_views * frame_layout.num_frames))
+        positions = prompt_positions(torch.tensor([ids]), grid_thw, self.image_token_id,
+                                     v.spatial_merge_size)
+        return frame_layout, positions.to(self.device)

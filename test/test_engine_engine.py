@@ -1,0 +1,195 @@
+import dataclasses
+
+import numpy as np
+import pytest
+import torch
+
+from flashdrive_ros.engine.config import EngineConfig
+from flashdrive_ros.engine.engine import DRAFTER_FILE, Engine
+from flashdrive_ros.engine.types import STAGES, Window
+from flashdrive_ros.model.alpamayo import AlpamayoModel
+from flashdrive_ros.model.config import ConfigError, tiny
+from flashdrive_ros.model.drafter import Drafter
+from flashdrive_ros.model.tokenizer import build_tokenizer
+from flashdrive_ros.model.weights import save_model_dir
+
+CORPUS = ["Front camera: frame 0 the car ahead brakes, so the ego vehicle slows down.",
+          "output the chain-of-thought reasoning of the driving process, then output the "
+          "future trajectory. You are a driving assistant that generates safe and accurate "
+          "actions."] * 10
+MAX_COC = 6
+
+
+@pytest.fixture(scope="module", autouse=True)
+def one_thread():
+    previous = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(previous)
+
+
+@pytest.fixture(scope="module")
+def parts():
+    tok = build_tokenizer(CORPUS, vocab_size=4600)
+    cfg = tiny(vocab_size=tok.vocab_size)
+    torch.manual_seed(0)
+    model = AlpamayoModel(cfg).eval()
+    drafter = Drafter(cfg.drafter, cfg.text).eval()
+    return model, tok, drafter
+
+
+def engine(parts, **changes) -> Engine:
+    model, tok, drafter = parts
+    return Engine(model, tok, drafter, EngineConfig(max_coc_tokens=MAX_COC, **changes))
+
+
+def window(step: int, cams: int = 4, frames: int = 4, size=(48, 64)) -> Window:
+    """Window `step` holds camera steps step .. step + frames - 1, 0.1 s apart."""
+    images = np.stack([np.stack([
+        np.random.default_rng(100 * c + step + f).integers(0, 256, (*size, 3), dtype=np.uint8)
+        for f in range(frames)]) for c in range(cams)])
+    stamps = np.tile(0.1 * (step + np.arange(frames, dtype=np.float64)), (cams, 1))
+    history = np.zeros((16, 4))
+    history[:, 0] = np.linspace(-4.5 - 0.3 * step, 0.0, 16)
+    return Window(t0=float(stamps[0, -1]), images=images, image_stamps=stamps,
+                  ego_history=history, speed=3.0, sequence=step)
+
+
+def run(eng: Engine, steps=(0, 1)):
+    return [eng.step(window(s)) for s in steps]
+
+
+def test_plan_fields(parts):
+    plans = run(engine(parts, num_samples=3))
+    for plan, full in zip(plans, (True, False)):
+        assert plan.trajectories.shape == (3, 64, 3) and plan.trajectories.dtype == np.float64
+        assert np.isfinite(plan.trajectories).all()
+        assert plan.full_prefill == full and plan.mode == "flashdrive"
+        assert set(plan.timings_ms) == set(STAGES) and plan.timings_ms["total"] > 0
+        assert 1 <= len(plan.coc_token_ids) <= MAX_COC
+        # The first token comes from the prefill logits, the rest from verify rounds.
+        assert sum(plan.accepted_lengths) + 1 == plan.tokens_generated
+        assert plan.tokens_generated in (len(plan.coc_token_ids), len(plan.coc_token_ids) + 1)
+        assert isinstance(plan.coc_text, str)
+    assert plans[1].sequence == 1 and plans[1].t0 == pytest.approx(0.4)
+
+
+def test_baseline_and_flashdrive_agree_on_the_first_window(parts):
+    model, tok, drafter = parts
+    fast = engine(parts).step(window(0))
+    base = Engine(model, tok, None, EngineConfig.baseline(max_coc_tokens=MAX_COC)).step(
+        window(0))
+    assert fast.full_prefill and base.full_prefill
+    assert fast.coc_token_ids == base.coc_token_ids
+    assert fast.coc_text == base.coc_text
+    assert base.accepted_lengths == [] and fast.accepted_lengths
+    assert base.mode == "baseline"
+
+
+def test_each_switch_changes_only_its_stage(parts):
+    ref_engine, spec_off_engine = engine(parts), engine(parts, speculative=False)
+    ref, no_spec = [], []
+    for step in (0, 1):
+        ref.append(ref_engine.step(window(step)))
+        no_spec.append(spec_off_engine.step(window(step)))
+        a, b = ref[-1], no_spec[-1]
+        assert a.coc_token_ids == b.coc_token_ids and a.full_prefill == b.full_prefill
+        assert b.accepted_lengths == []
+        # The same committed KV, up to float rounding of block-wise vs one-token forwards;
+        # the random tiny expert and the unicycle integration amplify that rounding.
+        ca, cb = ref_engine.stream.cache, spec_off_engine.stream.cache
+        assert ca.length == cb.length
+        torch.testing.assert_close(ca.k[..., :ca.length, :], cb.k[..., :cb.length, :],
+                                   rtol=1e-4, atol=1e-5)
+        torch.testing.assert_close(ca.v[..., :ca.length, :], cb.v[..., :cb.length, :],
+                                   rtol=1e-4, atol=1e-5)
+        np.testing.assert_allclose(a.trajectories, b.trajectories, rtol=0, atol=0.1)
+    no_cache = run(engine(parts, cached_velocity=False))
+    for a, b in zip(ref, no_cache):
+        assert a.coc_token_ids == b.coc_token_ids and a.full_prefill == b.full_prefill
+        assert a.accepted_lengths == b.accepted_lengths
+        assert not np.allclose(a.trajectories, b.trajectories, atol=1e-6)
+    no_stream = run(engine(parts, streaming=False))
+    assert no_stream[0].coc_token_ids == ref[0].coc_token_ids
+    np.testing.assert_array_equal(no_stream[0].trajectories, ref[0].trajectories)
+    assert [p.full_prefill for p in no_stream] == [True, True]
+    assert [p.full_prefill for p in ref] == [True, False]
+
+
+def test_plans_are_deterministic_under_a_seed(parts):
+    a = run(engine(parts, num_samples=2, seed=5))
+    b = run(engine(parts, num_samples=2, seed=5))
+    c = run(engine(parts, num_samples=2, seed=6))
+    for x, y, z in zip(a, b, c):
+        assert x.coc_token_ids == y.coc_token_ids == z.coc_token_ids
+        np.testing.assert_array_equal(x.trajectories, y.trajectories)
+        assert not np.allclose(x.trajectories, z.trajectories)
+    sampled = [run(engine(parts, speculative=False, temperature=1.0, seed=3), steps=(0,))[0]
+               for _ in range(2)]
+    assert sampled[0].coc_token_ids == sampled[1].coc_token_ids
+
+
+def test_reset_and_discontinuity_force_a_full_prefill(parts):
+    eng = engine(parts)
+    assert [p.full_prefill for p in run(eng, (0, 1, 2))] == [True, False, False]
+    assert eng.step(window(4)).full_prefill
+    assert not eng.step(window(5)).full_prefill
+    eng.reset()
+    assert eng.step(window(6)).full_prefill
+    moved = window(7)
+    moved.time_base_reset = True
+    assert eng.step(moved).full_prefill
+
+
+@pytest.mark.parametrize("bad,match", [
+    (dict(cams=3), "3 cameras"),
+    (dict(frames=2), "2 frames"),
+    (dict(size=(48, 200)), "aspect ratio"),
+    (dict(size=(8, 8)), "at least"),
+])
+def test_bad_window_raises_a_clear_error(parts, bad, match):
+    eng = engine(parts)
+    eng.step(window(0))
+    with pytest.raises(ValueError, match=match):
+        eng.step(window(1, **bad))
+    assert not eng.step(window(1)).full_prefill
+
+
+def test_bad_history_and_config_raise(parts):
+    model, tok, drafter = parts
+    eng = engine(parts)
+    w = window(0)
+    short = Window(t0=w.t0, images=w.images, image_stamps=w.image_stamps,
+                   ego_history=w.ego_history[:10])
+    with pytest.raises(ValueError, match="10 poses"):
+        eng.step(short)
+    with pytest.raises(ConfigError, match="drafter"):
+        Engine(model, tok, None, EngineConfig())
+    with pytest.raises(ConfigError, match="speculative"):
+        EngineConfig(temperature=0.7)
+    with pytest.raises(ConfigError, match="cuda"):
+        EngineConfig(cuda_graphs=True)
+
+
+def test_load_from_a_model_directory(parts, tmp_path):
+    model, tok, drafter = parts
+    save_model_dir(model, model.cfg, tok, tmp_path)
+    with pytest.raises(ConfigError, match=DRAFTER_FILE):
+        Engine.load(tmp_path, EngineConfig())
+    drafter.save_safetensors(tmp_path / DRAFTER_FILE)
+    loaded = Engine.load(tmp_path, EngineConfig(max_coc_tokens=MAX_COC))
+    ours, theirs = loaded.step(window(0)), engine(parts).step(window(0))
+    assert ours.coc_token_ids == theirs.coc_token_ids
+    np.testing.assert_array_equal(ours.trajectories, theirs.trajectories)
+
+
+def test_warmup_leaves_no_streaming_state(parts):
+    eng = engine(parts)
+    eng.warmup()
+    assert eng.step(window(0)).full_prefill
+
+
+def test_engine_config_round_trip():
+    cfg = EngineConfig(num_samples=6, streaming=False)
+    assert EngineConfig.from_dict(cfg.to_dict()) == cfg
+    assert dataclasses.asdict(EngineConfig.baseline())["speculative"] is False
