@@ -174,8 +174,9 @@ class OdometrySample:
         return float(np.linalg.norm(self.linear[:2]))
 
 
-def odometry_to_sample(msg: Any) -> OdometrySample:
-    """nav_msgs/Odometry -> OdometrySample; NaN/inf or a zero quaternion raise."""
+def odometry_arrays(msg: Any) -> dict[str, np.ndarray]:
+    """nav_msgs/Odometry -> unvalidated float64 arrays: position [3], orientation [4] xyzw,
+    linear velocity [3], angular velocity [3]."""
     pose = msg.pose.pose
     twist = msg.twist.twist
     fields = {
@@ -185,7 +186,12 @@ def odometry_to_sample(msg: Any) -> OdometrySample:
         "linear velocity": [twist.linear.x, twist.linear.y, twist.linear.z],
         "angular velocity": [twist.angular.x, twist.angular.y, twist.angular.z],
     }
-    arrays = {name: np.asarray(values, dtype=np.float64) for name, values in fields.items()}
+    return {name: np.asarray(values, dtype=np.float64) for name, values in fields.items()}
+
+
+def odometry_to_sample(msg: Any) -> OdometrySample:
+    """nav_msgs/Odometry -> OdometrySample; NaN/inf or a zero quaternion raise."""
+    arrays = odometry_arrays(msg)
     for name, values in arrays.items():
         if not np.isfinite(values).all():
             raise NonFiniteValue(f"odometry {name} holds NaN or inf: {values.tolist()}")

@@ -1,0 +1,228 @@
+"""Inputs -> WindowBuilder -> engine on a worker thread, newest complete window first
+(no rclpy: the node feeds it from its callbacks and reads the newest plan on its timer)."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Protocol
+
+import numpy as np
+
+from flashdrive_ros.engine.types import Plan, Window
+from flashdrive_ros.engine.window import WindowBuilder, WindowRejection
+from flashdrive_ros.ros.diagnostics import InputHealth, PlannerHealth
+
+ODOMETRY_INPUT = "odometry"
+
+
+class PlanningEngine(Protocol):
+    def step(self, window: Window) -> Plan: ...
+
+    def reset(self) -> None: ...
+
+
+@dataclass(frozen=True)
+class PlanRecord:
+    """A finished plan, the image of the overlay camera at its t0 (or None) and when it was
+    finished (monotonic seconds)."""
+
+    plan: Plan
+    overlay_image: np.ndarray | None
+    finished_at: float
+    serial: int
+
+
+def check_plan(plan: Plan) -> str:
+    """Empty when the plan is usable, else why not."""
+    trajectories = np.asarray(plan.trajectories)
+    if trajectories.ndim != 3 or trajectories.shape[2] != 3 or trajectories.shape[0] < 1:
+        return f"plan trajectories have shape {trajectories.shape}, expected [K, N, 3]"
+    if not np.isfinite(trajectories).all():
+        return "plan trajectories hold NaN or inf"
+    if not (np.isfinite(plan.t0) and np.isfinite(plan.dt) and plan.dt > 0):
+        return f"plan t0 {plan.t0} or dt {plan.dt} invalid"
+    return ""
+
+
+class PlannerLoop:
+    """Thread-safe input side (camera sets, odometry, faults) and a worker thread that runs
+    `engine.step` on the newest window it can build whenever it is idle."""
+
+    def __init__(self, engine: PlanningEngine, builder: WindowBuilder,
+                 camera_names: list[str], overlay_index: int | None = None,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        if len(camera_names) != builder.camera_count:
+            raise ValueError(f"{len(camera_names)} camera names for a builder of "
+                             f"{builder.camera_count} cameras")
+        self.engine = engine
+        self.builder = builder
+        self.camera_names = list(camera_names)
+        self.overlay_index = overlay_index
+        self.clock = clock
+        self._inputs = {name: InputHealth(name) for name in self.camera_names}
+        self._inputs[ODOMETRY_INPUT] = InputHealth(ODOMETRY_INPUT)
+        self._health = PlannerHealth()
+        self._latest: PlanRecord | None = None
+        self._input_version = 0
+        self._attempted: tuple[float, int] | None = None
+        self._last_rejected: tuple[float, str] | None = None
+        self._planned_t0 = -np.inf
+        self._lock = threading.Lock()
+        self._wake = threading.Condition(self._lock)
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def add_camera_set(self, stamps: list[float], images: list[np.ndarray]) -> None:
+        """One synchronized image per camera (camera slot order)."""
+        with self._wake:
+            for camera, (stamp, rgb) in enumerate(zip(stamps, images)):
+                self.builder.add_image(camera, stamp, rgb)
+                self._mark_ok(self.camera_names[camera], stamp)
+            self._input_version += 1
+            self._wake.notify()
+
+    def add_odometry(self, stamp: float, position, quaternion, linear_velocity,
+                     fault: str = "") -> None:
+        """A non-empty `fault` records the sample as bad; it is still handed to the builder,
+        which refuses windows whose ego history spans it."""
+        with self._wake:
+            self.builder.add_odometry(stamp, position, quaternion, linear_velocity)
+            if fault:
+                self._mark_fault(ODOMETRY_INPUT, fault)
+            else:
+                self._mark_ok(ODOMETRY_INPUT, stamp)
+            self._input_version += 1
+            self._wake.notify()
+
+    def note_fault(self, input_name: str, reason: str) -> None:
+        with self._lock:
+            self._mark_fault(input_name, reason)
+
+    def note_received(self, input_name: str) -> None:
+        with self._lock:
+            health = self._inputs[input_name]
+            health.received += 1
+            health.last_receipt = self.clock()
+
+    def note_silent(self, timeout_s: float) -> None:
+        """Mark inputs that received nothing for `timeout_s` as silent."""
+        now = self.clock()
+        with self._lock:
+            for health in self._inputs.values():
+                since = None if health.last_receipt is None else now - health.last_receipt
+                if since is None or since > timeout_s:
+                    waited = "never received" if since is None else f"silent for {since:.2f} s"
+                    health.fault = f"silent: {waited}"
+                elif health.fault.startswith("silent"):
+                    health.fault = ""
+
+    def _mark_ok(self, name: str, stamp: float) -> None:
+        health = self._inputs[name]
+        health.fault = ""
+        health.last_stamp = stamp
+
+    def _mark_fault(self, name: str, reason: str) -> None:
+        health = self._inputs[name]
+        health.fault = reason
+        health.faults_total += 1
+
+    def latest(self) -> PlanRecord | None:
+        with self._lock:
+            return self._latest
+
+    def health(self) -> tuple[PlannerHealth, list[InputHealth]]:
+        """Copies of the planner and input health."""
+        with self._lock:
+            planner = PlannerHealth(**vars(self._health))
+            inputs = [InputHealth(**vars(h)) for h in self._inputs.values()]
+        return planner, inputs
+
+    def start(self) -> None:
+        if self._thread is not None:
+            raise RuntimeError("planner loop already started")
+        self._stop.clear()
+        self._thread = threading.Thread(target=self._run, name="planner", daemon=True)
+        self._thread.start()
+
+    def stop(self, timeout_s: float = 30.0) -> None:
+        """Stop the worker after its current step (waits up to `timeout_s`)."""
+        self._stop.set()
+        with self._wake:
+            self._wake.notify_all()
+        if self._thread is not None:
+            self._thread.join(timeout_s)
+            if self._thread.is_alive():
+                raise RuntimeError(f"planner worker did not stop within {timeout_s} s")
+        self._thread = None
+
+    def run_once(self) -> bool:
+        """Build the newest window and plan it on the calling thread; False if there was
+        nothing new to plan."""
+        window = self._next_window()
+        if window is None:
+            return False
+        self._plan(window)
+        return True
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            with self._wake:
+                if self._attempted == self._newest_attempt_key():
+                    self._wake.wait(0.1)
+            if not self._stop.is_set():
+                self.run_once()
+
+    def _newest_attempt_key(self) -> tuple[float, int] | None:
+        t0 = self.builder.latest_t0()
+        return None if t0 is None else (t0, self._input_version)
+
+    def _next_window(self) -> Window | None:
+        with self._lock:
+            key = self._newest_attempt_key()
+            if key is None or key == self._attempted:
+                return None
+            if key[0] <= self._planned_t0 and not self.builder.time_base_reset_pending:
+                return None
+            self._attempted = key
+            result = self.builder.build(key[0])
+            if isinstance(result, WindowRejection):
+                self._note_rejection(key[0], result)
+                if result.time_base_reset:
+                    self._planned_t0 = -np.inf
+                    self._latest = None
+                return None
+            return result
+
+    def _note_rejection(self, t0: float, rejection: WindowRejection) -> None:
+        self._health.last_rejection = f"{rejection.code}: {rejection.reason}"
+        if self._last_rejected != (t0, rejection.code):
+            self._health.windows_rejected += 1
+            self._last_rejected = (t0, rejection.code)
+
+    def _plan(self, window: Window) -> None:
+        try:
+            plan = self.engine.step(window)
+            problem = check_plan(plan)
+        except Exception as exc:
+            plan, problem = None, f"{type(exc).__name__}: {exc}"
+        if problem:
+            try:
+                self.engine.reset()
+            except Exception as exc:
+                problem += f"; reset failed: {type(exc).__name__}: {exc}"
+        overlay = None
+        if self.overlay_index is not None:
+            overlay = window.images[self.overlay_index, -1]
+        with self._lock:
+            if problem:
+                self._health.engine_error = problem
+                return
+            self._health.engine_error = ""
+            self._health.windows_planned += 1
+            self._planned_t0 = (window.t0 if window.time_base_reset
+                                else max(self._planned_t0, window.t0))
+            serial = (self._latest.serial + 1) if self._latest else 1
+            self._latest = PlanRecord(plan, overlay, self.clock(), serial)

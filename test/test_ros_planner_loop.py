@@ -1,0 +1,145 @@
+"""PlannerLoop with the real engine on a tiny model: plans, rejections, engine errors,
+recovery, and the worker thread."""
+
+import time
+
+import numpy as np
+import pytest
+import torch
+from test_ros_fixtures import make_tiny_model_dir
+
+from flashdrive_ros.engine.config import EngineConfig
+from flashdrive_ros.engine.engine import Engine
+from flashdrive_ros.engine.window import WindowBuilder
+from flashdrive_ros.ros.planner_loop import ODOMETRY_INPUT, PlannerLoop
+
+CAMERAS = ["left", "front", "right", "tele"]
+IDENTITY = np.array([0.0, 0.0, 0.0, 1.0])
+
+
+@pytest.fixture(scope="module")
+def engine(tmp_path_factory):
+    torch.set_num_threads(1)
+    model_dir = make_tiny_model_dir(tmp_path_factory.mktemp("model"))
+    return Engine.load(model_dir, EngineConfig(speculative=False))
+
+
+def images(seed, height=48, width=64):
+    rng = np.random.default_rng(seed)
+    return [rng.integers(0, 256, (height, width, 3), dtype=np.uint8) for _ in CAMERAS]
+
+
+def feed(loop, t_start, t_end, speed=4.0, nan_at=None, image_size=(48, 64)):
+    """Odometry every 0.02 s and camera sets every 0.1 s on [t_start, t_end]."""
+    for k in range(int(round((t_end - t_start) / 0.02)) + 1):
+        t = round(t_start + 0.02 * k, 6)
+        position = [speed * t, 0.0, 0.0]
+        fault = ""
+        if nan_at is not None and abs(t - nan_at) < 1e-6:
+            position, fault = [np.nan, 0.0, 0.0], "non_finite: test"
+        loop.add_odometry(t, position, IDENTITY, [speed, 0.0, 0.0], fault=fault)
+        if abs(t * 10 - round(t * 10)) < 1e-6:
+            loop.add_camera_set([t] * len(CAMERAS), images(int(round(t * 10)), *image_size))
+
+
+def make_loop(engine):
+    engine.reset()
+    return PlannerLoop(engine, WindowBuilder(len(CAMERAS)), CAMERAS, overlay_index=1)
+
+
+def test_plans_newest_window_once(engine):
+    loop = make_loop(engine)
+    feed(loop, 10.0, 11.0)
+    assert not loop.run_once()
+    planner, _ = loop.health()
+    assert "odometry_short" in planner.last_rejection
+    feed(loop, 11.02, 11.6)
+    assert loop.run_once()
+    record = loop.latest()
+    assert record.plan.t0 == pytest.approx(11.6)
+    assert record.plan.trajectories.shape == (1, 64, 3)
+    assert record.overlay_image.shape == (48, 64, 3)
+    assert not loop.run_once()
+    planner, inputs = loop.health()
+    assert planner.windows_planned == 1 and planner.engine_error == ""
+    assert all(h.fault == "" for h in inputs)
+
+
+def test_nan_odometry_blocks_windows_that_span_it_then_recovers(engine):
+    loop = make_loop(engine)
+    feed(loop, 20.0, 21.6)
+    assert loop.run_once()
+    feed(loop, 21.62, 22.0, nan_at=21.8)
+    assert not loop.run_once()
+    planner, inputs = loop.health()
+    assert "nonfinite" in planner.last_rejection
+    assert next(h for h in inputs if h.name == ODOMETRY_INPUT).faults_total == 1
+    feed(loop, 22.02, 23.2)
+    assert not loop.run_once()
+    feed(loop, 23.22, 23.4)
+    assert loop.run_once()
+    assert loop.latest().plan.t0 == pytest.approx(23.4)
+
+
+def test_stamps_going_backwards_reset_and_recover(engine):
+    loop = make_loop(engine)
+    feed(loop, 30.0, 31.6)
+    assert loop.run_once()
+    feed(loop, 29.0, 29.3)
+    assert not loop.run_once()
+    planner, _ = loop.health()
+    assert planner.last_rejection.startswith("time_backwards")
+    assert loop.latest() is None
+    feed(loop, 29.32, 30.6)
+    assert loop.run_once()
+    assert loop.latest().plan.t0 == pytest.approx(30.6)
+
+
+def test_engine_error_is_reported_and_cleared(engine):
+    loop = make_loop(engine)
+    feed(loop, 40.0, 41.6, image_size=(16, 64))
+    assert loop.run_once()
+    planner, _ = loop.health()
+    assert planner.engine_error.startswith("ValueError")
+    assert loop.latest() is None
+    feed(loop, 41.62, 43.2)
+    assert loop.run_once()
+    planner, _ = loop.health()
+    assert planner.engine_error == "" and loop.latest().plan.t0 == pytest.approx(43.2)
+
+
+def test_worker_thread_plans_and_stops(engine):
+    loop = make_loop(engine)
+    loop.start()
+    try:
+        feed(loop, 50.0, 51.6)
+        deadline = time.monotonic() + 60
+        while loop.latest() is None and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert loop.latest() is not None
+        with pytest.raises(RuntimeError, match="already started"):
+            loop.start()
+    finally:
+        loop.stop()
+    planned = loop.health()[0].windows_planned
+    feed(loop, 51.62, 52.0)
+    time.sleep(0.2)
+    assert loop.health()[0].windows_planned == planned
+
+
+def test_silent_inputs_are_named(engine):
+    now = [100.0]
+    loop = PlannerLoop(engine, WindowBuilder(len(CAMERAS)), CAMERAS, clock=lambda: now[0])
+    loop.note_silent(1.0)
+    _, inputs = loop.health()
+    assert all(h.fault == "silent: never received" for h in inputs)
+    for name in [*CAMERAS, ODOMETRY_INPUT]:
+        loop.note_received(name)
+    now[0] = 100.5
+    loop.note_received("front")
+    now[0] = 101.2
+    loop.note_silent(1.0)
+    _, inputs = loop.health()
+    faults = {h.name: h.fault for h in inputs}
+    assert faults["front"] == ""
+    assert faults["left"] == "silent: silent for 1.20 s"
