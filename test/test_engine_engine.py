@@ -6,6 +6,7 @@ import torch
 
 from flashdrive_ros.engine.config import EngineConfig
 from flashdrive_ros.engine.engine import DRAFTER_FILE, Engine
+from flashdrive_ros.engine.timing import StageTimer
 from flashdrive_ros.engine.types import STAGES, Window
 from flashdrive_ros.model.alpamayo import AlpamayoModel
 from flashdrive_ros.model.config import ConfigError, tiny
@@ -193,3 +194,21 @@ def test_engine_config_round_trip():
     cfg = EngineConfig(num_samples=6, streaming=False)
     assert EngineConfig.from_dict(cfg.to_dict()) == cfg
     assert dataclasses.asdict(EngineConfig.baseline())["speculative"] is False
+
+
+def test_stage_timer_reports_every_stage():
+    timer = StageTimer("cpu")
+    assert timer.result() == {name: 0.0 for name in STAGES}
+    with timer.stage("encode"):
+        torch.ones(8).sum()
+    with timer.stage("action"):
+        torch.ones(8).sum()
+    result = timer.result()
+    assert set(result) == set(STAGES) and result["prefill"] == 0.0
+    assert result["total"] >= result["encode"] + result["action"] > 0
+    with pytest.raises(ValueError, match="twice"):
+        with timer.stage("encode"):
+            pass
+    with pytest.raises(ValueError, match="unknown stage"):
+        with timer.stage("total"):
+            pass
