@@ -249,7 +249,17 @@ def test_ground_truth_on_a_circle_in_the_ego_frame(tmp_path):
     assert future.shape == (64, 3)
     assert np.abs(future - expected).max() < 0.02  # linear interpolation of 50 Hz samples
     cv = track.constant_velocity(t0)
-    assert cv[0, 0] == pytest.approx(0.1 * SPEED, rel=1e-2)
-    assert cv[-1, 0] == pytest.approx(6.4 * SPEED, rel=1e-2)
+    assert cv[:, 0] == pytest.approx(SPEED * tau)
+    assert cv[:, 1:] == pytest.approx(np.zeros((64, 2)))
     assert track.future(T_START + 1.7) is None  # 6.4 s later is past the end (8 s)
     assert track.future(T_START + 1.6) is not None
+
+
+def test_constant_velocity_falls_back_to_poses_without_twist():
+    records = [OdometryRecord(t, np.array([4.0 * t, 0.0, 0.0]), np.array([0.0, 0.0, 0.0, 1.0]),
+                              np.zeros(3)) for t in np.arange(0.0, 2.0, 0.02)]
+    track = OdometryTrack(records)
+    assert track.velocity(1.0) == pytest.approx([4.0, 0.0])
+    parked = OdometryTrack([OdometryRecord(r.stamp, np.zeros(3), r.quaternion, np.zeros(3))
+                            for r in records])
+    assert parked.velocity(1.0) == pytest.approx([0.0, 0.0])

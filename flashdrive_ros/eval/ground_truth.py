@@ -39,6 +39,7 @@ class OdometryTrack:
             if np.dot(quats[i - 1], quats[i]) < 0:
                 quats[i] = -quats[i]
         self.quaternions = quats  # [N, 4], sign-continuous
+        self.velocities = np.stack([r.linear_velocity for r in finite])  # [N, 3] body frame
         self.max_gap = max_gap
 
     def covers(self, start: float, end: float) -> bool:
@@ -76,11 +77,19 @@ class OdometryTrack:
             return None
         return self.in_ego_frame(t0, t0 + dt * np.arange(1, steps + 1))
 
+    def velocity(self, t0: float, dt: float = 0.1) -> np.ndarray:
+        """Ego velocity (vx, vy) at t0 in the t0 ego frame: the odometry twist (nav_msgs:
+        expressed in the child, i.e. body, frame); when the twist is zero or not finite while
+        the poses move, the pose difference over the last dt."""
+        twist = np.array([np.interp(t0, self.stamps, self.velocities[:, k]) for k in range(2)])
+        earlier = max(t0 - dt, self.stamps[0])
+        moved = -self.in_ego_frame(t0, np.array([earlier]))[0, :2] / max(t0 - earlier, 1e-9)
+        if np.isfinite(twist).all() and (np.linalg.norm(twist) > 0 or
+                                         np.linalg.norm(moved) < 0.5):
+            return twist
+        return moved
+
     def constant_velocity(self, t0: float, steps: int = 64, dt: float = 0.1) -> np.ndarray:
-        """Constant-velocity rollout [steps, 3] from the ego velocity over the last dt before
-        t0 (finite difference of poses), heading kept."""
-        past = self.in_ego_frame(t0, np.array([max(t0 - dt, self.stamps[0])]))[0]
-        elapsed = t0 - max(t0 - dt, self.stamps[0])
-        velocity = -past[:2] / elapsed if elapsed > 0 else np.zeros(2)
-        offsets = dt * np.arange(1, steps + 1)[:, None] * velocity[None, :]
+        """Constant-velocity rollout [steps, 3] (x, y, yaw) in the t0 ego frame, heading kept."""
+        offsets = dt * np.arange(1, steps + 1)[:, None] * self.velocity(t0, dt)[None, :]
         return np.concatenate([offsets, np.zeros((steps, 1))], axis=1)

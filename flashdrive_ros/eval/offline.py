@@ -22,6 +22,7 @@ from flashdrive_ros.eval.errors import TopicsConfigError
 from flashdrive_ros.eval.ground_truth import OdometryTrack
 from flashdrive_ros.eval.metrics import nearest_decision, window_metrics, words
 from flashdrive_ros.eval.summary import SkipCounter, WindowResult
+from flashdrive_ros.eval.topics import TopicMapping
 from flashdrive_ros.model.config import ModelConfig
 
 
@@ -88,15 +89,20 @@ class LabelIndex:
         return self.decisions[best]
 
 
+def check_camera_count(model: ModelConfig, topics: TopicMapping) -> None:
+    cameras = len(model.prompt.camera_names)
+    if len(topics.cameras) != cameras:
+        raise TopicsConfigError(f"the model takes {cameras} cameras, the topic mapping names "
+                                f"{len(topics.cameras)}: {topics.cameras}")
+
+
 class OfflineReplay:
     def __init__(self, bag: BagReader, planners: dict[str, Planner], model: ModelConfig,
                  settings: ReplaySettings | None = None) -> None:
         if not planners:
             raise ValueError("need at least one planner")
+        check_camera_count(model, bag.topics)
         cameras = len(model.prompt.camera_names)
-        if len(bag.topics.cameras) != cameras:
-            raise TopicsConfigError(f"the model takes {cameras} cameras, the topic mapping "
-                                    f"names {len(bag.topics.cameras)}: {bag.topics.cameras}")
         self.bag = bag
         self.planners = planners
         self.model = model

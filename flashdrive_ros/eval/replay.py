@@ -8,7 +8,8 @@ from pathlib import Path
 
 from flashdrive_ros.eval.bag import BagReader
 from flashdrive_ros.eval.errors import ReplayError
-from flashdrive_ros.eval.offline import OfflineReplay, ReplayResults, ReplaySettings
+from flashdrive_ros.eval.offline import (OfflineReplay, ReplayResults, ReplaySettings,
+                                         check_camera_count)
 from flashdrive_ros.eval.plots import write_plots
 from flashdrive_ros.eval.report import write_report
 from flashdrive_ros.eval.summary import compare_blocks, summarize
@@ -93,6 +94,7 @@ def load_engines(options: ReplayOptions) -> dict:
 def run_offline(options: ReplayOptions) -> ReplayResults:
     with BagReader(options.bag, options.topics) as bag:
         model = load_model_config(options.model_dir)
+        check_camera_count(model, options.topics)
         engines = load_engines(options)
         settings = ReplaySettings(control_rate_hz=options.control_rate_hz,
                                   max_windows=options.max_windows, progress=options.progress)

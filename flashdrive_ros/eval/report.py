@@ -105,7 +105,7 @@ def markdown(report: dict, plots: list[str]) -> str:
         windows = block.get("per_window", [])
         if windows:
             step = max(len(windows) // 8, 1)
-            parts += [f"## Chain of causation, every {step}th window ({mode})", "",
+            parts += [f"## Chain of causation, one window in {step} ({mode})", "",
                       _markdown_table(["t0 (s)", "minADE6 (m)", "total (ms)", "CoC",
                                        "label"],
                                       [[_fmt(w["t0"], 2), _fmt(w["minade6_6s"]),

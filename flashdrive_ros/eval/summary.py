@@ -31,8 +31,9 @@ class WindowResult:
 
     @property
     def decision_match(self) -> bool | None:
-        """The labelled decision against the decision of the CoC's nearest labelled example."""
-        if self.decision is None or self.predicted_decision is None:
+        """The labelled decision against the decision of the CoC's nearest labelled example
+        (a CoC sharing no word with any example matches nothing)."""
+        if self.decision is None:
             return None
         return self.decision == self.predicted_decision
 

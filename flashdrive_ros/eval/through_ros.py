@@ -16,7 +16,7 @@ from flashdrive_ros.eval.bag import BagReader
 from flashdrive_ros.eval.errors import ReplayError
 from flashdrive_ros.eval.ground_truth import OdometryTrack
 from flashdrive_ros.eval.images import RAW_TYPE
-from flashdrive_ros.eval.offline import LabelIndex, ReplayResults
+from flashdrive_ros.eval.offline import LabelIndex, ReplayResults, check_camera_count
 from flashdrive_ros.eval.recording import plan_results, read_recording
 from flashdrive_ros.eval.replay import ReplayOptions, load_model_config
 
@@ -102,6 +102,7 @@ def run_through_ros(options: ReplayOptions
 
     options.out_dir.mkdir(parents=True, exist_ok=True)
     model = load_model_config(options.model_dir)
+    check_camera_count(model, options.topics)
     with BagReader(options.bag, options.topics) as bag:
         raw_images = {bag.image_types[t] for t in options.topics.cameras} == {RAW_TYPE}
         track = OdometryTrack(bag.odometry())

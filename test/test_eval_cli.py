@@ -1,0 +1,81 @@
+"""flashdrive-replay command line: every bad input is one clear error and exit code 2."""
+
+import pytest
+from rosbags.rosbag2 import StoragePlugin, Writer
+from test_eval_bags import write_drive_bag
+
+from flashdrive_ros.eval.cli import main, options_from_args, parser
+from flashdrive_ros.eval.topics import TopicMapping
+
+
+def run_cli(capsys, *argv):
+    code = main([str(a) for a in argv])
+    return code, capsys.readouterr().err
+
+
+def truncated(path):
+    bag = write_drive_bag(path, seconds=0.3)
+    storage = next(bag.glob("*.mcap"))
+    with open(storage, "r+b") as f:
+        f.truncate(storage.stat().st_size // 3)
+    return bag
+
+
+def empty(path):
+    with Writer(path, version=9, storage_plugin=StoragePlugin.MCAP):
+        pass
+    return path
+
+
+@pytest.mark.parametrize("make_bag, message", [
+    (lambda p: p / "missing", "bag not found"),
+    (truncated, "cannot open bag"),
+    (empty, "holds no messages"),
+    (lambda p: write_drive_bag(p, seconds=0.3, skip_topics=(TopicMapping().odometry,)),
+     "lacks messages on ['/localization/odometry']"),
+])
+def test_bad_bags_exit_2_with_the_problem(tmp_path, capsys, make_bag, message):
+    bag = make_bag(tmp_path / "bag")
+    code, err = run_cli(capsys, bag, "--model-dir", tmp_path, "--out", tmp_path / "out",
+                        "--quiet")
+    assert code == 2
+    assert err.startswith("flashdrive-replay: error: ")
+    assert message in err
+    assert "Traceback" not in err
+
+
+def test_missing_model_dir_and_bad_options(tmp_path, capsys):
+    bag = write_drive_bag(tmp_path / "bag", seconds=0.3)
+    code, err = run_cli(capsys, bag, "--model-dir", tmp_path / "nomodel", "--out",
+                        tmp_path / "out", "--quiet")
+    assert code == 2 and "model directory not found" in err
+    code, err = run_cli(capsys, bag, "--model-dir", tmp_path, "--out", tmp_path / "o",
+                        "--rate", "0", "--quiet")
+    assert code == 2 and "--rate must be > 0" in err
+    code, err = run_cli(capsys, bag, "--model-dir", tmp_path, "--out", tmp_path / "o",
+                        "--topics-yaml", tmp_path / "none.yaml", "--quiet")
+    assert code == 2 and "topics YAML not found" in err
+
+
+def test_camera_count_must_match_the_model(tmp_path, capsys):
+    from flashdrive_ros.model.config import tiny
+
+    model_dir = tmp_path / "model"
+    model_dir.mkdir()
+    tiny().save(model_dir / "config.json")
+    topics = TopicMapping(cameras=("/c0", "/c1"), labels=None)
+    bag = write_drive_bag(tmp_path / "bag", seconds=0.3, topics=topics, labels=False)
+    code, err = run_cli(capsys, bag, "--model-dir", model_dir, "--out", tmp_path / "out",
+                        "--camera-topics", "/c0,/c1", "--labels-topic", "", "--quiet")
+    assert code == 2
+    assert "the model takes 4 cameras, the topic mapping names 2" in err
+
+
+def test_command_line_topic_overrides(tmp_path):
+    yaml_file = tmp_path / "t.yaml"
+    yaml_file.write_text("cameras: [/a, /b]\nodometry: /o\n")
+    args = parser().parse_args(["bag", "--out", "o", "--model-dir", "m", "--topics-yaml",
+                                str(yaml_file), "--odom-topic", "/odom2",
+                                "--labels-topic", ""])
+    options = options_from_args(args)
+    assert options.topics == TopicMapping(cameras=("/a", "/b"), odometry="/odom2", labels=None)
