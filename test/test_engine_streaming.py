@@ -17,6 +17,14 @@ VIEWS, FRAMES = 3, 3
 HEIGHT, WIDTH = 48, 64
 
 
+@pytest.fixture(scope="module", autouse=True)
+def one_thread():
+    previous = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(previous)
+
+
 def make_vlm(layers: int) -> tuple[VLM, ModelConfig]:
     cfg = tiny()
     if layers != cfg.text.num_hidden_layers:
@@ -216,8 +224,12 @@ def test_bad_layouts_and_inputs_raise(tiny_vlm):
     with pytest.raises(ValueError, match="stamps"):
         state.plan(layout, ids, np.zeros((VIEWS, FRAMES + 1)))
     plan = state.plan(layout, ids, window_inputs(0)[1])
+    with pytest.raises(RuntimeError, match="begin"):
+        state.attention_mask(plan)
     with pytest.raises(ValueError, match="positions"):
         state.begin(plan, torch.zeros(3, 1, 5, dtype=torch.long))
+    with pytest.raises(RuntimeError, match="begun"):
+        state.finish(plan)
     small = StreamingKVCache(KVCache(4, 1, 2, 16, 32))
     with pytest.raises(ValueError, match="capacity"):
         small.plan(layout, ids, window_inputs(0)[1])

@@ -173,6 +173,7 @@ class StreamingKVCache:
         self._prompt_key: tuple | None = None
         self._stamps: np.ndarray | None = None
         self._pending: PrefillPlan | None = None
+        self._begun: PrefillPlan | None = None
 
     @property
     def prompt_length(self) -> int:
@@ -204,6 +205,7 @@ class StreamingKVCache:
             frames = tuple((v, layout.num_frames - 1) for v in range(layout.num_views))
             plan = PrefillPlan(False, "", order, slots, frames, shift, layout, stamps)
         self._pending = plan
+        self._begun = None
         self._prompt_key = key
         return plan
 
@@ -228,9 +230,12 @@ class StreamingKVCache:
         self.cache.set_positions(kept, positions.to(device)[:, :, self.slot_order[:n]])
         self.layout = layout
         self.shift = plan.shift
+        self._begun = plan
 
     def attention_mask(self, plan: PrefillPlan, batch: int = 1) -> torch.Tensor | None:
         """[B, 1, T, N] bool for a streaming plan; None (causal by slot) for a full one."""
+        if self._begun is not plan:
+            raise RuntimeError("attention_mask() needs begin(plan) first")
         if plan.full:
             return None
         device = self.slot_order.device
@@ -238,14 +243,15 @@ class StreamingKVCache:
                          plan.layout.prompt_length, batch)
 
     def finish(self, plan: PrefillPlan) -> None:
-        if self._pending is not plan:
-            raise RuntimeError("finish() needs the plan returned by the latest plan()")
+        if self._pending is not plan or self._begun is not plan:
+            raise RuntimeError("finish() needs the begun plan returned by the latest plan()")
         if self.cache.length != plan.layout.prompt_length:
             raise RuntimeError(f"prefill left the cache at {self.cache.length} slots, expected "
                                f"{plan.layout.prompt_length}")
         self._stamps = plan.stamps.copy()
         self.windows_since_full = 0 if plan.full else self.windows_since_full + 1
         self._pending = None
+        self._begun = None
 
     def _full_prefill_reason(self, key: tuple, stamps: np.ndarray,
                              time_base_reset: bool) -> str:
