@@ -69,8 +69,10 @@ class TextAttention(nn.Module):
         keys, values, _ = cache.layer_view(self.layer_index, rotary.length)  # keys: [B,Hkv,S,D]
         q = apply_rotary(q.transpose(1, 2), rotary.query_cos, rotary.query_sin)  # q: [B,Hq,T,D]
         keys = apply_rotary(keys.to(q.dtype), rotary.key_cos, rotary.key_sin)
-        out = F.scaled_dot_product_attention(q, keys, values.to(q.dtype), attn_mask=mask,
-                                             enable_gqa=self.num_heads != self.num_kv_heads)
+        group = self.num_heads // self.num_kv_heads
+        q = q.reshape(b, self.num_kv_heads, group * t, self.head_dim)  # q: [B, Hkv, G*T, D]
+        out = F.scaled_dot_product_attention(q, keys, values.to(q.dtype), attn_mask=mask)
+        out = out.reshape(b, self.num_heads, t, self.head_dim)
         return self.o_proj(out.transpose(1, 2).reshape(b, t, -1))
 
 
@@ -142,7 +144,8 @@ class TextBackbone(nn.Module):
         query_cos, query_sin = self.rotary_cos_sin(positions, dtype)
         key_cos, key_sin = self.rotary_cos_sin(cache.positions[:, :, :length], dtype)
         rotary = RotaryTables(query_cos, query_sin, key_cos, key_sin, length)
-        mask = self._attention_mask(attn_mask, slots, inputs_embeds.shape[0], length)
+        mask = self._grouped_mask(
+            self._attention_mask(attn_mask, slots, inputs_embeds.shape[0], length))
         deepstack = deepstack or []
         x = inputs_embeds
         layer_hidden: dict[int, torch.Tensor] = {}
@@ -170,6 +173,15 @@ class TextBackbone(nn.Module):
             return None
         key_slots = torch.arange(length, device=slots.device)
         return (key_slots[None, :] <= slots[:, None])[None, None]  # [1, 1, T, S]
+
+    def _grouped_mask(self, mask: torch.Tensor | None) -> torch.Tensor | None:
+        """[B, 1, T, S] -> [B, 1, G*T, S]: the G query heads sharing a kv head are stacked
+        along the query axis, so attention needs no copy of the cached keys per head."""
+        if mask is None:
+            return None
+        group = self.cfg.num_attention_heads // self.cfg.num_key_value_heads
+        b, _, t, s = mask.shape
+        return mask[:, :, None].expand(b, 1, group, t, s).reshape(b, 1, group * t, s)
 
     def _check_inputs(self, inputs_embeds: torch.Tensor, positions: torch.Tensor,
                       cache: KVCache, slots: torch.Tensor, visual_mask: torch.Tensor | None,
