@@ -1,3 +1,5 @@
+import dataclasses
+
 import torch
 
 from flashdrive_ros.model.action import ActionInProj, velocity
@@ -38,6 +40,7 @@ def test_seed_determinism():
 def _parts(seed: int = 0):
     torch.manual_seed(seed)
     cfg = tiny()
+    cfg = dataclasses.replace(cfg, action=dataclasses.replace(cfg.action, fourier_max_freq=2.0))
     expert = ActionExpert(cfg.expert, cfg.text).eval()
     in_proj = ActionInProj(cfg.action, cfg.expert.hidden_size).eval()
     out_proj = torch.nn.Linear(cfg.expert.hidden_size, 2)
@@ -58,6 +61,10 @@ def test_batched_samples_equal_separate_calls_with_real_expert():
 
     noise = initial_noise(3, (64, 2), torch.Generator().manual_seed(5))
     with torch.no_grad():
+        t = torch.tensor([0.0, 0.4, 0.9])
+        v = field(noise, t)
+        v_single = torch.cat([field(noise[i:i + 1], t[i:i + 1]) for i in range(3)])
+        torch.testing.assert_close(v, v_single, atol=1e-5, rtol=1e-5)
         batched = euler_integrate(field, noise, 4)
         separate = torch.cat([euler_integrate(field, noise[i:i + 1], 4)
                               for i in range(3)])

@@ -65,11 +65,13 @@ class ActionInProj(nn.Module):
         self.norm = nn.LayerNorm(out_dim)
 
     def forward(self, x: torch.Tensor, t: torch.Tensor) -> torch.Tensor:
+        """Features are computed in float32 and enter the MLP in its parameter dtype."""
         k_samples, n, _ = x.shape
+        x, t = x.float(), t.float()
         feats = torch.cat([enc(x[..., i]) for i, enc in enumerate(self.sinus)], dim=-1)
-        t_feats = self.timestep_fourier_encoder(t.to(x.dtype))  # t_feats: [K, F]
+        t_feats = self.timestep_fourier_encoder(t)  # t_feats: [K, F]
         feats = torch.cat([feats, t_feats[:, None, :].expand(k_samples, n, -1)], dim=-1)
-        return self.norm(self.encoder(feats))
+        return self.norm(self.encoder(feats.to(self.norm.weight.dtype)))
 
 
 class ActionSpace(nn.Module):
@@ -97,7 +99,7 @@ def velocity(expert: ActionExpert, in_proj: ActionInProj, out_proj: nn.Linear,
              x_t: torch.Tensor, t: torch.Tensor | float, cache: KVCache, prefix_len: int,
              positions: torch.Tensor | None = None,
              prefix: list[tuple[torch.Tensor, torch.Tensor]] | None = None) -> torch.Tensor:
-    """Flow velocity v: [K, N, 2] at x_t: [K, N, 2], time t ([K] or scalar).
+    """Flow velocity v: [K, N, 2] in x_t's dtype at x_t: [K, N, 2], time t ([K] or scalar).
 
     positions: [3, 1, N] rotary positions of the action tokens; by default the positions
     right after cache slot prefix_len - 1 (expert_positions). prefix: optional
@@ -112,4 +114,4 @@ def velocity(expert: ActionExpert, in_proj: ActionInProj, out_proj: nn.Linear,
     if positions is None:
         positions = expert_positions(cache, prefix_len, x_t.shape[1])
     tokens = in_proj(x_t, t)  # tokens: [K, N, H_exp]
-    return out_proj(expert(tokens, positions, cache, prefix_len, prefix))
+    return out_proj(expert(tokens, positions, cache, prefix_len, prefix)).to(x_t.dtype)

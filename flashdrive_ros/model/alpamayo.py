@@ -61,12 +61,14 @@ class AlpamayoModel(nn.Module):
     @torch.no_grad()
     def sample_actions(self, cache: KVCache, prefix_len: int, num_samples: int,
                        generator: torch.Generator, steps: int | None = None) -> torch.Tensor:
-        """Plain Euler flow matching -> normalized actions [K, N_wp, 2]."""
+        """Plain Euler flow matching -> normalized actions [K, N_wp, 2] float32.
+
+        The samples are integrated in float32 whatever the model dtype.
+        """
         a = self.cfg.action
         steps = a.num_flow_steps if steps is None else steps
-        dtype = self.action_out_proj.weight.dtype
         return euler_sample(self.velocity_fn(cache, prefix_len), num_samples,
-                            (a.num_waypoints, a.action_dim), steps, generator, dtype)
+                            (a.num_waypoints, a.action_dim), steps, generator, torch.float32)
 
     def trajectories(self, actions: torch.Tensor, v0: torch.Tensor | float) -> torch.Tensor:
         """actions: [K, N, 2] normalized, v0: speed at t0 -> [K, N, 3] (x, y, yaw)."""
