@@ -91,7 +91,8 @@ class AlpamayoModel(nn.Module):
                 model = cls(cfg)
         finally:
             torch.set_default_dtype(previous)
-        state = load_state(path, expected_shapes(model), optional=model.derivable_buffers)
+        state = load_state(path, expected_shapes(model), optional=model.derivable_buffers,
+                           device=device)
         missing, unexpected = model.load_state_dict(state, strict=False)
         leftover = sorted(set(missing) - model.derivable_buffers) + sorted(unexpected)
         if leftover:

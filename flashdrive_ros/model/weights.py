@@ -137,8 +137,9 @@ def _weight_files(path: Path, problems: list[str], reported: set[str]) -> dict[s
 
 
 def load_state(path: str | Path, expected: Mapping[str, tuple[int, ...]] | None = None,
-               optional: set[str] | frozenset[str] = frozenset()) -> dict[str, torch.Tensor]:
-    """Read all tensors of a model directory; check names and shapes against `expected`.
+               optional: set[str] | frozenset[str] = frozenset(),
+               device: torch.device | str = "cpu") -> dict[str, torch.Tensor]:
+    """Read all tensors of a model directory onto `device`; check names and shapes.
 
     `optional` names may be absent from the checkpoint (buffers derivable from the config).
     """
@@ -167,7 +168,7 @@ def load_state(path: str | Path, expected: Mapping[str, tuple[int, ...]] | None 
             problems.append(f"{file}: index lists {len(absent)} tensor(s) the shard lacks, "
                             f"e.g. {absent[:3]}")
             reported.update(absent)
-        with safe_open(str(target), framework="pt") as fh:
+        with safe_open(str(target), framework="pt", device=str(torch.device(device))) as fh:
             for name in wanted:
                 if name in stored:
                     state[name] = fh.get_tensor(name)
