@@ -39,6 +39,7 @@ class BoxSnapshot:
 class SceneSnapshot:
     t: float
     ego: EgoState
+    route_s: float
     boxes: tuple[BoxSnapshot, ...]
     light_states: tuple[str, ...]
 
@@ -86,7 +87,7 @@ def to_frame(origin: np.ndarray, poses: np.ndarray) -> np.ndarray:
     return np.stack([c * dx + s * dy, -s * dx + c * dy, yaw], axis=1)
 
 
-def _snapshot(world: World, t: float, ego: EgoState) -> SceneSnapshot:
+def _snapshot(world: World, t: float, ego: EgoState, route_s: float) -> SceneSnapshot:
     boxes = []
     for veh in world.vehicles:
         if veh.active:
@@ -99,7 +100,7 @@ def _snapshot(world: World, t: float, ego: EgoState) -> SceneSnapshot:
         boxes.append(BoxSnapshot(float(x), float(y), ped.yaw, 0.25, 0.25, 0.3,
                                  (215, 175, 140), "pedestrian", z0=ped.height - 0.3))
     lights = tuple(light.state(t) for light in world.lights())
-    return SceneSnapshot(t, ego, tuple(boxes), lights)
+    return SceneSnapshot(t, ego, route_s, tuple(boxes), lights)
 
 
 def simulate(seed: int, seconds: float, world: World | None = None) -> DriveLog:
@@ -118,7 +119,7 @@ def simulate(seed: int, seconds: float, world: World | None = None) -> DriveLog:
         t = i * dt
         accel, steer, info = expert.control(t, ego)
         if i % SUBSTEPS == 0:
-            scenes.append(_snapshot(world, t, ego))
+            scenes.append(_snapshot(world, t, ego, info.route_s))
             infos.append(info)
         rows.append((t, ego.x, ego.y, ego.yaw, ego.v, ego.yaw_rate, ego.accel))
         world.step(t, dt, ego, info.front_s)

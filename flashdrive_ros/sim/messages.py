@@ -1,0 +1,84 @@
+"""Sim data as ROS 2 Jazzy messages (rosbags typestore classes, no rclpy needed)."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+from rosbags.typesys import Stores, get_typestore
+
+from flashdrive_ros.sim.cameras import CameraSpec
+from flashdrive_ros.sim.labels import Label
+from flashdrive_ros.sim.topics import BASE_FRAME, ODOM_FRAME, camera_frame
+
+TYPESTORE = get_typestore(Stores.ROS2_JAZZY)
+SIM_EPOCH_NS = 1_700_000_000 * 1_000_000_000
+_T = TYPESTORE.types
+
+
+def stamp_ns(t: float) -> int:
+    """Bag / header time of sim time t (seconds from the start of the drive)."""
+    return SIM_EPOCH_NS + int(round(t * 1e9))
+
+
+def header(t_ns: int, frame_id: str):
+    sec, nanosec = divmod(t_ns, 1_000_000_000)
+    return _T["std_msgs/msg/Header"](
+        stamp=_T["builtin_interfaces/msg/Time"](sec=sec, nanosec=nanosec), frame_id=frame_id)
+
+
+def _quat_z(yaw: float):
+    return _T["geometry_msgs/msg/Quaternion"](x=0.0, y=0.0, z=float(np.sin(yaw / 2)),
+                                              w=float(np.cos(yaw / 2)))
+
+
+def _vec(x: float, y: float, z: float):
+    return _T["geometry_msgs/msg/Vector3"](x=float(x), y=float(y), z=float(z))
+
+
+def compressed_image(t_ns: int, name: str, jpeg: bytes):
+    return _T["sensor_msgs/msg/CompressedImage"](
+        header=header(t_ns, camera_frame(name)), format="jpeg",
+        data=np.frombuffer(jpeg, dtype=np.uint8))
+
+
+def camera_info(t_ns: int, spec: CameraSpec, width: int, height: int):
+    k = spec.intrinsics(width, height)
+    p = np.zeros((3, 4))
+    p[:, :3] = k
+    roi = _T["sensor_msgs/msg/RegionOfInterest"](x_offset=0, y_offset=0, height=0, width=0,
+                                                  do_rectify=False)
+    return _T["sensor_msgs/msg/CameraInfo"](
+        header=header(t_ns, camera_frame(spec.name)), height=height, width=width,
+        distortion_model="plumb_bob", d=np.zeros(5), k=k.reshape(-1), r=np.eye(3).reshape(-1),
+        p=p.reshape(-1), binning_x=0, binning_y=0, roi=roi)
+
+
+def odometry(t_ns: int, x: float, y: float, yaw: float, v: float, yaw_rate: float):
+    """Pose of base_link in odom; twist in base_link (forward speed, yaw rate)."""
+    pose = _T["geometry_msgs/msg/Pose"](
+        position=_T["geometry_msgs/msg/Point"](x=float(x), y=float(y), z=0.0),
+        orientation=_quat_z(yaw))
+    cov = np.diag([0.01, 0.01, 0.01, 0.001, 0.001, 0.001]).reshape(-1)
+    twist = _T["geometry_msgs/msg/Twist"](linear=_vec(v, 0.0, 0.0),
+                                          angular=_vec(0.0, 0.0, yaw_rate))
+    return _T["nav_msgs/msg/Odometry"](
+        header=header(t_ns, ODOM_FRAME), child_frame_id=BASE_FRAME,
+        pose=_T["geometry_msgs/msg/PoseWithCovariance"](pose=pose, covariance=cov),
+        twist=_T["geometry_msgs/msg/TwistWithCovariance"](twist=twist, covariance=cov.copy()))
+
+
+def label_message(label: Label):
+    return _T["std_msgs/msg/String"](data=json.dumps(label.to_dict(), sort_keys=True))
+
+
+def camera_tf_static(t_ns: int, specs: tuple[CameraSpec, ...]):
+    transforms = []
+    for spec in specs:
+        qx, qy, qz, qw = spec.quaternion_xyzw()
+        transforms.append(_T["geometry_msgs/msg/TransformStamped"](
+            header=header(t_ns, BASE_FRAME), child_frame_id=camera_frame(spec.name),
+            transform=_T["geometry_msgs/msg/Transform"](
+                translation=_vec(spec.x, spec.y, spec.z),
+                rotation=_T["geometry_msgs/msg/Quaternion"](x=qx, y=qy, z=qz, w=qw))))
+    return _T["tf2_msgs/msg/TFMessage"](transforms=transforms)
