@@ -15,10 +15,13 @@ HARDWARE_ID = "flashdrive_ros"
 
 @dataclass
 class InputHealth:
-    """One input stream (a camera or odometry). `fault` is empty while the stream is healthy."""
+    """One input stream (a camera or odometry). `fault` is empty while the stream is healthy;
+    `last_fault` keeps the most recent fault reason, `fault_at` its time (monotonic s)."""
 
     name: str
     fault: str = ""
+    last_fault: str = ""
+    fault_at: float | None = None
     received: int = 0
     faults_total: int = 0
     last_stamp: float | None = None
@@ -36,6 +39,7 @@ class PlannerHealth:
     windows_planned: int = 0
     windows_rejected: int = 0
     last_rejection: str = ""
+    rejections_by_code: dict[str, int] = field(default_factory=dict)
     engine_error: str = ""
     extra: dict[str, str] = field(default_factory=dict)
 
@@ -57,6 +61,8 @@ def planner_status(node_name: str, health: PlannerHealth) -> DiagnosticStatus:
         _kv("windows_rejected", health.windows_rejected),
         _kv("last_rejection", health.last_rejection or "none"),
     ]
+    values += [_kv(f"rejected.{code}", count)
+               for code, count in sorted(health.rejections_by_code.items())]
     plan = health.plan
     if plan is not None:
         values += [_kv(f"latency_ms.{stage}", float(plan.timings_ms[stage]))
@@ -84,6 +90,7 @@ def input_status(node_name: str, health: InputHealth, now_s: float) -> Diagnosti
     values = [
         _kv("received", health.received),
         _kv("faults_total", health.faults_total),
+        _kv("last_fault", health.last_fault or "none"),
         _kv("last_stamp", "none" if health.last_stamp is None else health.last_stamp),
         _kv("since_last_receipt_s", "none" if age is None else age),
     ]

@@ -16,6 +16,7 @@ from flashdrive_ros.engine.window import WindowBuilder, WindowRejection
 from flashdrive_ros.ros.diagnostics import InputHealth, PlannerHealth
 
 ODOMETRY_INPUT = "odometry"
+FAULT_HOLD_S = 2.0
 
 
 class PlanningEngine(Protocol):
@@ -49,7 +50,8 @@ def check_plan(plan: Plan) -> str:
 
 class PlannerLoop:
     """Thread-safe input side (camera sets, odometry, faults) and a worker thread that runs
-    `engine.step` on the newest window it can build whenever it is idle."""
+    `engine.step` on the newest window it can build whenever it is idle. A fault stays
+    reported for at least FAULT_HOLD_S so that periodic diagnostics see it."""
 
     def __init__(self, engine: PlanningEngine, builder: WindowBuilder,
                  camera_names: list[str], overlay_index: int | None = None,
@@ -120,13 +122,16 @@ class PlannerLoop:
                     health.fault = ""
 
     def _mark_ok(self, name: str, stamp: float) -> None:
+        """Good data clears a fault once FAULT_HOLD_S has passed since it was seen."""
         health = self._inputs[name]
-        health.fault = ""
+        if health.fault_at is None or self.clock() - health.fault_at > FAULT_HOLD_S:
+            health.fault = ""
         health.last_stamp = stamp
 
     def _mark_fault(self, name: str, reason: str) -> None:
         health = self._inputs[name]
-        health.fault = reason
+        health.fault = health.last_fault = reason
+        health.fault_at = self.clock()
         health.faults_total += 1
 
     def latest(self) -> PlanRecord | None:
@@ -137,6 +142,8 @@ class PlannerLoop:
         """Copies of the planner and input health."""
         with self._lock:
             planner = PlannerHealth(**vars(self._health))
+            planner.rejections_by_code = dict(self._health.rejections_by_code)
+            planner.extra = dict(self._health.extra)
             inputs = [InputHealth(**vars(h)) for h in self._inputs.values()]
         return planner, inputs
 
@@ -200,6 +207,8 @@ class PlannerLoop:
         self._health.last_rejection = f"{rejection.code}: {rejection.reason}"
         if self._last_rejected != (t0, rejection.code):
             self._health.windows_rejected += 1
+            counts = self._health.rejections_by_code
+            counts[rejection.code] = counts.get(rejection.code, 0) + 1
             self._last_rejected = (t0, rejection.code)
 
     def _plan(self, window: Window) -> None:

@@ -1,0 +1,186 @@
+"""drive_node: the lifecycle node that runs the driving model.
+
+configure: declare and validate parameters, load the engine, create the (lifecycle)
+publishers. activate: warm the engine up, subscribe, start the planner worker and the
+control-rate timer. deactivate: unsubscribe, stop the timer and the worker. cleanup /
+shutdown: free the engine and the publishers.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import rclpy
+import rclpy.exceptions
+from rclpy.executors import ExternalShutdownException, MultiThreadedExecutor
+from rclpy.lifecycle import LifecycleNode, LifecycleState, TransitionCallbackReturn
+
+from flashdrive_ros.engine.config import EngineConfig
+from flashdrive_ros.engine.window import WindowBuilder
+from flashdrive_ros.ros import names
+from flashdrive_ros.ros.inputs import InputSubscriptions
+from flashdrive_ros.ros.outputs import OutputPublishers
+from flashdrive_ros.ros.params import (DriveParams, ParameterError, add_validation_callback,
+                                       declare_parameters, read_parameters)
+from flashdrive_ros.ros.planner_loop import PlannerLoop, PlanningEngine
+
+EngineLoader = Callable[[Path, EngineConfig], PlanningEngine]
+
+
+def resolve_device(device: str) -> str:
+    if device != "auto":
+        return device
+    import torch
+
+    return "cuda" if torch.cuda.is_available() else "cpu"
+
+
+def engine_config(params: DriveParams, device: str) -> EngineConfig:
+    """EngineConfig from the node parameters; in baseline mode the shortcut switches are
+    ignored (every shortcut is off) and CUDA graphs are used only on a CUDA device."""
+    common = dict(mode=params.mode, num_samples=params.num_samples, device=device,
+                  backend=params.backend)
+    if params.mode == "baseline":
+        return EngineConfig(**common)
+    return EngineConfig(streaming=params.streaming, speculative=params.speculative,
+                        cached_velocity=params.cached_velocity,
+                        cuda_graphs=params.cuda_graphs and device.startswith("cuda"), **common)
+
+
+def load_engine(model_dir: Path, config: EngineConfig) -> PlanningEngine:
+    from flashdrive_ros.engine.engine import Engine
+
+    return Engine.load(model_dir, config)
+
+
+class DriveNode(LifecycleNode):
+    def __init__(self, engine_loader: EngineLoader = load_engine, **kwargs) -> None:
+        super().__init__(names.NODE_NAME, **kwargs)
+        self._engine_loader = engine_loader
+        self._validation = None
+        self.params: DriveParams | None = None
+        self.engine: PlanningEngine | None = None
+        self.loop: PlannerLoop | None = None
+        self.outputs: OutputPublishers | None = None
+        self.inputs: InputSubscriptions | None = None
+        self._timer = None
+
+    def on_configure(self, state: LifecycleState) -> TransitionCallbackReturn:
+        try:
+            declare_parameters(self)
+            params = read_parameters(self)
+        except (ParameterError, rclpy.exceptions.ParameterException) as exc:
+            self.get_logger().error(f"configure failed: invalid parameters: {exc}")
+            return TransitionCallbackReturn.FAILURE
+        if self._validation is None:
+            self._validation = add_validation_callback(self)
+            self.add_post_set_parameters_callback(self._on_parameters_set)
+        try:
+            device = resolve_device(params.device)
+            config = engine_config(params, device)
+            engine = self._engine_loader(params.resolved_model_dir, config)
+        except Exception as exc:
+            self.get_logger().error(f"configure failed: engine could not be loaded from "
+                                    f"{params.resolved_model_dir}: {type(exc).__name__}: {exc}")
+            return TransitionCallbackReturn.FAILURE
+        self.params = params
+        self.engine = engine
+        overlay_index = (params.camera_names.index(params.overlay_camera)
+                         if params.overlay_camera else None)
+        self.loop = PlannerLoop(engine, WindowBuilder(len(params.camera_names)),
+                                params.camera_names, overlay_index)
+        self.outputs = OutputPublishers(self, params)
+        self.get_logger().info(f"configured: model {params.resolved_model_dir}, "
+                               f"{config.mode} on {device}, {len(params.camera_names)} cameras")
+        return TransitionCallbackReturn.SUCCESS
+
+    def on_activate(self, state: LifecycleState) -> TransitionCallbackReturn:
+        params = read_parameters(self)
+        self.params = params
+        self.outputs.params = params
+        try:
+            warmup = getattr(self.engine, "warmup", None)
+            if warmup is not None:
+                warmup()
+        except Exception as exc:
+            self.get_logger().error(f"activate failed: engine warm-up: "
+                                    f"{type(exc).__name__}: {exc}")
+            return TransitionCallbackReturn.FAILURE
+        self.outputs.reset()
+        self.inputs = InputSubscriptions(self, params, self.loop, self.outputs.set_camera_info)
+        self.loop.start()
+        self._timer = self.create_timer(1.0 / params.control_rate_hz, self._tick)
+        self.get_logger().info(f"active: planning at {params.control_rate_hz} Hz")
+        return super().on_activate(state)
+
+    def on_deactivate(self, state: LifecycleState) -> TransitionCallbackReturn:
+        self._stop_activity()
+        return super().on_deactivate(state)
+
+    def on_cleanup(self, state: LifecycleState) -> TransitionCallbackReturn:
+        self._release()
+        return TransitionCallbackReturn.SUCCESS
+
+    def on_shutdown(self, state: LifecycleState) -> TransitionCallbackReturn:
+        self.release_all()
+        return TransitionCallbackReturn.SUCCESS
+
+    def on_error(self, state: LifecycleState) -> TransitionCallbackReturn:
+        self.get_logger().error(f"error in state {state.label}; releasing everything")
+        self.release_all()
+        return TransitionCallbackReturn.SUCCESS
+
+    def release_all(self) -> None:
+        """Stop the worker and free everything, whatever the lifecycle state."""
+        self._stop_activity()
+        self._release()
+
+    def _stop_activity(self) -> None:
+        if self._timer is not None:
+            self.destroy_timer(self._timer)
+            self._timer = None
+        if self.inputs is not None:
+            self.inputs.destroy()
+            self.inputs = None
+        if self.loop is not None:
+            self.loop.stop()
+
+    def _release(self) -> None:
+        if self.outputs is not None:
+            self.outputs.destroy()
+            self.outputs = None
+        self.loop = None
+        self.engine = None
+
+    def _tick(self) -> None:
+        if self.outputs is None or self.loop is None:
+            return
+        now = self.get_clock().now().nanoseconds * 1e-9
+        self.outputs.tick(self.loop, now, time.monotonic())
+
+    def _on_parameters_set(self, parameters) -> None:
+        if self.outputs is not None:
+            self.outputs.params = read_parameters(self)
+
+
+def main(args: list[str] | None = None) -> None:
+    rclpy.init(args=sys.argv if args is None else args)
+    node = DriveNode()
+    executor = MultiThreadedExecutor(num_threads=8)
+    executor.add_node(node)
+    try:
+        executor.spin()
+    except (KeyboardInterrupt, ExternalShutdownException):
+        pass
+    finally:
+        node.release_all()
+        executor.shutdown()
+        node.destroy_node()
+        rclpy.try_shutdown()
+
+
+if __name__ == "__main__":
+    main()

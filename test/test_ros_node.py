@@ -1,0 +1,267 @@
+"""drive_node over real DDS on loopback, with the real engine on a tiny model."""
+
+import math
+import threading
+import time
+
+import cv2
+import numpy as np
+import pytest
+import torch
+from diagnostic_msgs.msg import DiagnosticArray
+from lifecycle_msgs.msg import State, Transition
+from lifecycle_msgs.srv import ChangeState, GetState
+from nav_msgs.msg import Odometry, Path
+from rclpy.executors import MultiThreadedExecutor
+from rclpy.lifecycle import TransitionCallbackReturn
+from rclpy.node import Node
+from rclpy.parameter import Parameter
+from sensor_msgs.msg import CameraInfo, CompressedImage, Image
+from std_msgs.msg import String
+from test_ros_fixtures import make_tiny_model_dir
+
+from flashdrive_ros.ros import names
+from flashdrive_ros.ros.convert import seconds_to_stamp, stamp_to_seconds
+from flashdrive_ros.ros.loopback import local_context
+from flashdrive_ros.ros.node import DriveNode
+from flashdrive_ros.ros.params import DriveParams
+
+pytestmark = [pytest.mark.ros, pytest.mark.timeout(240)]
+
+CAMERAS = DriveParams().camera_names
+SPEED = 5.0
+WAIT_S = 30.0
+
+
+def wait_for(predicate, timeout=WAIT_S, what="condition"):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():
+            return
+        time.sleep(0.01)
+    raise AssertionError(f"timed out after {timeout} s waiting for {what}")
+
+
+def jpeg(seed):
+    rgb = np.random.default_rng(seed).integers(0, 256, (48, 64, 3), dtype=np.uint8)
+    ok, buf = cv2.imencode(".jpg", rgb)
+    assert ok
+    return buf.tobytes()
+
+
+class Feeder:
+    """The test's side of the graph: publishes cameras and odometry, records outputs."""
+
+    def __init__(self, context):
+        self.node = Node("feeder", context=context)
+        self.images = [self.node.create_publisher(CompressedImage, t, 10)
+                       for t in DriveParams().camera_topics]
+        self.info = self.node.create_publisher(
+            CameraInfo, DriveParams().camera_info_topics[CAMERAS.index(
+                DriveParams().overlay_camera)], 10)
+        self.odom = self.node.create_publisher(Odometry, DriveParams().odom_topic, 50)
+        self.paths, self.reasoning, self.diagnostics, self.overlays = [], [], [], []
+        self.lock = threading.Lock()
+        for msg_type, topic, store in [
+                (Path, names.TRAJECTORY_TOPIC, self.paths),
+                (String, names.REASONING_TOPIC, self.reasoning),
+                (DiagnosticArray, names.DIAGNOSTICS_TOPIC, self.diagnostics),
+                (Image, names.OVERLAY_TOPIC, self.overlays)]:
+            self.node.create_subscription(msg_type, names.resolved(topic),
+                                          lambda m, s=store: self._store(s, m), 10)
+        self.get_state = self.node.create_client(GetState, "/drive_node/get_state")
+        self.change_state = self.node.create_client(ChangeState, "/drive_node/change_state")
+        self.next_stamp = None
+        self.payload = [jpeg(i) for i in range(len(CAMERAS))]
+
+    def _store(self, store, msg):
+        with self.lock:
+            store.append((time.monotonic(), msg))
+
+    def now(self):
+        return self.node.get_clock().now().nanoseconds * 1e-9
+
+    def odometry(self, stamp, x, bad=False):
+        msg = Odometry()
+        msg.header.stamp = seconds_to_stamp(stamp)
+        msg.header.frame_id = "odom"
+        msg.pose.pose.position.x = float("nan") if bad else x
+        msg.pose.pose.orientation.w = 1.0
+        msg.twist.twist.linear.x = SPEED
+        self.odom.publish(msg)
+
+    def drive(self, seconds, skip_camera=None, corrupt_camera=None, nan_odometry_after=None,
+              stamp_offset=0.0):
+        """Publish camera sets on a 0.1 s stamp grid (following the clock) and odometry at
+        0.02 s spacing up to each set's stamp; returns the stamp of the NaN odometry sample
+        (nan_odometry_after seconds after the first set), if one was asked for."""
+        end = time.monotonic() + seconds
+        nan_odometry_at = None
+        while time.monotonic() < end:
+            if self.next_stamp is None or self.now() - self.next_stamp > 0.3:
+                self.next_stamp = round(self.now(), 1) + 0.1
+            if nan_odometry_after is not None and nan_odometry_at is None:
+                nan_odometry_at = self.next_stamp + stamp_offset + nan_odometry_after
+            while self.now() < self.next_stamp:
+                time.sleep(0.005)
+            stamp = self.next_stamp + stamp_offset
+            for k in range(5):
+                t = stamp - 0.08 + 0.02 * k
+                bad = nan_odometry_at is not None and abs(t - nan_odometry_at) < 0.011
+                self.odometry(t, SPEED * t, bad=bad)
+            for i, publisher in enumerate(self.images):
+                if i == skip_camera:
+                    continue
+                data = self.payload[i]
+                if i == corrupt_camera:
+                    data = data[: len(data) // 3]
+                publisher.publish(CompressedImage(
+                    header=self._header(stamp, CAMERAS[i]), format="jpeg", data=data))
+            self.next_stamp = round(self.next_stamp + 0.1, 6)
+        return nan_odometry_at
+
+    @staticmethod
+    def _header(stamp, frame):
+        from std_msgs.msg import Header
+        return Header(stamp=seconds_to_stamp(stamp), frame_id=frame)
+
+    def transition(self, transition_id):
+        assert self.change_state.wait_for_service(timeout_sec=WAIT_S)
+        future = self.change_state.call_async(
+            ChangeState.Request(transition=Transition(id=transition_id)))
+        wait_for(future.done, what=f"lifecycle transition {transition_id}")
+        return future.result().success
+
+    def state(self):
+        assert self.get_state.wait_for_service(timeout_sec=WAIT_S)
+        future = self.get_state.call_async(GetState.Request())
+        wait_for(future.done, what="get_state")
+        return future.result().current_state.id
+
+    def planner_statuses(self):
+        with self.lock:
+            arrays = [m for _, m in self.diagnostics]
+        return [s for a in arrays for s in a.status if s.name.endswith(": planner")]
+
+    def input_faults(self):
+        with self.lock:
+            arrays = [m for _, m in self.diagnostics]
+        return [s.message for a in arrays for s in a.status
+                if ": input " in s.name and s.message != "ok"]
+
+    def valid_paths(self, after=0.0):
+        with self.lock:
+            return [(t, m) for t, m in self.paths if t >= after and m.poses]
+
+
+@pytest.fixture(scope="module")
+def tiny_model_dir(tmp_path_factory):
+    torch.set_num_threads(1)
+    return make_tiny_model_dir(tmp_path_factory.mktemp("model"))
+
+
+@pytest.fixture(scope="module")
+def graph(tiny_model_dir):
+    context = local_context()
+    node = DriveNode(context=context, parameter_overrides=[
+        Parameter("model_dir", value=str(tiny_model_dir)),
+        Parameter("max_plan_age_s", value=1.5),
+        Parameter("device", value="cpu"),
+        Parameter("overlay_intrinsics", value=[50.0, 50.0, 32.0, 24.0]),
+        Parameter("overlay_extrinsic", value=[1.5, 0.0, 1.5, 0.0, 0.15, 0.0])])
+    feeder = Feeder(context)
+    executor = MultiThreadedExecutor(num_threads=6, context=context)
+    executor.add_node(node)
+    executor.add_node(feeder.node)
+    spinner = threading.Thread(target=executor.spin, daemon=True)
+    spinner.start()
+    yield node, feeder
+    node.release_all()
+    executor.shutdown()
+    node.destroy_node()
+    feeder.node.destroy_node()
+    context.shutdown()
+    spinner.join(10)
+
+
+def test_configure_activate_plan_and_recover_from_faults(graph):
+    node, feeder = graph
+    assert feeder.state() == State.PRIMARY_STATE_UNCONFIGURED
+    assert feeder.transition(Transition.TRANSITION_CONFIGURE)
+    assert feeder.state() == State.PRIMARY_STATE_INACTIVE
+    assert feeder.transition(Transition.TRANSITION_ACTIVATE)
+    wait_for(lambda: all(p.get_subscription_count() >= 1 for p in feeder.images)
+             and feeder.odom.get_subscription_count() >= 1, what="node subscriptions")
+    wait_for(lambda: node.count_subscribers(names.resolved(names.OVERLAY_TOPIC)) >= 1,
+             what="overlay subscriber matched")
+
+    feeder.drive(2.5)
+    wait_for(lambda: feeder.valid_paths(), what="a plan")
+    _, path = feeder.valid_paths()[-1]
+    assert len(path.poses) == 64 and path.header.frame_id == "base_link"
+    assert all(math.isfinite(p.pose.position.x) for p in path.poses)
+    assert abs(stamp_to_seconds(path.header.stamp) - feeder.now()) < 5.0
+    wait_for(lambda: feeder.reasoning and feeder.overlays, what="reasoning and overlay")
+    overlay = feeder.overlays[-1][1]
+    assert overlay.encoding == "rgb8" and overlay.width == 64
+    assert any(s.message == "planning" for s in feeder.planner_statuses())
+
+    feeder.drive(0.3, corrupt_camera=1)
+    wait_for(lambda: any("corrupt_payload" in f for f in feeder.input_faults()),
+             what="corrupt JPEG named in diagnostics")
+
+    nan_at = feeder.drive(1.0, nan_odometry_after=0.26)
+    wait_for(lambda: any("non_finite" in f for f in feeder.input_faults()),
+             what="NaN odometry named in diagnostics")
+    recovered_after = time.monotonic()
+    feeder.drive(3.0)
+    t0s = [stamp_to_seconds(m.header.stamp) for _, m in feeder.valid_paths()]
+    # a window at t0 >= nan_at + 0.07 needs odometry past nan_at (extrapolation limit 0.06 s),
+    # so its 1.5 s ego history spans the NaN sample up to t0 = nan_at + 1.5
+    assert not [t for t in t0s if nan_at + 0.07 <= t <= nan_at + 1.45], \
+        f"planned from a window spanning the NaN odometry at {nan_at}: {sorted(set(t0s))}"
+    wait_for(lambda: feeder.valid_paths(after=recovered_after), what="recovery after NaN")
+
+    silent_from = time.monotonic()
+    feeder.drive(2.0, skip_camera=3)
+    wait_for(lambda: any("silent" in f for f in feeder.input_faults()),
+             what="silent camera named in diagnostics")
+    with feeder.lock:
+        invalid = [t for t, m in feeder.paths if t > silent_from + 1.5 and not m.poses]
+    assert invalid, "a stale plan was still published as valid"
+    resumed = time.monotonic()
+    feeder.drive(2.5)
+    wait_for(lambda: feeder.valid_paths(after=resumed), what="recovery after silent camera")
+
+    backwards_from = time.monotonic()
+    feeder.drive(0.3, stamp_offset=-0.6)
+    feeder.drive(2.5)
+    wait_for(lambda: any("time_backwards" in f for f in feeder.input_faults()),
+             what="stamps going backwards named in diagnostics")
+    last = {kv.key: kv.value for kv in feeder.planner_statuses()[-1].values}
+    assert int(last["rejected.time_backwards"]) >= 1
+    wait_for(lambda: feeder.valid_paths(after=backwards_from + 0.5),
+             what="recovery after stamps went backwards")
+
+    assert feeder.transition(Transition.TRANSITION_DEACTIVATE)
+    wait_for(lambda: all(p.get_subscription_count() == 0 for p in feeder.images),
+             what="unsubscribe on deactivate")
+    count = len(feeder.paths)
+    time.sleep(0.3)
+    assert len(feeder.paths) == count
+    assert feeder.transition(Transition.TRANSITION_CLEANUP)
+    assert feeder.state() == State.PRIMARY_STATE_UNCONFIGURED
+    assert node.engine is None
+
+
+def test_invalid_parameters_fail_configure_with_reason(graph, tiny_model_dir):
+    context = graph[0].context
+    node = DriveNode(context=context, namespace="/bad", parameter_overrides=[
+        Parameter("model_dir", value=str(tiny_model_dir)),
+        Parameter("camera_info_topics", value=["/only/one"])])
+    try:
+        assert node.trigger_configure() == TransitionCallbackReturn.FAILURE
+        assert node.engine is None and node.outputs is None
+        node.set_parameters([Parameter("max_plan_age_s", value=2.0)])
+    finally:
+        node.destroy_node()
