@@ -263,3 +263,25 @@ def test_constant_velocity_falls_back_to_poses_without_twist():
     parked = OdometryTrack([OdometryRecord(r.stamp, np.zeros(3), r.quaternion, np.zeros(3))
                             for r in records])
     assert parked.velocity(1.0) == pytest.approx([0.0, 0.0])
+
+
+def write_tiny_model(path, max_coc_tokens=4):
+    """The tiny config with random weights (seed 0), a drafter, and a short CoC budget."""
+    import torch
+
+    from flashdrive_ros.model.alpamayo import AlpamayoModel
+    from flashdrive_ros.model.config import tiny
+    from flashdrive_ros.model.drafter import Drafter
+    from flashdrive_ros.model.tokenizer import build_tokenizer
+    from flashdrive_ros.model.weights import save_model_dir
+
+    tokenizer = build_tokenizer(["slow down and stop because the light is red",
+                                 "keep lane and maintain speed, the road is clear"] * 10,
+                                vocab_size=4400)
+    cfg = tiny(vocab_size=tokenizer.vocab_size)
+    cfg.prompt.max_coc_tokens = max_coc_tokens
+    torch.manual_seed(0)
+    model = AlpamayoModel(cfg).eval()
+    save_model_dir(model, cfg, tokenizer, path)
+    Drafter(cfg.drafter, cfg.text).save_safetensors(Path(path) / "drafter.safetensors")
+    return Path(path)

@@ -1,0 +1,79 @@
+"""Offline replay end to end: a bag written here, the tiny model with random weights, the
+real engine in both modes, the CLI writing report.json, report.md and plots."""
+
+import json
+
+import numpy as np
+import pytest
+from test_eval_bags import SPEED, T_START, YAW_RATE, write_drive_bag, write_tiny_model
+
+from flashdrive_ros.eval.cli import main
+from flashdrive_ros.eval.report import summary_table
+
+CONTRACT_KEYS = ("windows", "minade1_6s", "minade6_6s", "cv_minade_6s",
+                 "accepted_length_mean", "latency_ms", "deadline_misses", "skipped_windows")
+
+
+@pytest.fixture(scope="module")
+def replay(tmp_path_factory):
+    root = tmp_path_factory.mktemp("offline")
+    model = write_tiny_model(root / "model")
+    bag = write_drive_bag(root / "bag", seconds=8.2, corrupt_frames={(1, 17)})
+    out = root / "out"
+    code = main([str(bag), "--model-dir", str(model), "--out", str(out), "--mode", "compare",
+                 "--num-samples", "2", "--device", "cpu", "--quiet"])
+    return code, out
+
+
+def cv_ade_on_the_circle(horizon_steps):
+    tau = 0.1 * np.arange(1, horizon_steps + 1)
+    radius = SPEED / YAW_RATE
+    truth = np.stack([radius * np.sin(YAW_RATE * tau), radius * (1 - np.cos(YAW_RATE * tau))], 1)
+    straight = np.stack([SPEED * tau, np.zeros_like(tau)], 1)
+    return float(np.linalg.norm(truth - straight, axis=1).mean())
+
+
+def test_compare_report_holds_both_modes_on_the_same_windows(replay):
+    code, out = replay
+    assert code == 0
+    report = json.loads((out / "report.json").read_text())
+    assert set(report["modes"]) == {"baseline", "flashdrive"}
+    for key in CONTRACT_KEYS:
+        assert key in report
+    base, fast = report["modes"]["baseline"], report["modes"]["flashdrive"]
+    for block in (base, fast):
+        for key in CONTRACT_KEYS:
+            assert key in block
+        assert block["windows"] == 2
+        for stage in ("encode", "prefill", "decode", "action", "total"):
+            assert block["latency_ms"][stage]["p50"] > 0
+            assert block["latency_ms"][stage]["p90"] >= block["latency_ms"][stage]["p50"]
+        assert block["minade6_6s"] <= block["minade1_6s"]
+        assert block["cv_minade_6s"] == pytest.approx(cv_ade_on_the_circle(64), abs=0.02)
+        assert block["cv_minade_3s"] == pytest.approx(cv_ade_on_the_circle(30), abs=0.02)
+        assert block["labelled_windows"] == 2
+        assert 0.0 <= block["decision_match_rate"] <= 1.0
+    assert [w["t0"] for w in base["per_window"]] == [w["t0"] for w in fast["per_window"]]
+    assert [w["t0"] for w in base["per_window"]] == pytest.approx(
+        [T_START + 1.5, T_START + 1.6])
+    skipped = fast["skipped_windows"]["reasons"]
+    assert skipped["corrupt_image"] == 4  # t0 = 101.7 .. 102.0 use the broken 101.7 frame
+    assert "does not decode" in fast["skipped_windows"]["examples"]["corrupt_image"]
+    assert skipped["no_future"] >= 1
+    assert base["accepted_length_mean"] is None
+    assert fast["accepted_length_mean"] >= 1.0
+    assert report["speedup_total_p50"] == pytest.approx(
+        base["latency_ms"]["total"]["p50"] / fast["latency_ms"]["total"]["p50"])
+
+
+def test_report_markdown_plots_and_summary_table(replay):
+    _, out = replay
+    report = json.loads((out / "report.json").read_text())
+    for name in ("latency_over_time.png", "latency_histograms.png", "birds_eye.png"):
+        assert (out / name).read_bytes().startswith(b"\x89PNG")
+    markdown = (out / "report.md").read_text()
+    assert "| minADE6 @6.4 s (m) |" in markdown and "corrupt_image" in markdown
+    table = summary_table(report)
+    assert "const. velocity ADE @6.4 s (m)" in table
+    assert "speedup total p50" in table
+    assert f"{report['modes']['flashdrive']['minade6_6s']:.3f}" in table
