@@ -3,8 +3,10 @@ import pytest
 from sensor_msgs.msg import CameraInfo
 
 from flashdrive_ros.ros.convert import SizeMismatch, camera_info_intrinsics
+from flashdrive_ros.ros.params import DriveParams, sim_mount
 from flashdrive_ros.ros.viz import (OTHER_RGB, SAMPLE0_RGB, PinholeCamera, clip_segment_near,
                                     render_overlay, visible_segments)
+from flashdrive_ros.sim.cameras import rig
 
 
 def camera(pitch=0.0, yaw=0.0, width=640, height=480, x=1.5):
@@ -88,3 +90,12 @@ def test_camera_info_intrinsics():
     assert camera_info_intrinsics(info) == (1000.0, 1001.0, 960.0, 540.0, 1920, 1080)
     with pytest.raises(SizeMismatch, match="uncalibrated"):
         camera_info_intrinsics(CameraInfo(width=10, height=10))
+
+
+@pytest.mark.parametrize("name", DriveParams().camera_names)
+def test_extrinsic_from_sim_mount_matches_the_sim_rig(name):
+    cam = PinholeCamera.from_parameters([100.0, 100.0, 50.0, 40.0], sim_mount(name), 100, 80)
+    base_from_camera = rig((name,))[0].base_from_camera()
+    points = np.random.default_rng(0).uniform(-20, 20, (10, 3))
+    expected = (points - base_from_camera[:3, 3]) @ base_from_camera[:3, :3]
+    np.testing.assert_allclose(cam.to_optical(points), expected, atol=1e-5)

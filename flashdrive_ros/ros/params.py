@@ -10,13 +10,24 @@ from pathlib import Path
 from typing import Any
 
 from flashdrive_ros.sim import topics
+from flashdrive_ros.sim.cameras import rig
 
 CHOICES_TRANSPORT = ("compressed", "raw")
 CHOICES_RELIABILITY = ("best_effort", "reliable")
 CHOICES_MODE = ("flashdrive", "baseline")
 CHOICES_BACKEND = ("torch", "tensorrt")
 OVERLAY_CAMERA = "camera_front_wide_120fov"
-OVERLAY_EXTRINSIC = (1.7, 0.0, 1.45, 0.0, 0.0, 0.0)
+
+
+def sim_mount(name: str) -> tuple[float, ...]:
+    """The simulator rig's mount of camera `name`: x, y, z, roll, pitch, yaw (pitch > 0 looks
+    down)."""
+    spec = rig((name,))[0]
+    return (spec.x, spec.y, spec.z, 0.0, math.radians(spec.pitch_deg),
+            math.radians(spec.yaw_deg))
+
+
+OVERLAY_EXTRINSIC = sim_mount(OVERLAY_CAMERA)
 
 
 class ParameterError(ValueError):
@@ -93,7 +104,8 @@ class DriveParams:
         "the camera's CameraInfo K.")
     overlay_extrinsic: list[float] = _spec(
         list(OVERLAY_EXTRINSIC), "Overlay camera pose in base_frame: x, y, z (m), "
-        "roll, pitch, yaw (rad) of the camera body frame (x forward, y left, z up).")
+        "roll, pitch, yaw (rad) of the camera body frame (x forward, y left, z up); default: the "
+        "simulator's front-wide mount.")
 
     def __post_init__(self) -> None:
         for f in dataclasses.fields(self):
