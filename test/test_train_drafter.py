@@ -64,4 +64,4 @@ def test_drafter_training_lowers_loss(tmp_path):
     log.close()
     assert out["final_loss"] < 0.7 * out["first_loss"]
     assert out["eval_accept_len"] >= 1.0
-    assert read_log(tmp_path / "log.jsonl")[-1]["stage"] == "drafter_flat"
+    assert read_log(tmp_path / "log.jsonl")[-1]["stage"] == "drafter_flat_eval"

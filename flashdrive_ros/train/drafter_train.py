@@ -18,6 +18,7 @@ from torch import nn
 from flashdrive_ros.model.drafter import Drafter
 from flashdrive_ros.train.drafter_data import IGNORE, DraftBatch, DraftCorpus, sample_blocks
 from flashdrive_ros.train.log import TrainLog
+from flashdrive_ros.train.schedule import Progress
 
 
 def draft_logits(drafter: Drafter, batch: DraftBatch, embed_tokens: nn.Embedding,
@@ -62,16 +63,18 @@ def train_drafter(drafter: Drafter, corpus: DraftCorpus, train_rows: torch.Tenso
                   eval_rows: torch.Tensor, embed_tokens: nn.Embedding, lm_head: nn.Module,
                   steps: int, batch_size: int, lr: float, seed: int, log: TrainLog,
                   stage: str, autocast: Callable[[], contextlib.AbstractContextManager],
-                  log_every: int = 50) -> dict[str, float]:
+                  seconds: float | None = None, log_every: int = 50) -> dict[str, float]:
     """Returns {"first_loss", "final_loss", "eval_loss", "eval_accept_len"}."""
     device = corpus.ids.device
     gen = torch.Generator(device=device).manual_seed(seed)
     opt = torch.optim.AdamW(drafter.parameters(), lr=lr, weight_decay=0.01, betas=(0.9, 0.95))
-    sched = torch.optim.lr_scheduler.OneCycleLR(opt, max_lr=lr, total_steps=max(steps, 1),
-                                                pct_start=0.1)
+    progress = Progress(steps, seconds)
     drafter.train()
     first = last = float("nan")
-    for step in range(steps):
+    while not progress.done():
+        for group in opt.param_groups:
+            group["lr"] = lr * progress.lr_factor()
+        step = progress.step
         pick = torch.randint(len(train_rows), (batch_size,), generator=gen, device=device)
         batch = sample_blocks(corpus, train_rows.to(device)[pick], drafter.cfg.block_size,
                               drafter.mask_token_id, gen)
@@ -82,14 +85,15 @@ def train_drafter(drafter: Drafter, corpus: DraftCorpus, train_rows: torch.Tenso
         loss.backward()
         torch.nn.utils.clip_grad_norm_(drafter.parameters(), 1.0)
         opt.step()
-        sched.step()
+        progress.step += 1
         last = float(loss.detach())
         first = last if step == 0 else first
-        if step % log_every == 0 or step == steps - 1:
+        if step % log_every == 0 or progress.done():
             acc = float(acceptance_length(logits.detach(), batch.labels).float().mean())
-            log.write(stage, step, loss=last, accept_len=acc, lr=sched.get_last_lr()[0])
+            log.write(stage, step, loss=last, accept_len=acc, lr=opt.param_groups[0]["lr"])
     metrics = evaluate_drafter(drafter, corpus, eval_rows, embed_tokens, lm_head, seed + 1,
                                autocast)
-    log.write(stage, steps, eval_loss=metrics["loss"], eval_accept_len=metrics["accept_len"])
-    return {"first_loss": first, "final_loss": last, "eval_loss": metrics["loss"],
-            "eval_accept_len": metrics["accept_len"]}
+    log.write(f"{stage}_eval", progress.step, loss=metrics["loss"],
+              accept_len=metrics["accept_len"])
+    return {"steps": progress.step, "first_loss": first, "final_loss": last,
+            "eval_loss": metrics["loss"], "eval_accept_len": metrics["accept_len"]}

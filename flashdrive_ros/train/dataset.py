@@ -1,0 +1,189 @@
+"""Training windows as tensors: frames stored once per drive step, windows index into them.
+
+`TrainSet.build` turns drives into: all frames [S_total, N_cam, H, W, 3] uint8, per window the
+global indices of its F frames, the 48 ego-history token ids, the CoC ids (text, then
+`<|cot_end|>` `<|traj_future_start|>`), the normalized future actions, v0, the future poses
+and the decision. `batch(rows)` assembles prompt + CoC token rows, image patches and 3D
+positions for the backbone.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+from flashdrive_ros.model.config import ModelConfig
+from flashdrive_ros.model.history import HistoryTokenizer
+from flashdrive_ros.model.positions import prompt_positions
+from flashdrive_ros.model.preprocess import normalize, patchify
+from flashdrive_ros.model.prompt import PromptBuilder
+from flashdrive_ros.model.tokenizer import TextTokenizer
+from flashdrive_ros.train.actions import (action_stats, future_controls, history_v0,
+                                          normalize_controls)
+from flashdrive_ros.train.drive import Drive, to_ego_frame
+
+IGNORE = -100
+
+
+@dataclass
+class TrainBatch:
+    """input_ids: [B, T] prompt + CoC (padded); labels: [B, T] next-token targets on the CoC
+    (IGNORE elsewhere); positions: [3, B, T]; pixel_patches / grid_thw: the B * V * F images in
+    prompt order; seq_lens: [B] valid tokens (prompt + CoC); actions: [B, N_wp, 2]."""
+
+    input_ids: torch.Tensor
+    labels: torch.Tensor
+    positions: torch.Tensor
+    pixel_patches: torch.Tensor
+    grid_thw: torch.Tensor
+    seq_lens: torch.Tensor
+    actions: torch.Tensor
+    rows: torch.Tensor
+
+
+class TrainSet:
+    def __init__(self, cfg: ModelConfig, tokenizer: TextTokenizer, frames: torch.Tensor,
+                 frame_stamps: np.ndarray, frame_index: torch.Tensor, history: np.ndarray,
+                 coc_ids: torch.Tensor,
+                 coc_lens: torch.Tensor, actions: torch.Tensor, v0: np.ndarray,
+                 future: np.ndarray, decision: np.ndarray, drive_of: np.ndarray,
+                 step_of: np.ndarray, stats: dict[str, float]) -> None:
+        self.cfg = cfg
+        self.tokenizer = tokenizer
+        self.frames = frames  # [S_total, V, H, W, 3] uint8
+        self.frame_stamps = frame_stamps  # [S_total] seconds
+        self.frame_index = frame_index  # [N, F] long
+        self.history = history  # [N, N_hist, 4]
+        self.coc_ids = coc_ids  # [N, M] long
+        self.coc_lens = coc_lens  # [N] long
+        self.actions = actions  # [N, N_wp, 2] float32
+        self.v0 = v0  # [N]
+        self.future = future  # [N, N_wp, 3]
+        self.decision = decision  # [N]
+        self.drive_of = drive_of  # [N]
+        self.step_of = step_of  # [N]
+        self.stats = stats
+        self.builder = PromptBuilder(cfg, tokenizer)
+        hist_tok = HistoryTokenizer(cfg.action, tokenizer.traj_token_start)
+        self.history_ids = torch.as_tensor(
+            np.stack([hist_tok.encode(h[:, :3]) for h in history]) if len(history)
+            else np.zeros((0, hist_tok.num_tokens), dtype=np.int64))
+        self.prompt_ids = torch.tensor(self.builder.build().token_ids, dtype=torch.long)
+        self.pad_id = tokenizer.token_id("<|endoftext|>")
+        self.image_token_id = tokenizer.token_id("<|image_pad|>")
+        self._positions: dict[int, torch.Tensor] = {}
+
+    def __len__(self) -> int:
+        return self.frame_index.shape[0]
+
+    @property
+    def prompt_len(self) -> int:
+        return self.prompt_ids.shape[0]
+
+    @classmethod
+    def build(cls, cfg: ModelConfig, tokenizer: TextTokenizer, drives: list[Drive],
+              stats: dict[str, float] | None = None,
+              device: torch.device | str = "cpu") -> TrainSet:
+        """`stats`: action normalization; computed from these windows when None."""
+        a, p = cfg.action, cfg.prompt
+        cot_end = tokenizer.token_id("cot_end")
+        future_start = tokenizer.token_id("traj_future_start")
+        frames, stamps, frame_index, history, coc, future = [], [], [], [], [], []
+        decision, drive_of, step_of = [], [], []
+        offset = 0
+        for d_index, drive in enumerate(drives):
+            if drive.expert_future.shape[1] != a.num_waypoints:
+                raise ValueError(f"drive {drive.seed} has {drive.expert_future.shape[1]} future "
+                                 f"waypoints, the model plans {a.num_waypoints}")
+            frames.append(drive.frames)
+            stamps.append(drive.stamps)
+            for step in drive.window_steps(p.num_frames, a.num_history):
+                frame_index.append(offset + np.arange(step - p.num_frames + 1, step + 1))
+                history.append(to_ego_frame(drive.poses[step - a.num_history + 1:step + 1],
+                                            drive.poses[step]))
+                coc.append(tokenizer.encode(drive.coc[step])[:p.max_coc_tokens - 1]
+                           + [cot_end, future_start])
+                future.append(drive.expert_future[step])
+                decision.append(int(drive.decision[step]))
+                drive_of.append(d_index)
+                step_of.append(int(step))
+            offset += drive.num_steps
+        history_arr = np.asarray(history, dtype=np.float64).reshape(-1, a.num_history, 4)
+        future_arr = np.asarray(future, dtype=np.float64).reshape(-1, a.num_waypoints, 3)
+        v0 = history_v0(history_arr, a.history_dt) if len(history_arr) else np.zeros(0)
+        controls = future_controls(future_arr, v0, a.dt)
+        stats = action_stats(controls) if stats is None else stats
+        width = max((len(c) for c in coc), default=2)
+        coc_ids = torch.full((len(coc), width), tokenizer.token_id("<|endoftext|>"),
+                             dtype=torch.long)
+        for i, ids in enumerate(coc):
+            coc_ids[i, :len(ids)] = torch.tensor(ids)
+        all_frames = np.concatenate(frames) if frames else np.zeros((0,), np.uint8)
+        all_stamps = np.concatenate(stamps) if stamps else np.zeros(0)
+        return cls(cfg, tokenizer, torch.from_numpy(all_frames).to(device), all_stamps,
+                   torch.as_tensor(np.asarray(frame_index, dtype=np.int64)).reshape(
+                       -1, p.num_frames),
+                   history_arr, coc_ids, torch.tensor([len(c) for c in coc], dtype=torch.long),
+                   torch.from_numpy(normalize_controls(controls, stats)), v0, future_arr,
+                   np.asarray(decision, dtype=np.int64), np.asarray(drive_of, dtype=np.int64),
+                   np.asarray(step_of, dtype=np.int64), stats)
+
+    def images(self, rows: torch.Tensor) -> torch.Tensor:
+        """uint8 [B, V, F, H, W, 3] of the windows `rows`."""
+        idx = self.frame_index[rows.cpu()].to(self.frames.device)  # idx: [B, F]
+        return self.frames[idx].permute(0, 2, 1, 3, 4, 5)
+
+    def pixels(self, rows: torch.Tensor, device: torch.device | str
+               ) -> tuple[torch.Tensor, torch.Tensor]:
+        """(pixel_patches, grid_thw) of the windows' images in prompt (view-major) order."""
+        images = self.images(rows).to(device)
+        b, v, f, h, w, _ = images.shape
+        size = (self.cfg.prompt.image_height, self.cfg.prompt.image_width)
+        if (h, w) != size:
+            raise ValueError(f"frames are {h}x{w}, the model takes {size[0]}x{size[1]}")
+        pixels = images.reshape(b * v * f, h, w, 3).permute(0, 3, 1, 2).float()
+        patches, grid = patchify(normalize(pixels), self.cfg.vision)
+        return patches, grid.to(device)
+
+    def token_rows(self, rows: torch.Tensor, with_coc: bool = True
+                   ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """(input_ids [B, T], labels [B, T], seq_lens [B]) on the CPU."""
+        rows = rows.cpu()
+        b, n = rows.shape[0], self.prompt_len
+        prompt = self.prompt_ids.expand(b, n).clone()
+        hist = self.builder.layout.history
+        prompt[:, hist.start:hist.stop] = self.history_ids[rows]
+        if not with_coc:
+            return prompt, torch.full_like(prompt, IGNORE), torch.full((b,), n)
+        lens = self.coc_lens[rows]
+        width = int(lens.max())
+        coc = self.coc_ids[rows, :width]
+        ids = torch.cat([prompt, coc], dim=1)
+        labels = torch.full_like(ids, IGNORE)
+        labels[:, n - 1:n - 1 + width] = coc
+        valid = torch.arange(width)[None, :] < lens[:, None]
+        labels[:, n - 1:n - 1 + width] = labels[:, n - 1:n - 1 + width].masked_fill(~valid,
+                                                                                    IGNORE)
+        return ids, labels, n + lens
+
+    def positions_for(self, length: int, grid_thw: torch.Tensor, batch: int) -> torch.Tensor:
+        """[3, B, length]: every window shares the prompt layout, so one row serves all."""
+        if length not in self._positions:
+            ids = torch.full((1, length), self.pad_id, dtype=torch.long)
+            ids[0, :self.prompt_len] = self.prompt_ids
+            per_window = self.cfg.prompt.num_frames * len(self.cfg.prompt.camera_names)
+            self._positions[length] = prompt_positions(
+                ids, grid_thw[:per_window].cpu(), self.image_token_id,
+                self.cfg.vision.spatial_merge_size)
+        return self._positions[length].expand(3, batch, length)
+
+    def batch(self, rows: torch.Tensor, device: torch.device | str,
+              with_coc: bool = True) -> TrainBatch:
+        ids, labels, seq_lens = self.token_rows(rows, with_coc)
+        patches, grid = self.pixels(rows, device)
+        positions = self.positions_for(ids.shape[1], grid, ids.shape[0])
+        return TrainBatch(ids.to(device), labels.to(device), positions.to(device), patches,
+                          grid, seq_lens.to(device), self.actions[rows.cpu()].to(device),
+                          rows)

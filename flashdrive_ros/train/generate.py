@@ -1,0 +1,62 @@
+"""Simulated drives for training, rendered in parallel worker processes.
+
+A drive is simulated once, each 10 Hz frame rendered once per camera at the simulator's
+camera resolution and resized to the model's input size with the model's own preprocessing
+resize (so training pixels equal what inference feeds the vision encoder), then labelled.
+"""
+
+from __future__ import annotations
+
+import multiprocessing as mp
+import os
+
+import numpy as np
+
+from flashdrive_ros.model.config import ModelConfig
+from flashdrive_ros.train.drive import Drive
+
+SIM_IMPORT_ERROR = "the simulator (flashdrive_ros.sim) is needed to generate training drives"
+
+
+def generate_drive(seed: int, seconds: float, image_size: tuple[int, int]) -> Drive:
+    """image_size: (height, width) of the model input."""
+    import torch
+
+    from flashdrive_ros.model.preprocess import resize_images
+    from flashdrive_ros.sim.drive import FRAME_HZ, SUBSTEPS, simulate
+    from flashdrive_ros.sim.labels import DECISIONS, label_drive
+    from flashdrive_ros.sim.render import Renderer
+
+    torch.set_num_threads(1)
+    log = simulate(seed, seconds)
+    count = log.frame_count
+    renderer = Renderer(log.world)
+    labels = label_drive(log.infos, seed, count)
+    frames = np.empty((count, len(renderer.cameras), *image_size, 3), dtype=np.uint8)
+    for k in range(count):
+        views = np.stack(renderer.render(log.scenes[k]))  # views: [N_cam, H_cam, W_cam, 3]
+        resized = resize_images(views, image_size)  # resized: [N_cam, 3, h, w] in [0, 255]
+        frames[k] = resized.permute(0, 2, 3, 1).to(torch.uint8).numpy()
+    rows = log.ego[np.arange(count) * SUBSTEPS]  # rows: t, x, y, yaw, v, yaw_rate, accel
+    poses = np.stack([rows[:, 1], rows[:, 2], np.zeros(count), rows[:, 3]], axis=1)
+    future = np.stack([log.future(k) for k in range(count)])
+    decision = np.array([DECISIONS.index(label.decision) for label in labels], dtype=np.int64)
+    scenario = ",".join(span.kind for span in log.world.spans)
+    return Drive(seed, scenario, 1.0 / FRAME_HZ, frames, np.arange(count) / FRAME_HZ, poses,
+                 rows[:, 4].copy(), [label.coc for label in labels], decision, future)
+
+
+def _worker(args: tuple[int, float, tuple[int, int]]) -> Drive:
+    return generate_drive(*args)
+
+
+def generate_drives(seeds: list[int], seconds: float, cfg: ModelConfig,
+                    workers: int | None = None) -> list[Drive]:
+    """Drives for `seeds` in seed order, `workers` processes (default: all cores)."""
+    size = (cfg.prompt.image_height, cfg.prompt.image_width)
+    jobs = [(int(seed), float(seconds), size) for seed in seeds]
+    workers = min(workers or os.cpu_count() or 1, len(jobs))
+    if workers <= 1:
+        return [_worker(job) for job in jobs]
+    with mp.get_context("spawn").Pool(workers) as pool:
+        return pool.map(_worker, jobs, chunksize=1)

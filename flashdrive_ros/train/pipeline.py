@@ -1,0 +1,226 @@
+"""End-to-end training of the embedded default model.
+
+data (parallel simulator drives) -> tokenizer (BPE on the CoC corpus + Alpamayo specials) ->
+target (CoC + flow matching) -> drafters (flat and mrope, on the target's greedy CoC) ->
+streaming fine-tune of the action expert -> model directory.
+
+    python -m flashdrive_ros.train.pipeline --out DIR [--minutes-budget M] [--device cuda]
+
+Writes DIR/model/ (config.json, model.safetensors (fp16), tokenizer.json, drafter.safetensors
+(flat rotary, as config.json says) and drafter_mrope.safetensors), DIR/train_log.jsonl and
+DIR/summary.json. Training seeds come from seeds.TRAIN_SEEDS, evaluation drives from
+seeds.EVAL_SEEDS.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import copy
+import dataclasses
+import json
+import random
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from flashdrive_ros.model.alpamayo import AlpamayoModel
+from flashdrive_ros.model.drafter import Drafter
+from flashdrive_ros.model.prompt import CAMERA_DISPLAY_NAMES, INSTRUCTION_TEXT, SYSTEM_TEXT
+from flashdrive_ros.model.tokenizer import (ALPAMAYO_SPECIAL_NAMES, QWEN_SPECIALS, TextTokenizer,
+                                            build_tokenizer)
+from flashdrive_ros.model.weights import save_model_dir
+from flashdrive_ros.train.draft_corpus import build_draft_corpus
+from flashdrive_ros.train.drafter_data import DraftCorpus
+from flashdrive_ros.train.drafter_train import train_drafter
+from flashdrive_ros.train.generate import generate_drives
+from flashdrive_ros.train.log import TrainLog
+from flashdrive_ros.train.recipe import Recipe, smoke
+from flashdrive_ros.train.dataset import TrainSet
+from flashdrive_ros.train.seeds import eval_seeds, train_seeds
+from flashdrive_ros.train.streaming_tune import streaming_tune
+from flashdrive_ros.train.target_train import train_target
+
+MODEL_SUBDIR = "model"
+MROPE_DRAFTER_FILE = "drafter_mrope.safetensors"
+
+
+def tokenizer_corpus(cocs: list[str]) -> list[str]:
+    """CoC sentences plus the fixed prompt texts, so both compress to few tokens."""
+    prompt_texts = [SYSTEM_TEXT, INSTRUCTION_TEXT, "system\n", "user\n", "assistant\n"]
+    prompt_texts += [f"{name}: frame 0 " for name in CAMERA_DISPLAY_NAMES.values()]
+    prompt_texts += [f"frame {i} " for i in range(8)]
+    return cocs + prompt_texts * max(1, len(cocs) // 50)
+
+
+def train_tokenizer(cocs: list[str], bpe_tokens: int, num_traj_tokens: int) -> TextTokenizer:
+    added = len(QWEN_SPECIALS) + num_traj_tokens + len(ALPAMAYO_SPECIAL_NAMES) - 1
+    return build_tokenizer(tokenizer_corpus(cocs), added + 256 + bpe_tokens, num_traj_tokens)
+
+
+def seed_everything(seed: int) -> None:
+    random.seed(seed)
+    np.random.seed(seed)
+    torch.manual_seed(seed)
+
+
+def half_copy(module: torch.nn.Module) -> torch.nn.Module:
+    """fp16 parameters for storage; buffers (action-space statistics) stay float32."""
+    out = copy.deepcopy(module).cpu()
+    for p in out.parameters():
+        p.data = p.data.to(torch.float16)
+    return out
+
+
+def run(out: Path, recipe: Recipe, minutes_budget: float, device: torch.device, seed: int,
+        workers: int | None) -> dict:
+    start = time.monotonic()
+    out.mkdir(parents=True, exist_ok=True)
+    log_path = out / "train_log.jsonl"
+    log_path.unlink(missing_ok=True)
+    log = TrainLog(log_path)
+    seed_everything(seed)
+    cuda = device.type == "cuda"
+    if cuda:
+        torch.backends.cuda.matmul.allow_tf32 = True
+        torch.backends.cudnn.allow_tf32 = True
+
+    def autocast():
+        return (torch.autocast("cuda", dtype=torch.bfloat16) if cuda
+                else contextlib.nullcontext())
+
+    cache_dtype = torch.bfloat16 if cuda else torch.float32
+    probe = recipe.model_config(4096)
+    train_list = train_seeds(recipe.train_drives)
+    eval_list = eval_seeds(recipe.eval_drives)
+    drives = generate_drives(train_list + eval_list, recipe.drive_seconds, probe, workers)
+    train_drives, eval_drives = drives[:len(train_list)], drives[len(train_list):]
+    frames = sum(d.num_steps for d in drives)
+    log.write("data", 0, drives=len(drives), frames=frames,
+              seconds=round(time.monotonic() - start, 1),
+              scenarios=len({s for d in drives for s in d.scenario.split(",")}))
+
+    cocs = [c for d in train_drives for c in d.coc]
+    tokenizer = train_tokenizer(cocs, recipe.bpe_tokens, probe.action.num_traj_tokens)
+    cfg = recipe.model_config(tokenizer.vocab_size)
+    data = TrainSet.build(cfg, tokenizer, train_drives, device=device)
+    cfg.action = dataclasses.replace(cfg.action, **data.stats)
+    data.cfg = cfg
+    eval_data = TrainSet.build(cfg, tokenizer, eval_drives, stats=data.stats, device=device)
+    del drives, train_drives, eval_drives
+    log.write("tokenizer", 0, vocab=tokenizer.vocab_size, prompt_tokens=data.prompt_len,
+              train_windows=len(data), eval_windows=len(eval_data),
+              coc_tokens_mean=float(data.coc_lens.float().mean()))
+
+    remaining = max(minutes_budget * 60 - (time.monotonic() - start) - recipe.reserve_seconds,
+                    1.0)
+    model = AlpamayoModel(cfg).to(device)
+    params = sum(p.numel() for p in model.parameters())
+    log.write("model", 0, params=params, vocab=cfg.text.vocab_size)
+    summary: dict = {"config": cfg.name, "params": params, "vocab": cfg.text.vocab_size,
+                     "train_windows": len(data), "eval_windows": len(eval_data),
+                     "train_seeds": [train_list[0], train_list[-1]],
+                     "eval_seeds": [eval_list[0], eval_list[-1]], "device": str(device)}
+    summary["target"] = train_target(
+        model, data, eval_data, recipe.target_steps, recipe.target_share * remaining,
+        recipe.target_batch, recipe.target_lr, seed, log, device, autocast, cache_dtype,
+        recipe.flow_weight, recipe.target_eval_rows)
+
+    if cfg.drafter is None:
+        raise ValueError(f"preset {recipe.preset!r} has no drafter section")
+    gen = torch.Generator().manual_seed(seed)
+    train_rows = torch.randperm(len(data), generator=gen)[:recipe.draft_rows]
+    eval_rows = torch.randperm(len(eval_data), generator=gen)[:recipe.draft_eval_rows]
+    feature_dtype = torch.bfloat16 if cuda else torch.float32
+    corpus = build_draft_corpus(model, data, train_rows, cfg.drafter, device, autocast,
+                                recipe.target_batch * 2, feature_dtype)
+    eval_corpus = build_draft_corpus(model, eval_data, eval_rows, cfg.drafter, device,
+                                     autocast, recipe.target_batch * 2, feature_dtype)
+    log.write("draft_corpus", 0, rows=len(corpus), eval_rows=len(eval_corpus),
+              greedy_len_mean=float((corpus.lengths - corpus.context_len).float().mean()))
+    embed = model.vlm.language_model.embed_tokens
+    head = model.vlm.lm_head
+    drafters = {}
+    for rotary in ("flat", "mrope"):
+        seed_everything(seed)
+        dcfg = dataclasses.replace(cfg.drafter, rotary=rotary)
+        drafter = Drafter(dcfg, cfg.text).to(device)
+        frozen = [p.requires_grad for p in model.parameters()]
+        for p in model.parameters():
+            p.requires_grad_(False)
+        summary[f"drafter_{rotary}"] = _train_drafter_on(
+            drafter, corpus, eval_corpus, embed, head, recipe, seed, log, rotary, autocast,
+            recipe.draft_share * remaining)
+        for p, flag in zip(model.parameters(), frozen):
+            p.requires_grad_(flag)
+        drafters[rotary] = drafter
+    del corpus, eval_corpus
+
+    summary["streaming"] = streaming_tune(
+        model, tokenizer, data, eval_data, recipe.stream_steps, recipe.stream_share * remaining,
+        recipe.stream_max_windows, recipe.stream_sequences, recipe.stream_samples,
+        recipe.stream_lr, seed, log, device, autocast, recipe.stream_eval_sequences)
+
+    model_dir = out / MODEL_SUBDIR
+    cfg.drafter = dataclasses.replace(cfg.drafter, rotary="flat")
+    save_model_dir(half_copy(model), cfg, tokenizer, model_dir)
+    half_copy(drafters["flat"]).save_safetensors(model_dir / "drafter.safetensors")
+    half_copy(drafters["mrope"]).save_safetensors(model_dir / MROPE_DRAFTER_FILE)
+    sizes = {f.name: f.stat().st_size for f in sorted(model_dir.iterdir()) if f.is_file()}
+    summary["files_bytes"] = sizes
+    summary["model_dir_bytes_with_one_drafter"] = sum(
+        v for k, v in sizes.items() if k != MROPE_DRAFTER_FILE)
+    summary["seconds"] = round(time.monotonic() - start, 1)
+    log.write("done", 0, seconds=summary["seconds"])
+    log.close()
+    (out / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
+    return summary
+
+
+def _train_drafter_on(drafter, corpus, eval_corpus, embed, head, recipe: Recipe, seed: int,
+                      log: TrainLog, rotary: str, autocast, seconds: float) -> dict:
+    merged = _concat_corpora(corpus, eval_corpus)
+    train_rows = torch.arange(len(corpus))
+    eval_rows = torch.arange(len(corpus), len(merged))
+    return train_drafter(drafter, merged, train_rows, eval_rows, embed, head, recipe.draft_steps,
+                         recipe.draft_batch, recipe.draft_lr, seed, log, f"drafter_{rotary}",
+                         autocast, seconds=seconds)
+
+
+def _concat_corpora(a: DraftCorpus, b: DraftCorpus) -> DraftCorpus:
+    if a.ids.shape[1] != b.ids.shape[1]:
+        raise ValueError(f"draft corpora widths differ: {a.ids.shape[1]} vs {b.ids.shape[1]}")
+    return DraftCorpus(torch.cat([a.ids, b.ids]), torch.cat([a.features, b.features]),
+                       torch.cat([a.positions, b.positions], dim=1),
+                       torch.cat([a.lengths, b.lengths]), a.prompt_len, a.context_len)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--out", required=True, type=Path)
+    parser.add_argument("--minutes-budget", type=float, default=11.0)
+    parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--workers", type=int, default=None)
+    parser.add_argument("--smoke", action="store_true",
+                        help="tiny model, two short drives, a few steps (CPU test)")
+    parser.add_argument("--train-drives", type=int, default=None)
+    parser.add_argument("--drive-seconds", type=float, default=None)
+    args = parser.parse_args(argv)
+    recipe = smoke() if args.smoke else Recipe()
+    if args.train_drives is not None:
+        recipe.train_drives = args.train_drives
+    if args.drive_seconds is not None:
+        recipe.drive_seconds = args.drive_seconds
+    summary = run(args.out, recipe, args.minutes_budget, torch.device(args.device), args.seed,
+                  args.workers)
+    print(json.dumps({k: summary[k] for k in ("target", "drafter_flat", "drafter_mrope",
+                                              "streaming", "seconds")}, indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

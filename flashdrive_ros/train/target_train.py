@@ -1,0 +1,134 @@
+"""Target training: CoC next-token loss plus flow matching on the normalized actions.
+
+One teacher-forced backbone pass over prompt + ground-truth CoC (ending `<|cot_end|>`
+`<|traj_future_start|>`) gives the CoC logits and the KV the action expert reads; the expert
+sees exactly prompt + CoC + `<|traj_future_start|>` of its own window. Flow matching:
+x0 ~ N(0, I), x1 = data actions, t ~ U(0, 1), x_t = t x1 + (1 - t) x0, target v = x1 - x0.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Callable
+
+import torch
+import torch.nn.functional as F
+
+from flashdrive_ros.model.alpamayo import AlpamayoModel
+from flashdrive_ros.model.flow import interpolate
+from flashdrive_ros.model.kv_cache import KVCache
+from flashdrive_ros.train.batched_expert import batched_velocity
+from flashdrive_ros.train.dataset import IGNORE, TrainBatch, TrainSet
+from flashdrive_ros.train.grad_cache import GradKVCache
+from flashdrive_ros.train.log import TrainLog
+from flashdrive_ros.train.schedule import Progress
+
+Autocast = Callable[[], contextlib.AbstractContextManager]
+
+
+def run_backbone(model: AlpamayoModel, batch: TrainBatch, image_token_id: int,
+                 cache_dtype: torch.dtype, grad: bool = True):
+    """Teacher-forced pass over the batch rows -> (BackboneOutput, cache holding their KV)."""
+    vlm = model.vlm
+    cfg = model.cfg.text
+    embeds, visual_mask, deepstack = vlm.embed(batch.input_ids, batch.pixel_patches,
+                                               batch.grid_thw, image_token_id)
+    b, t = batch.input_ids.shape
+    cache_cls = GradKVCache if grad else KVCache
+    cache = cache_cls(cfg.num_hidden_layers, b, cfg.num_key_value_heads, t, cfg.head_dim,
+                      dtype=cache_dtype, device=batch.input_ids.device)
+    out = vlm.language_model(embeds, batch.positions, cache,
+                             torch.arange(t, device=batch.input_ids.device),
+                             visual_mask=visual_mask, deepstack=deepstack)
+    return out, cache
+
+
+def coc_loss(model: AlpamayoModel, hidden: torch.Tensor, labels: torch.Tensor
+             ) -> tuple[torch.Tensor, torch.Tensor]:
+    """(mean cross-entropy, token accuracy) over the CoC positions."""
+    keep = labels != IGNORE
+    logits = model.vlm.logits(hidden[keep]).float()  # logits: [N_coc, V]
+    target = labels[keep]
+    return F.cross_entropy(logits, target), (logits.argmax(-1) == target).float().mean()
+
+
+def flow_loss(model: AlpamayoModel, cache, batch: TrainBatch, generator: torch.Generator
+              ) -> torch.Tensor:
+    x1 = batch.actions
+    x0 = torch.randn(x1.shape, generator=generator, device=x1.device, dtype=x1.dtype)
+    t = torch.rand(x1.shape[0], generator=generator, device=x1.device, dtype=x1.dtype)
+    x_t, target = interpolate(x1, x0, t)
+    v = batched_velocity(model.expert, model.action_in_proj, model.action_out_proj, x_t, t,
+                         cache, batch.seq_lens)
+    return F.mse_loss(v.float(), target.float())
+
+
+def target_step_losses(model: AlpamayoModel, batch: TrainBatch, image_token_id: int,
+                       cache_dtype: torch.dtype, generator: torch.Generator, grad: bool = True
+                       ) -> dict[str, torch.Tensor]:
+    out, cache = run_backbone(model, batch, image_token_id, cache_dtype, grad)
+    ce, acc = coc_loss(model, out.hidden, batch.labels)
+    fm = flow_loss(model, cache, batch, generator)
+    return {"coc_loss": ce, "coc_acc": acc, "flow_loss": fm}
+
+
+@torch.no_grad()
+def evaluate_target(model: AlpamayoModel, data: TrainSet, rows: torch.Tensor,
+                    device: torch.device, autocast: Autocast, cache_dtype: torch.dtype,
+                    seed: int, batch_size: int = 32) -> dict[str, float]:
+    model.eval()
+    gen = torch.Generator(device=device).manual_seed(seed)
+    totals: dict[str, float] = {}
+    count = 0
+    for start in range(0, len(rows), batch_size):
+        chunk = rows[start:start + batch_size]
+        batch = data.batch(chunk, device)
+        with autocast():
+            losses = target_step_losses(model, batch, data.image_token_id, cache_dtype, gen,
+                                        grad=False)
+        for k, v in losses.items():
+            totals[k] = totals.get(k, 0.0) + float(v) * len(chunk)
+        count += len(chunk)
+    model.train()
+    return {k: v / max(count, 1) for k, v in totals.items()}
+
+
+def train_target(model: AlpamayoModel, data: TrainSet, eval_data: TrainSet, steps: int,
+                 seconds: float | None, batch_size: int,
+                 lr: float, seed: int, log: TrainLog, device: torch.device,
+                 autocast: Autocast, cache_dtype: torch.dtype, flow_weight: float = 1.0,
+                 eval_rows: int = 512, log_every: int = 25) -> dict[str, float]:
+    gen = torch.Generator(device=device).manual_seed(seed)
+    pick_gen = torch.Generator().manual_seed(seed)
+    params = [p for p in model.parameters() if p.requires_grad]
+    opt = torch.optim.AdamW(params, lr=lr, weight_decay=0.05, betas=(0.9, 0.95))
+    progress = Progress(steps, seconds)
+    model.train()
+    first: dict[str, float] = {}
+    last: dict[str, float] = {}
+    while not progress.done():
+        for group in opt.param_groups:
+            group["lr"] = lr * progress.lr_factor()
+        rows = torch.randint(len(data), (batch_size,), generator=pick_gen)
+        batch = data.batch(rows, device)
+        with autocast():
+            losses = target_step_losses(model, batch, data.image_token_id, cache_dtype, gen)
+        loss = losses["coc_loss"] + flow_weight * losses["flow_loss"]
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        norm = torch.nn.utils.clip_grad_norm_(params, 1.0)
+        opt.step()
+        step = progress.step
+        progress.step += 1
+        if step % log_every == 0 or progress.done():
+            last = {k: float(v.detach()) for k, v in losses.items()}
+            first = first or dict(last)
+            log.write("target", step, **last, grad_norm=float(norm),
+                      lr=opt.param_groups[0]["lr"])
+    rows = torch.randperm(len(eval_data), generator=pick_gen)[:eval_rows]
+    metrics = evaluate_target(model, eval_data, rows, device, autocast, cache_dtype, seed + 1)
+    log.write("target_eval", progress.step, **metrics)
+    model.eval()
+    return {"steps": progress.step, **{f"first_{k}": v for k, v in first.items()},
+            **{f"final_{k}": v for k, v in last.items()},
+            **{f"eval_{k}": v for k, v in metrics.items()}}
