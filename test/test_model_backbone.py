@@ -7,7 +7,7 @@ import dataclasses
 import pytest
 import torch
 
-from flashdrive_ros.model.backbone import TextBackbone
+from flashdrive_ros.model.backbone import RMSNorm, TextBackbone
 from flashdrive_ros.model.config import tiny
 from flashdrive_ros.model.kv_cache import KVCache
 from flashdrive_ros.model.positions import next_position, text_positions
@@ -200,3 +200,15 @@ def test_bad_inputs_raise_clear_errors(model):
               visual_mask=torch.ones(1, 4, dtype=torch.bool), deepstack=[torch.randn(3, h)])
     with pytest.raises(ValueError, match="output_layers"):
         model(embeds, positions, _cache(model, 8), torch.arange(4), output_layers=(9,))
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_fused_rms_norm_equals_unfused(dtype):
+    torch.manual_seed(8)
+    norm = RMSNorm(64, 1e-6)
+    with torch.no_grad():
+        norm.weight.copy_(1.0 + 0.1 * torch.randn(64))
+    norm.to(dtype)
+    x = (3.0 * torch.randn(2, 5, 64)).to(dtype)
+    tol = 1e-6 if dtype == torch.float32 else 2e-2
+    assert torch.allclose(norm(x).float(), norm.unfused(x).float(), atol=tol, rtol=0)

@@ -25,10 +25,15 @@ class RMSNorm(nn.Module):
         self.eps = eps
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        dtype = x.dtype
+        if torch.onnx.is_in_onnx_export():
+            return self.unfused(x)
+        return F.rms_norm(x, (x.shape[-1],), self.weight, self.eps)
+
+    def unfused(self, x: torch.Tensor) -> torch.Tensor:
+        """Elementary-op form (normalize in float32, cast back, scale) for ONNX opset < 23."""
         x32 = x.float()
         x32 = x32 * torch.rsqrt(x32.pow(2).mean(-1, keepdim=True) + self.eps)
-        return self.weight * x32.to(dtype)
+        return self.weight * x32.to(x.dtype)
 
 
 class TextMLP(nn.Module):
