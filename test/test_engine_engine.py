@@ -166,6 +166,8 @@ def test_bad_history_and_config_raise(parts):
         eng.step(short)
     with pytest.raises(ConfigError, match="drafter"):
         Engine(model, tok, None, EngineConfig())
+    with pytest.raises(ConfigError, match="bfloat16"):
+        Engine(model, tok, drafter, EngineConfig(dtype="bfloat16"))
     with pytest.raises(ConfigError, match="speculative"):
         EngineConfig(temperature=0.7)
     with pytest.raises(ConfigError, match="cuda"):

@@ -55,6 +55,15 @@ class Engine:
         self.cfg = cfg
         self.device = model.action_out_proj.weight.device
         self.dtype = model.action_out_proj.weight.dtype
+        wanted = torch.device(cfg.device)
+        for name, module in (("model", model), ("drafter", self.drafter)):
+            if module is None:
+                continue
+            weight = next(module.parameters())
+            if weight.device.type != wanted.type or weight.dtype != cfg.torch_dtype or (
+                    wanted.index is not None and weight.device.index != wanted.index):
+                raise ConfigError(f"{name} is on {weight.device} as {weight.dtype}, the engine "
+                                  f"config asks for {cfg.device} {cfg.dtype}")
         self.prompt_builder = PromptBuilder(mcfg, tokenizer)
         self.history_tokenizer = HistoryTokenizer(mcfg.action, tokenizer.traj_token_start)
         self.image_token_id = tokenizer.token_id("<|image_pad|>")
