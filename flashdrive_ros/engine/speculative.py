@@ -1,0 +1,191 @@
+"""Speculative CoC decoding: a proposer drafts a block, the target verifies it in one forward.
+
+A round: `propose_block` (proposer drafts K - 1 tokens after the pending token),
+`verify_block` (one target forward over [pending, drafts] writing their keys and values),
+`commit` (keep the longest accepted prefix plus one target token, roll the cache back to the
+kept tokens). Greedy: a draft is accepted while it equals the target's argmax, so the output is
+the greedy autoregressive output. Sampling: the speculative-sampling rule (accept draft d with
+probability min(1, p(d) / q(d)), else draw from max(p - q, 0) renormalised) keeps the target's
+sampling distribution. `accepted_lengths` records tokens committed per round (accepted + 1,
+less where the stop rule cuts the round short). The stop rule is that of decoding.py.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Protocol
+
+import torch
+from torch import nn
+
+from flashdrive_ros.engine.decoding import (DecodeResult, DecodeState, PrefillOutput, Sampling,
+                                            StopRule, Target, TargetStep, commit_tokens, finish,
+                                            sampling_probs, start_state)
+from flashdrive_ros.model.drafter import Drafter
+from flashdrive_ros.model.kv_cache import KVCache
+from flashdrive_ros.model.positions import text_positions
+
+
+@dataclass
+class ProposalRequest:
+    """What a proposer may read: the pending token (block position 0), all committed tokens,
+    the target features of the last cached tokens with their cache slots and 3D positions,
+    and where the block starts (cache slot and text position of the pending token)."""
+
+    pending_token: int
+    generated: list[int]
+    features: torch.Tensor | None  # [C, L * H]
+    feature_slots: torch.Tensor | None  # [C]
+    feature_positions: torch.Tensor | None  # [3, 1, C]
+    block_start_slot: int
+    block_start_position: int
+    sampling: Sampling | None
+    generator: torch.Generator | None
+
+
+@dataclass
+class Proposal:
+    tokens: torch.Tensor  # [K - 1] long, the drafts after the pending token
+    probs: torch.Tensor | None  # [K - 1, V] distribution each draft was drawn from; None = fixed
+
+
+class Proposer(Protocol):
+    block_size: int
+    context_len: int
+
+    def propose(self, request: ProposalRequest) -> Proposal: ...
+
+
+class DFlashProposer:
+    """Drafts with a `Drafter`, reusing the target's embedding and lm_head."""
+
+    def __init__(self, drafter: Drafter, embed_tokens: nn.Embedding, lm_head: nn.Module) -> None:
+        self.drafter = drafter
+        self.embed_tokens = embed_tokens
+        self.lm_head = lm_head
+        self.block_size = drafter.cfg.block_size
+        self.context_len = drafter.cfg.context_len
+        self.feature_layers = drafter.cfg.target_layer_ids
+
+    @torch.no_grad()
+    def propose(self, request: ProposalRequest) -> Proposal:
+        if request.features is None:
+            raise ValueError("the DFlash drafter needs target features: build the Target with "
+                             "feature_layers = drafter target_layer_ids")
+        k = self.block_size
+        device = request.features.device
+        ids = torch.full((1, k), self.drafter.mask_token_id, dtype=torch.long, device=device)
+        ids[0, 0] = request.pending_token
+        block_slots = torch.arange(request.block_start_slot, request.block_start_slot + k,
+                                   device=device)
+        if self.drafter.cfg.rotary == "flat":
+            positions = torch.cat([request.feature_slots, block_slots])[None]  # [1, C + K]
+        else:
+            block = text_positions(request.block_start_position, k, device=device)
+            positions = torch.cat([request.feature_positions, block], dim=2)  # [3, 1, C + K]
+        logits = self.drafter.propose_logits(request.features[None], ids, positions,
+                                             self.embed_tokens, self.lm_head)[0]  # [K - 1, V]
+        if request.sampling is None:
+            return Proposal(torch.argmax(logits, dim=-1), None)
+        probs = sampling_probs(logits, request.sampling)
+        tokens = torch.multinomial(probs, 1, generator=request.generator)[:, 0]
+        return Proposal(tokens, probs)
+
+
+@dataclass
+class Verification:
+    step: TargetStep  # logits [K, V], features [K, L * H]
+    block_start_slot: int
+
+
+def propose_block(proposer: Proposer, state: DecodeState, sampling: Sampling | None = None,
+                  generator: torch.Generator | None = None) -> Proposal:
+    positions = None
+    if state.feature_slots is not None:
+        positions = state.cache.positions[:, :, state.feature_slots]
+    request = ProposalRequest(state.pending, list(state.generated), state.features,
+                              state.feature_slots, positions, state.cache.length,
+                              state.pending_position, sampling, generator)
+    proposal = proposer.propose(request)
+    if proposal.tokens.ndim != 1 or proposal.tokens.shape[0] != proposer.block_size - 1:
+        raise ValueError(f"proposer returned {tuple(proposal.tokens.shape)} drafts, block size "
+                         f"{proposer.block_size} needs {proposer.block_size - 1}")
+    return proposal
+
+
+def verify_block(target: Target, state: DecodeState, proposal: Proposal) -> Verification:
+    start = state.cache.length
+    block = [state.pending] + [int(t) for t in proposal.tokens]
+    state.target_forwards += 1
+    return Verification(target.run_tokens(block, state.cache, state.pending_position), start)
+
+
+def accept_greedy(drafts: torch.Tensor, target_logits: torch.Tensor) -> tuple[int, int]:
+    """drafts: [K - 1]; target_logits: [K, V] -> (accepted drafts, the target's next token)."""
+    choice = torch.argmax(target_logits, dim=-1)  # choice: [K]
+    matches = (drafts == choice[:-1]).long().cumprod(dim=0)
+    accepted = int(matches.sum())
+    return accepted, int(choice[accepted])
+
+
+def accept_sampled(drafts: torch.Tensor, draft_probs: torch.Tensor | None,
+                   target_probs: torch.Tensor, generator: torch.Generator | None
+                   ) -> tuple[int, int]:
+    """drafts: [K - 1]; draft_probs: [K - 1, V] or None (drafts fixed, q one-hot);
+    target_probs: [K, V] -> (accepted drafts, next token)."""
+    if draft_probs is None:
+        draft_probs = torch.zeros_like(target_probs[:-1]).scatter(1, drafts[:, None], 1.0)
+    for i, token in enumerate(drafts.tolist()):
+        p, q = float(target_probs[i, token]), float(draft_probs[i, token])
+        u = float(torch.rand((), generator=generator, dtype=torch.float64))
+        if u * q < p:
+            continue
+        residual = (target_probs[i] - draft_probs[i]).clamp_min(0.0)
+        total = float(residual.sum())
+        residual = residual / total if total > 0 else target_probs[i]
+        return i, int(torch.multinomial(residual, 1, generator=generator))
+    last = target_probs[-1]
+    return drafts.shape[0], int(torch.multinomial(last, 1, generator=generator))
+
+
+def commit(state: DecodeState, proposal: Proposal, verification: Verification,
+           stop: StopRule, sampling: Sampling | None = None,
+           generator: torch.Generator | None = None) -> int:
+    """Commit accepted drafts plus one target token; roll the cache back to the kept tokens.
+
+    Returns the number of tokens committed this round (also appended to accepted_lengths).
+    """
+    if state.done(stop):
+        raise ValueError("commit called after the stop rule already holds")
+    logits = verification.step.logits
+    drafts = proposal.tokens.to(logits.device)
+    if sampling is None:
+        accepted, nxt = accept_greedy(drafts, logits)
+    else:
+        probs = None if proposal.probs is None else proposal.probs.to(logits.device)
+        accepted, nxt = accept_sampled(drafts, probs, sampling_probs(logits, sampling),
+                                       generator)
+    kept = commit_tokens(state, drafts[:accepted].tolist() + [nxt], stop)
+    start = verification.block_start_slot
+    state.cache.rollback(start + kept)
+    if verification.step.features is not None:
+        slots = torch.arange(start, start + kept, device=state.cache.k.device)
+        state.append_features(verification.step.features[:kept], slots)
+    state.accepted_lengths.append(kept)
+    return kept
+
+
+@torch.no_grad()
+def speculative_decode(target: Target, proposer: Proposer, prefill_out: PrefillOutput,
+                       cache: KVCache, stop: StopRule, sampling: Sampling | None = None,
+                       generator: torch.Generator | None = None) -> DecodeResult:
+    layers = getattr(proposer, "feature_layers", None)
+    if layers is not None and tuple(layers) != target.feature_layers:
+        raise ValueError(f"proposer reads target layers {tuple(layers)}, target exports "
+                         f"{target.feature_layers}")
+    state = start_state(prefill_out, cache, sampling, generator, proposer.context_len)
+    while not state.done(stop):
+        proposal = propose_block(proposer, state, sampling, generator)
+        verification = verify_block(target, state, proposal)
+        commit(state, proposal, verification, stop, sampling, generator)
+    return finish(target, state, stop)

@@ -1,0 +1,282 @@
+import dataclasses
+
+import pytest
+import torch
+
+from flashdrive_ros.engine.decoding import (Sampling, StopRule, Target, decode_one,
+                                            greedy_decode, prefill, required_capacity,
+                                            sampling_probs, start_state)
+from flashdrive_ros.engine.speculative import (DFlashProposer, Proposal, ProposalRequest,
+                                               accept_sampled, speculative_decode)
+from flashdrive_ros.model.config import tiny
+from flashdrive_ros.model.drafter import Drafter
+from flashdrive_ros.model.kv_cache import KVCache
+from flashdrive_ros.model.positions import image_positions, text_positions
+from flashdrive_ros.model.vlm import VLM
+
+CFG = tiny(vocab_size=512)
+MAX_NEW = 20
+UNREACHABLE = StopRule(cot_end_id=510, traj_future_start_id=511, max_new_tokens=MAX_NEW)
+
+
+@pytest.fixture(scope="module", autouse=True)
+def one_thread():
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+@pytest.fixture(scope="module")
+def target() -> Target:
+    torch.manual_seed(0)
+    vlm = VLM(CFG.vision, CFG.text).eval()
+    return Target(vlm.language_model, vlm.lm_head, CFG.drafter.target_layer_ids)
+
+
+def _drafter_proposer(target: Target, rotary: str = "flat", seed: int = 1) -> DFlashProposer:
+    torch.manual_seed(seed)
+    cfg = dataclasses.replace(CFG.drafter, rotary=rotary)
+    drafter = Drafter(cfg, CFG.text).eval()
+    return DFlashProposer(drafter, target.embed_tokens, target.lm_head)
+
+
+class OracleProposer:
+    """Proposes the target's own greedy continuation (known in advance)."""
+
+    def __init__(self, reference: list[int], block_size: int = 8) -> None:
+        self.reference = reference
+        self.block_size = block_size
+        self.context_len = 0
+
+    def propose(self, request: ProposalRequest) -> Proposal:
+        n = len(request.generated)
+        drafts = self.reference[n:n + self.block_size - 1]
+        drafts = drafts + [0] * (self.block_size - 1 - len(drafts))
+        return Proposal(torch.tensor(drafts), None)
+
+
+def _prompt(target: Target, seed: int):
+    """Random text, an image-like run with 3D positions, more text: embeds, positions."""
+    g = torch.Generator().manual_seed(seed)
+    a = int(torch.randint(2, 8, (), generator=g))
+    tail = int(torch.randint(3, 10, (), generator=g))
+    img = image_positions(a, (1, 4, 6), 2)[:, None]  # [3, 1, 6], max a + 2
+    positions = torch.cat([text_positions(0, a), img, text_positions(a + 3, tail)], dim=2)
+    ids = torch.randint(0, 500, (1, positions.shape[2]), generator=g)
+    with torch.no_grad():
+        embeds = target.embed_tokens(ids)
+    return embeds, positions
+
+
+def _run(target: Target, seed: int, stop: StopRule, proposer=None, context_len: int = 8,
+         sampling=None, generator=None):
+    embeds, positions = _prompt(target, seed)
+    cap = required_capacity(positions.shape[2], stop, 8)
+    cache = KVCache(CFG.text.num_hidden_layers, 1, CFG.text.num_key_value_heads, cap,
+                    CFG.text.head_dim, dtype=torch.float32)
+    with torch.no_grad():
+        out = prefill(target, embeds, positions, cache, context_len=context_len)
+    if proposer is None:
+        result = greedy_decode(target, out, cache, stop)
+    else:
+        result = speculative_decode(target, proposer, out, cache, stop, sampling, generator)
+    return result, cache, positions
+
+
+def _assert_same_cache(a: KVCache, b: KVCache) -> None:
+    assert a.length == b.length
+    n = a.length
+    torch.testing.assert_close(a.k[:, :, :, :n], b.k[:, :, :, :n], atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(a.v[:, :, :, :n], b.v[:, :, :, :n], atol=1e-5, rtol=1e-5)
+    assert torch.equal(a.positions[:, :, :n], b.positions[:, :, :n])
+
+
+def _stop_for(target: Target, seed: int) -> StopRule:
+    """Odd seeds stop at a <|cot_end|> that greedy decoding really emits."""
+    if seed % 2 == 0:
+        return UNREACHABLE
+    reference, _, _ = _run(target, seed, UNREACHABLE)
+    k = (2 + seed % 12) % (len(reference.tokens) - 2)
+    cot_end = reference.tokens[k]
+    tfs = (cot_end + 1) % 500
+    return StopRule(cot_end, tfs, MAX_NEW)
+
+
+SEEDS = range(50)
+
+
+def test_speculative_greedy_matches_autoregressive_with_random_drafter(target):
+    proposer = _drafter_proposer(target)
+    stopped = 0
+    accepted = []
+    for seed in SEEDS:
+        stop = _stop_for(target, seed)
+        ref, ref_cache, positions = _run(target, seed, stop)
+        got, cache, _ = _run(target, seed, stop, proposer)
+        assert got.tokens == ref.tokens, seed
+        assert got.stopped_by == ref.stopped_by and got.next_position == ref.next_position
+        _assert_same_cache(cache, ref_cache)
+        stopped += ref.stopped_by == "cot_end"
+        accepted += got.accepted_lengths
+    assert stopped >= 20
+    assert sum(accepted) / len(accepted) < 1.5
+
+
+def test_speculative_greedy_with_oracle_accepts_full_blocks(target):
+    for seed in SEEDS:
+        stop = _stop_for(target, seed)
+        ref, ref_cache, _ = _run(target, seed, stop)
+        got, cache, _ = _run(target, seed, stop, OracleProposer(ref.tokens), context_len=0)
+        assert got.tokens == ref.tokens, seed
+        _assert_same_cache(cache, ref_cache)
+        assert got.accepted_lengths[:-1] == [8] * (len(got.accepted_lengths) - 1)
+        generated = len(ref.tokens) - (1 if ref.stopped_by == "cot_end" else 2)
+        assert sum(got.accepted_lengths) == generated - 1
+        assert got.target_forwards == len(got.accepted_lengths) + 1
+
+
+def test_mrope_drafter_path_is_lossless(target):
+    proposer = _drafter_proposer(target, rotary="mrope", seed=3)
+    for seed in range(5):
+        stop = _stop_for(target, seed)
+        ref, ref_cache, _ = _run(target, seed, stop)
+        got, cache, _ = _run(target, seed, stop, proposer)
+        assert got.tokens == ref.tokens
+        _assert_same_cache(cache, ref_cache)
+
+
+def test_positions_continue_after_prompt_max_on_all_axes(target):
+    ref, cache, positions = _run(target, 4, UNREACHABLE)
+    n = positions.shape[2]
+    start = int(positions.max()) + 1
+    assert start < n
+    expected = text_positions(start, len(ref.tokens))
+    assert torch.equal(cache.positions[:, :, n:cache.length], expected)
+    assert ref.next_position == start + len(ref.tokens)
+
+
+def test_stop_rules(target):
+    ref, cache, positions = _run(target, 0, UNREACHABLE)
+    assert ref.stopped_by == "max_tokens" and len(ref.tokens) == MAX_NEW + 2
+    assert ref.tokens[-2:] == [510, 511]
+    assert cache.length == positions.shape[2] + len(ref.tokens)
+    first = ref.tokens[0]
+    immediate = StopRule(first, (first + 1) % 500, MAX_NEW)
+    for proposer in (None, _drafter_proposer(target)):
+        got, cache, positions = _run(target, 0, immediate, proposer)
+        assert got.tokens == [first, (first + 1) % 500] and got.stopped_by == "cot_end"
+        assert cache.length == positions.shape[2] + 2
+    one = StopRule(510, 511, 1)
+    got, _, _ = _run(target, 0, one, OracleProposer(ref.tokens), context_len=0)
+    assert got.tokens == [first, 510, 511] and got.stopped_by == "max_tokens"
+
+
+def test_oracle_block_cut_at_cot_end(target):
+    ref, _, _ = _run(target, 7, UNREACHABLE)
+    stop = StopRule(ref.tokens[5], 511, MAX_NEW)
+    cut, cut_cache, positions = _run(target, 7, stop)
+    assert cut.tokens[-2:] == [ref.tokens[5], 511]
+    got, cache, _ = _run(target, 7, stop, OracleProposer(ref.tokens), context_len=0)
+    assert got.tokens == cut.tokens and got.accepted_lengths == [cut.tokens.index(ref.tokens[5])]
+    _assert_same_cache(cache, cut_cache)
+
+
+def test_bad_usage_raises(target):
+    with pytest.raises(ValueError):
+        StopRule(3, 3, 5)
+    with pytest.raises(ValueError):
+        StopRule(3, 4, 0)
+    with pytest.raises(ValueError):
+        Sampling(temperature=0.0)
+    with pytest.raises(ValueError, match="features"):
+        _run(target, 0, UNREACHABLE, _drafter_proposer(target), context_len=0)
+    wrong = Target(target.backbone, target.lm_head, (0, 1, 2))
+    with pytest.raises(ValueError, match="layers"):
+        _run(wrong, 0, UNREACHABLE, _drafter_proposer(target))
+
+
+def test_top_p_keeps_smallest_nucleus():
+    logits = torch.log(torch.tensor([0.5, 0.3, 0.15, 0.05]))
+    probs = sampling_probs(logits, Sampling(1.0, top_p=0.7))
+    torch.testing.assert_close(probs, torch.tensor([0.625, 0.375, 0.0, 0.0], dtype=torch.float64))
+
+
+def _chi2_pvalue(counts: torch.Tensor, expected_probs: torch.Tensor) -> float:
+    n = counts.sum()
+    expected = expected_probs * n
+    big = expected >= 5
+    obs = torch.cat([counts[big], counts[~big].sum()[None]])
+    exp = torch.cat([expected[big], expected[~big].sum()[None]])
+    keep = exp > 0
+    obs, exp = obs[keep], exp[keep]
+    stat = ((obs - exp) ** 2 / exp).sum()
+    df = torch.tensor(float(len(obs) - 1), dtype=torch.float64)
+    return float(torch.special.gammaincc(df / 2, stat / 2))
+
+
+def test_accept_sampled_preserves_target_marginal():
+    g = torch.Generator().manual_seed(0)
+    p = torch.tensor([[0.6, 0.25, 0.1, 0.05], [0.1, 0.2, 0.3, 0.4]], dtype=torch.float64)
+    q = torch.tensor([[0.05, 0.1, 0.25, 0.6]], dtype=torch.float64)
+    for fixed in (False, True):
+        counts = torch.zeros(4, dtype=torch.float64)
+        for _ in range(6000):
+            draft = torch.tensor([2]) if fixed else torch.multinomial(q[0], 1, generator=g)
+            accepted, nxt = accept_sampled(draft, None if fixed else q, p, g)
+            counts[int(draft[0]) if accepted else nxt] += 1
+        assert _chi2_pvalue(counts, p[0]) > 1e-3
+
+
+def test_speculative_sampling_preserves_distribution():
+    torch.manual_seed(0)
+    cfg = tiny(vocab_size=12)
+    vlm = VLM(cfg.vision, cfg.text).eval()
+    with torch.no_grad():
+        vlm.lm_head.weight.mul_(6.0)
+    tgt = Target(vlm.language_model, vlm.lm_head, cfg.drafter.target_layer_ids)
+    drafter = Drafter(dataclasses.replace(cfg.drafter, block_size=4), cfg.text).eval()
+    proposer = DFlashProposer(drafter, tgt.embed_tokens, tgt.lm_head)
+    stop = StopRule(cot_end_id=10, traj_future_start_id=11, max_new_tokens=2)
+    sampling = Sampling(temperature=1.0)
+    ids = torch.tensor([[1, 5, 3, 7, 2]])
+    positions = text_positions(0, 5)
+    with torch.no_grad():
+        embeds = tgt.embed_tokens(ids)
+
+    def fresh() -> KVCache:
+        return KVCache(cfg.text.num_hidden_layers, 1, cfg.text.num_key_value_heads, 16,
+                       cfg.text.head_dim, dtype=torch.float32)
+
+    with torch.no_grad():
+        base = fresh()
+        out = prefill(tgt, embeds, positions, base, context_len=8)
+        p1 = sampling_probs(out.logits, sampling)
+        p2 = torch.zeros(12, dtype=torch.float64)
+        for t1 in range(12):
+            if t1 == 10:
+                p2[11] += p1[t1]
+                continue
+            cache = fresh()
+            prefill(tgt, embeds, positions, cache)
+            state = start_state(out, cache, None, None)
+            state.generated = [t1]
+            p2 += p1[t1] * sampling_probs(decode_one(tgt, state).logits[-1], sampling)
+        first = start_state(out, fresh(), None, None)
+        request = ProposalRequest(int(torch.argmax(p1)), [0], out.features, out.feature_slots,
+                                  None, 5, 5, sampling, torch.Generator().manual_seed(0))
+        q1 = proposer.propose(request).probs[0]
+        assert first.generated and 0.5 * float((q1 - p2).abs().sum()) > 0.3
+
+    g = torch.Generator().manual_seed(1)
+    c1 = torch.zeros(12, dtype=torch.float64)
+    c2 = torch.zeros(12, dtype=torch.float64)
+    for _ in range(1500):
+        cache = fresh()
+        with torch.no_grad():
+            out = prefill(tgt, embeds, positions, cache, context_len=8)
+        result = speculative_decode(tgt, proposer, out, cache, stop, sampling, g)
+        c1[result.tokens[0]] += 1
+        c2[result.tokens[1] if result.tokens[0] != 10 else 11] += 1
+    assert _chi2_pvalue(c1, p1) > 1e-3
+    assert _chi2_pvalue(c2, p2) > 1e-3
