@@ -103,11 +103,14 @@ def _snapshot(world: World, t: float, ego: EgoState, route_s: float) -> SceneSna
     return SceneSnapshot(t, ego, route_s, tuple(boxes), lights)
 
 
-def simulate(seed: int, seconds: float, world: World | None = None) -> DriveLog:
-    """Drive for `seconds` plus the future horizon; deterministic for a seed."""
+def simulate(seed: int, seconds: float, blocks: tuple[str, ...] | None = None) -> DriveLog:
+    """Drive for `seconds` plus the future horizon; deterministic for a seed.
+
+    blocks: scenario blocks to start the route with (see scenarios.build_world).
+    """
     if seconds <= 0:
         raise ValueError(f"seconds must be > 0, got {seconds}")
-    world = build_world(seed, seconds) if world is None else world
+    world = build_world(seed, seconds, blocks)
     expert = Expert(world)
     x, y, yaw = world.route.pose_at(world.ego_start_s)
     ox, oy = world.route.offset_point(world.ego_start_s, EGO_LANE_D)

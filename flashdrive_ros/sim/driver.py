@@ -62,6 +62,8 @@ def idm_accel(v: float, v_des: float, obstacles: list[Obstacle], p: IdmParams):
         if term > worst:
             worst, binding = term, ob
     accel = float(np.clip(free - worst, -p.b_max, p.a_max))
+    if binding is not None and binding.speed < 0.1 and binding.gap < p.s0 + 1.0 and v > 0:
+        accel = min(accel, -min(p.b_max, v / 0.5))
     return accel, binding, free
 
 

@@ -177,20 +177,29 @@ class _Builder:
         self.spans.append(ScenarioSpan("pedestrian_yield", s_cw - 45.0, s_cw + 3.0))
 
 
-def build_world(seed: int, seconds: float) -> World:
-    """A deterministic world for a drive of `seconds` (plus the 6.4 s future horizon)."""
+def build_world(seed: int, seconds: float, blocks: tuple[str, ...] | None = None) -> World:
+    """A deterministic world for a drive of `seconds` (plus the 6.4 s future horizon).
+
+    blocks: the scenario blocks to start with (default FIRST_BLOCKS, then random blocks);
+    when given, the route continues with plain cruise blocks after them.
+    """
     if seconds <= 0:
         raise ValueError(f"seconds must be > 0, got {seconds}")
+    unknown = [k for k in (blocks or ()) if k not in BLOCK_KINDS]
+    if unknown:
+        raise ValueError(f"unknown scenario blocks {unknown}; known: {BLOCK_KINDS}")
     rng = np.random.default_rng(seed)
     v_cruise = float(rng.uniform(11.0, 13.0))
     need = EGO_START_S + (seconds + 8.0) * v_cruise + 200.0
     b = _Builder(rng)
-    kinds = list(FIRST_BLOCKS)
-    while b.s < need:
+    kinds = list(FIRST_BLOCKS if blocks is None else blocks)
+    while b.s < need or kinds:
         if kinds:
             kind = kinds.pop(0)
-        else:
+        elif blocks is None:
             kind = str(rng.choice(BLOCK_KINDS))
+        else:
+            kind = "cruise"
         b.block(kind)
     b.straight(60.0)
     route = integrate_segments(0.0, 0.0, 0.0, b.segments)
