@@ -38,6 +38,7 @@ setup(
         "console_scripts": [
             "drive_node = flashdrive_ros.ros.node:main",
             "flashdrive-replay = flashdrive_ros.eval.cli:main",
+            "flashdrive-sim = flashdrive_ros.sim.cli:main",
         ],
     },
 )
