@@ -51,10 +51,8 @@ class VisionAttention(nn.Module):
         """x: [N, hidden]; cos, sin: [N, Dh]; attention is within each segment."""
         n = x.shape[0]
         qkv = self.qkv(x).view(n, 3, self.num_heads, self.head_dim).permute(1, 2, 0, 3)
-        q, k, v = qkv.unbind(0)  # q: [H, N, Dh]
-        dtype = q.dtype
-        q = apply_rotary(q.float().unsqueeze(0), cos[None], sin[None]).to(dtype)[0]
-        k = apply_rotary(k.float().unsqueeze(0), cos[None], sin[None]).to(dtype)[0]
+        qk = apply_rotary(qkv[:2].float(), cos[None], sin[None]).to(qkv.dtype)  # [2, H, N, Dh]
+        q, k, v = qk[0], qk[1], qkv[2]  # q: [H, N, Dh]
         if len(set(segment_lengths)) == 1:
             seg = segment_lengths[0]
             count = n // seg
