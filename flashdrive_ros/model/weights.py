@@ -168,10 +168,10 @@ def load_state(path: str | Path, expected: Mapping[str, tuple[int, ...]] | None 
             problems.append(f"{file}: index lists {len(absent)} tensor(s) the shard lacks, "
                             f"e.g. {absent[:3]}")
             reported.update(absent)
-        with safe_open(str(target), framework="pt", device=str(torch.device(device))) as fh:
+        with safe_open(str(target), framework="pt", device="cpu") as fh:
             for name in wanted:
                 if name in stored:
-                    state[name] = fh.get_tensor(name)
+                    state[name] = fh.get_tensor(name).to(device)
     if expected is not None:
         missing = sorted(set(expected) - set(state) - set(optional) - reported)
         unexpected = sorted(set(state) - set(expected))
