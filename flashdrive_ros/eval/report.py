@@ -50,6 +50,9 @@ def _rows(report: dict) -> tuple[list[str], list[list[str]]]:
     rows.append([f"within {1000 / report['control_rate_hz']:.0f} ms period",
                  *(_fmt(b.get("within_control_period")) for b in blocks.values())])
     rows.append(["deadline misses", *(_fmt(b.get("deadline_misses")) for b in blocks.values())])
+    if any("control_rate_held" in b for b in blocks.values()):
+        rows.append(["control rate held (ticks with a new plan)",
+                     *(_fmt(b.get("control_rate_held")) for b in blocks.values())])
     if any("plan_age_s" in b for b in blocks.values()):
         rows.append(["plan age p50 (s)", *(_fmt(b.get("plan_age_s", {}).get("p50"))
                                            for b in blocks.values())])

@@ -105,6 +105,7 @@ def run_through_ros(options: ReplayOptions
     check_camera_count(model, options.topics)
     with BagReader(options.bag, options.topics) as bag:
         raw_images = {bag.image_types[t] for t in options.topics.cameras} == {RAW_TYPE}
+        end_s = bag.end_time
         track = OdometryTrack(bag.odometry())
         labels = LabelIndex(bag.labels(), 0.5 / options.control_rate_hz)
     roles = {"trajectory": names.TRAJECTORY_TOPIC, "trajectory_samples": names.SAMPLES_TOPIC,
@@ -115,7 +116,7 @@ def run_through_ros(options: ReplayOptions
     node_stats, overlays = {}, []
     for mode in options.modes:
         recorded, session = run_mode(options, mode, raw_images, process_domain_id())
-        recording = read_recording(recorded, topics)
+        recording = read_recording(recorded, topics, end_s)
         results, skipped = plan_results(recording, track, labels,
                                         model.action.num_waypoints, model.action.dt)
         if not recording.plans:
@@ -123,7 +124,7 @@ def run_through_ros(options: ReplayOptions
                               f"{session.play.messages} messages were played; log:\n"
                               f"{_log_tail(options.out_dir / f'drive_node_{mode}.log')}")
         replay.results[mode], replay.skipped[mode] = results, skipped
-        replay.ticks = max(replay.ticks, int(recording.node_stats["node_ticks"] or 0))
+        replay.ticks = max(replay.ticks, recording.node_stats["control_ticks"])
         node_stats[mode] = {**recording.node_stats, "recorded_bag": str(recorded),
                             "played_messages": session.play.messages,
                             "playback_max_lateness_s": session.play.max_lateness_s,

@@ -86,7 +86,7 @@ class PlanRecorder:
                             for t, m in self.topics.items()}
         self.subscriptions = {}
         self.counts = dict.fromkeys(self.topics, 0)
-        self.last_receipt = time.monotonic()
+        self.last_receipt = dict.fromkeys(self.topics, time.monotonic())
         self._lock = threading.Lock()
         self._closed = False
 
@@ -128,7 +128,7 @@ class PlanRecorder:
             self.writer.write(self.connections[topic], self.node.get_clock().now().nanoseconds,
                               data)
             self.counts[topic] += 1
-            self.last_receipt = time.monotonic()
+            self.last_receipt[topic] = time.monotonic()
 
     def close(self) -> None:
         with self._lock:
@@ -143,7 +143,7 @@ class SessionSettings:
     node_name: str = NODE_NAME
     configure_timeout_s: float = 300.0
     match_timeout_s: float = 30.0
-    drain_quiet_s: float = 2.0
+    drain_quiet_s: float = 3.0
     drain_timeout_s: float = 60.0
     domain_id: int | None = None
     input_topics: list[str] = field(default_factory=list)
@@ -156,12 +156,14 @@ class SessionResult:
     unmatched_inputs: list[str]
 
 
-def _drain(recorder: PlanRecorder, player: BagPlayer, end_s: float,
+def _drain(recorder: PlanRecorder, player: BagPlayer, end_s: float, new_plan_topic: str,
            settings: SessionSettings) -> None:
-    """Keep /clock running past the bag's end until no output arrived for drain_quiet_s."""
+    """Keep /clock running past the bag's end until no new plan (its reasoning message)
+    arrived for drain_quiet_s."""
     start = time.monotonic()
     while time.monotonic() - start < settings.drain_timeout_s:
-        if time.monotonic() - recorder.last_receipt > settings.drain_quiet_s:
+        if time.monotonic() - max(recorder.last_receipt[new_plan_topic], start) > \
+                settings.drain_quiet_s:
             return
         time.sleep(0.05)
         player.publish_clock(end_s + (time.monotonic() - start) * settings.rate)
@@ -196,7 +198,8 @@ def record_replay(bag: str | Path, out_bag: str | Path,
             raise LifecycleError(f"recorder never matched {unmatched_outputs}")
         unmatched = player.wait_for_subscribers(settings.input_topics, settings.match_timeout_s)
         stats = player.play()
-        _drain(recorder, player, player.end_s, settings)
+        _drain(recorder, player, player.end_s,
+               resolved(REASONING_TOPIC, node_name=settings.node_name), settings)
         lifecycle.transition(Transition.TRANSITION_DEACTIVATE, settings.match_timeout_s)
         return SessionResult(play=stats, counts=dict(recorder.counts),
                              unmatched_inputs=unmatched)
