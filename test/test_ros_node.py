@@ -249,19 +249,48 @@ def test_configure_activate_plan_and_recover_from_faults(graph):
     count = len(feeder.paths)
     time.sleep(0.3)
     assert len(feeder.paths) == count
+
+    assert feeder.transition(Transition.TRANSITION_ACTIVATE)
+    wait_for(lambda: all(p.get_subscription_count() >= 1 for p in feeder.images),
+             what="subscriptions after re-activation")
+    reactivated = time.monotonic()
+    feeder.drive(2.5)
+    wait_for(lambda: feeder.valid_paths(after=reactivated), what="plans after re-activation")
+    assert feeder.transition(Transition.TRANSITION_DEACTIVATE)
     assert feeder.transition(Transition.TRANSITION_CLEANUP)
     assert feeder.state() == State.PRIMARY_STATE_UNCONFIGURED
     assert node.engine is None
 
 
-def test_invalid_parameters_fail_configure_with_reason(graph, tiny_model_dir):
+@pytest.mark.parametrize("override", [
+    Parameter("camera_info_topics", value=["/only/one"]),
+    Parameter("sync_queue_size", value=1000),
+    Parameter("control_rate_hz", value="fast"),
+    Parameter("model_dir", value="/nonexistent/model"),
+], ids=lambda p: p.name)
+def test_invalid_parameters_fail_configure_without_crashing(graph, tiny_model_dir, override):
     context = graph[0].context
+    overrides = [Parameter("model_dir", value=str(tiny_model_dir)), Parameter("device",
+                                                                             value="cpu")]
     node = DriveNode(context=context, namespace="/bad", parameter_overrides=[
-        Parameter("model_dir", value=str(tiny_model_dir)),
-        Parameter("camera_info_topics", value=["/only/one"])])
+        *[p for p in overrides if p.name != override.name], override])
     try:
         assert node.trigger_configure() == TransitionCallbackReturn.FAILURE
         assert node.engine is None and node.outputs is None
-        node.set_parameters([Parameter("max_plan_age_s", value=2.0)])
     finally:
+        node.destroy_node()
+
+
+def test_model_without_drafter_fails_configure_with_speculative_on(graph, tmp_path):
+    model_dir = make_tiny_model_dir(tmp_path / "model")
+    (model_dir / "drafter.safetensors").unlink()
+    node = DriveNode(context=graph[0].context, namespace="/nodrafter", parameter_overrides=[
+        Parameter("model_dir", value=str(model_dir)), Parameter("device", value="cpu")])
+    try:
+        assert node.trigger_configure() == TransitionCallbackReturn.FAILURE
+        node.set_parameters([Parameter("speculative", value=False)])
+        assert node.trigger_configure() == TransitionCallbackReturn.SUCCESS
+        assert node.trigger_cleanup() == TransitionCallbackReturn.SUCCESS
+    finally:
+        node.release_all()
         node.destroy_node()

@@ -1,13 +1,15 @@
 """drive_node: the lifecycle node that runs the driving model.
 
 configure: declare and validate parameters, load the engine, create the (lifecycle)
-publishers. activate: warm the engine up, subscribe, start the planner worker and the
-control-rate timer. deactivate: unsubscribe, stop the timer and the worker. cleanup /
-shutdown: free the engine and the publishers.
+publishers. activate: warm the engine up, start from a fresh window buffer and streaming
+state, subscribe, start the planner worker and the control-rate timer. deactivate:
+unsubscribe, stop the timer and the worker. cleanup / shutdown: free the engine and the
+publishers.
 """
 
 from __future__ import annotations
 
+import gc
 import sys
 import time
 from collections.abc import Callable
@@ -50,6 +52,14 @@ def engine_config(params: DriveParams, device: str) -> EngineConfig:
                         cuda_graphs=params.cuda_graphs and device.startswith("cuda"), **common)
 
 
+def free_device_memory() -> None:
+    """Return the freed engine's cached CUDA memory to the device."""
+    gc.collect()
+    torch = sys.modules.get("torch")
+    if torch is not None and torch.cuda.is_initialized():
+        torch.cuda.empty_cache()
+
+
 def load_engine(model_dir: Path, config: EngineConfig) -> PlanningEngine:
     from flashdrive_ros.engine.engine import Engine
 
@@ -88,10 +98,6 @@ class DriveNode(LifecycleNode):
             return TransitionCallbackReturn.FAILURE
         self.params = params
         self.engine = engine
-        overlay_index = (params.camera_names.index(params.overlay_camera)
-                         if params.overlay_camera else None)
-        self.loop = PlannerLoop(engine, WindowBuilder(len(params.camera_names)),
-                                params.camera_names, overlay_index)
         self.outputs = OutputPublishers(self, params)
         self.get_logger().info(f"configured: model {params.resolved_model_dir}, "
                                f"{config.mode} on {device}, {len(params.camera_names)} cameras")
@@ -109,6 +115,11 @@ class DriveNode(LifecycleNode):
             self.get_logger().error(f"activate failed: engine warm-up: "
                                     f"{type(exc).__name__}: {exc}")
             return TransitionCallbackReturn.FAILURE
+        self.engine.reset()
+        overlay_index = (params.camera_names.index(params.overlay_camera)
+                         if params.overlay_camera else None)
+        self.loop = PlannerLoop(self.engine, WindowBuilder(len(params.camera_names)),
+                                params.camera_names, overlay_index)
         self.outputs.reset()
         self.inputs = InputSubscriptions(self, params, self.loop, self.outputs.set_camera_info)
         self.loop.start()
@@ -147,13 +158,15 @@ class DriveNode(LifecycleNode):
             self.inputs = None
         if self.loop is not None:
             self.loop.stop()
+            self.loop = None
 
     def _release(self) -> None:
         if self.outputs is not None:
             self.outputs.destroy()
             self.outputs = None
-        self.loop = None
-        self.engine = None
+        if self.engine is not None:
+            self.engine = None
+            free_device_memory()
 
     def _tick(self) -> None:
         if self.outputs is None or self.loop is None:
