@@ -193,8 +193,10 @@ def test_bad_inputs_raise_clear_errors(model):
               attn_mask=torch.ones(1, 1, 4, 5, dtype=torch.bool))
     blind = torch.ones(1, 1, 4, 4, dtype=torch.bool)
     blind[0, 0, 2] = False
+    untouched = _cache(model, 4)
     with pytest.raises(ValueError, match="no slot"):
-        model(embeds, positions, _cache(model, 4), torch.arange(4), attn_mask=blind)
+        model(embeds, positions, untouched, torch.arange(4), attn_mask=blind)
+    assert untouched.length == 0
     with pytest.raises(ValueError, match="deepstack"):
         model(embeds, positions, _cache(model, 8), torch.arange(4),
               visual_mask=torch.ones(1, 4, dtype=torch.bool), deepstack=[torch.randn(3, h)])

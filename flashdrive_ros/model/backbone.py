@@ -142,15 +142,15 @@ class TextBackbone(nn.Module):
         """
         self._check_inputs(inputs_embeds, positions, cache, slots, visual_mask, deepstack,
                            output_layers)
+        length = max(cache.length, int(slots.max()) + 1)
+        mask = self._grouped_mask(
+            self._attention_mask(attn_mask, slots, inputs_embeds.shape[0], length))
         cache.set_positions(slots, positions)
-        cache.advance_to(int(slots.max()) + 1)
-        length = cache.length
+        cache.advance_to(length)
         dtype = inputs_embeds.dtype
         query_cos, query_sin = self.rotary_cos_sin(positions, dtype)
         key_cos, key_sin = self.rotary_cos_sin(cache.positions[:, :, :length], dtype)
         rotary = RotaryTables(query_cos, query_sin, key_cos, key_sin, length)
-        mask = self._grouped_mask(
-            self._attention_mask(attn_mask, slots, inputs_embeds.shape[0], length))
         deepstack = deepstack or []
         x = inputs_embeds
         layer_hidden: dict[int, torch.Tensor] = {}
