@@ -133,13 +133,15 @@ def test_plans_are_deterministic_under_a_seed(parts):
 def test_reset_and_discontinuity_force_a_full_prefill(parts):
     eng = engine(parts)
     assert [p.full_prefill for p in run(eng, (0, 1, 2))] == [True, False, False]
-    assert eng.step(window(4)).full_prefill
-    assert not eng.step(window(5)).full_prefill
+    assert eng.step(window(4)).prefill_reason == ("frames are not the previous window's "
+                                                  "shifted by one")
+    streamed = eng.step(window(5))
+    assert not streamed.full_prefill and streamed.prefill_reason == ""
     eng.reset()
-    assert eng.step(window(6)).full_prefill
+    assert eng.step(window(6)).prefill_reason == "first window"
     moved = window(7)
     moved.time_base_reset = True
-    assert eng.step(moved).full_prefill
+    assert eng.step(moved).prefill_reason == "time base reset"
 
 
 @pytest.mark.parametrize("bad,match", [

@@ -150,7 +150,8 @@ class Engine:
                     accepted_lengths=list(decoded.accepted_lengths),
                     tokens_generated=len(coc_ids) + (decoded.stopped_by == "cot_end"),
                     mode=self.cfg.mode,
-                    full_prefill=plan.full, sequence=window.sequence)
+                    full_prefill=plan.full, sequence=window.sequence,
+                    prefill_reason=plan.reason)
 
     def check_window(self, window: Window) -> None:
         p, a = self.model.cfg.prompt, self.model.cfg.action

@@ -49,6 +49,7 @@ class Plan:
 
     trajectories: float64 [K, N_wp, 3] (x, y, yaw) in the t0 ego frame, waypoint i at
         (i + 1) * dt seconds after t0.
+    prefill_reason: why the prefill was full ("" for a streaming prefill).
     """
 
     t0: float
@@ -62,6 +63,7 @@ class Plan:
     mode: str = "flashdrive"
     full_prefill: bool = True
     sequence: int = 0
+    prefill_reason: str = ""
 
     @property
     def accepted_length_mean(self) -> float:
