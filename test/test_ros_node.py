@@ -206,6 +206,11 @@ def test_configure_activate_plan_and_recover_from_faults(graph):
     assert overlay.encoding == "rgb8" and overlay.width == 64
     assert any(s.message == "planning" for s in feeder.planner_statuses())
 
+    assert node.set_parameters([Parameter("max_plan_age_s", value=1.6)])[0].successful
+    assert node.outputs.params.max_plan_age_s == 1.6
+    assert not node.set_parameters([Parameter("max_plan_age_s", value=-1.0)])[0].successful
+    assert node.outputs.params.max_plan_age_s == 1.6
+
     feeder.drive(0.3, corrupt_camera=1)
     wait_for(lambda: any("corrupt_payload" in f for f in feeder.input_faults()),
              what="corrupt JPEG named in diagnostics")

@@ -86,7 +86,8 @@ def test_declare_read_and_reject_on_a_real_node(context, tmp_path):
         assert params.control_rate_hz == 20.0 and params.mode == "baseline"
         assert params.camera_names == ["a", "b"] and params.overlay_camera == "b"
         assert params.overlay_intrinsics == [0.0, 0.0, 0.0, 0.0]
-        add_validation_callback(node)
+        accepted = []
+        add_validation_callback(node, accepted.append)
 
         result = node.set_parameters([Parameter("max_plan_age_s", value=1.5)])[0]
         assert result.successful
@@ -101,6 +102,7 @@ def test_declare_read_and_reject_on_a_real_node(context, tmp_path):
         result = node.set_parameters([Parameter("mode", value="turbo")])[0]
         assert not result.successful and "one of" in result.reason
         assert read_parameters(node).control_rate_hz == 20.0
+        assert len(accepted) == 1 and accepted[0].max_plan_age_s == 1.5
     finally:
         node.destroy_node()
 

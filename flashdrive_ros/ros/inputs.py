@@ -98,6 +98,7 @@ class InputSubscriptions:
         stamps = [stamp for stamp, _ in items]
         if any(s < last for s, last in zip(stamps, self._last_handed)):
             self.late_sets_dropped += 1
+            self.loop.set_extra("late_camera_sets_dropped", self.late_sets_dropped)
             return
         self._last_handed = stamps
         self.loop.add_camera_set(stamps, [rgb for _, rgb in items])

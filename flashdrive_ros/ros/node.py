@@ -86,8 +86,7 @@ class DriveNode(LifecycleNode):
             self.get_logger().error(f"configure failed: invalid parameters: {exc}")
             return TransitionCallbackReturn.FAILURE
         if self._validation is None:
-            self._validation = add_validation_callback(self)
-            self.add_post_set_parameters_callback(self._on_parameters_set)
+            self._validation = add_validation_callback(self, self._on_parameters_accepted)
         try:
             device = resolve_device(params.device)
             config = engine_config(params, device)
@@ -174,9 +173,10 @@ class DriveNode(LifecycleNode):
         now = self.get_clock().now().nanoseconds * 1e-9
         self.outputs.tick(self.loop, now, time.monotonic())
 
-    def _on_parameters_set(self, parameters) -> None:
-        if self.outputs is not None:
-            self.outputs.params = read_parameters(self)
+    def _on_parameters_accepted(self, params: DriveParams) -> None:
+        outputs = self.outputs
+        if outputs is not None:
+            outputs.params = params
 
 
 def main(args: list[str] | None = None) -> None:

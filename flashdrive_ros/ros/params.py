@@ -253,9 +253,10 @@ def _plain(values: dict[str, Any]) -> dict[str, Any]:
             for k, v in values.items()}
 
 
-def add_validation_callback(node):
-    """Reject a parameter change that would make DriveParams invalid, with the reason.
-    Returns the callback handle."""
+def add_validation_callback(node, on_accepted=None):
+    """Reject a parameter change that would make DriveParams invalid, with the reason;
+    `on_accepted(params)` receives the DriveParams of an accepted change. Returns the
+    callback handle."""
     from rcl_interfaces.msg import SetParametersResult
 
     def validate(changes) -> SetParametersResult:
@@ -264,9 +265,11 @@ def add_validation_callback(node):
             if parameter.name in values:
                 values[parameter.name] = parameter.value
         try:
-            DriveParams(**_plain(values))
+            params = DriveParams(**_plain(values))
         except (ParameterError, TypeError) as exc:
             return SetParametersResult(successful=False, reason=str(exc))
+        if on_accepted is not None:
+            on_accepted(params)
         return SetParametersResult(successful=True)
 
     return node.add_on_set_parameters_callback(validate)

@@ -109,6 +109,11 @@ class PlannerLoop:
             health.received += 1
             health.last_receipt = self.clock()
 
+    def set_extra(self, key: str, value: object) -> None:
+        """An extra planner value reported on /diagnostics."""
+        with self._lock:
+            self._health.extra[key] = str(value)
+
     def note_silent(self, timeout_s: float) -> None:
         """Mark inputs that received nothing for `timeout_s` as silent."""
         now = self.clock()
