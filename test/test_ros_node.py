@@ -299,3 +299,56 @@ def test_model_without_drafter_fails_configure_with_speculative_on(graph, tmp_pa
     finally:
         node.release_all()
         node.destroy_node()
+
+
+def test_raw_images_with_row_padding_are_planned(graph, tiny_model_dir):
+    context = graph[0].context
+    topics = [f"/raw_test/{name}/image_raw" for name in CAMERAS]
+    node = DriveNode(context=context, namespace="/raw_test", parameter_overrides=[
+        Parameter("model_dir", value=str(tiny_model_dir)), Parameter("device", value="cpu"),
+        Parameter("speculative", value=False), Parameter("image_transport", value="raw"),
+        Parameter("image_reliability", value="reliable"), Parameter("camera_topics",
+                                                                    value=topics),
+        Parameter("odom_topic", value="/raw_test/odometry"), Parameter("max_plan_age_s",
+                                                                        value=3.0)])
+    client = Node("raw_feeder", context=context)
+    executor = MultiThreadedExecutor(num_threads=4, context=context)
+    executor.add_node(node)
+    executor.add_node(client)
+    spinner = threading.Thread(target=executor.spin, daemon=True)
+    spinner.start()
+    paths = []
+    try:
+        client.create_subscription(Path, "/raw_test/drive_node/trajectory",
+                                   lambda m: paths.append(m) if m.poses else None, 10)
+        images = [client.create_publisher(Image, t, 10) for t in topics]
+        odom = client.create_publisher(Odometry, "/raw_test/odometry", 50)
+        assert node.trigger_configure() == TransitionCallbackReturn.SUCCESS
+        assert node.trigger_activate() == TransitionCallbackReturn.SUCCESS
+        wait_for(lambda: all(p.get_subscription_count() >= 1 for p in images)
+                 and odom.get_subscription_count() >= 1, what="raw subscriptions")
+        bgr = np.zeros((48, 64 * 3 + 8), np.uint8)
+        bgr[:, : 64 * 3] = np.random.default_rng(1).integers(0, 256, (48, 64 * 3))
+        stamp = round(client.get_clock().now().nanoseconds * 1e-9, 1)
+        deadline = time.monotonic() + WAIT_S
+        while not paths and time.monotonic() < deadline:
+            stamp = round(stamp + 0.1, 6)
+            while client.get_clock().now().nanoseconds * 1e-9 < stamp:
+                time.sleep(0.005)
+            for k in range(5):
+                msg = Odometry()
+                msg.header.stamp = seconds_to_stamp(stamp - 0.08 + 0.02 * k)
+                msg.header.frame_id = "odom"
+                msg.pose.pose.orientation.w = 1.0
+                odom.publish(msg)
+            for i, publisher in enumerate(images):
+                publisher.publish(Image(header=Feeder._header(stamp, CAMERAS[i]), height=48,
+                                        width=64, encoding="bgr8", step=64 * 3 + 8,
+                                        data=bgr.tobytes()))
+        assert paths and len(paths[-1].poses) == 64
+    finally:
+        node.release_all()
+        executor.shutdown()
+        node.destroy_node()
+        client.destroy_node()
+        spinner.join(10)

@@ -106,7 +106,10 @@ def decode_compressed(fmt: str, data: bytes) -> np.ndarray:
         raise CorruptPayload("JPEG payload is truncated (no end-of-image marker)")
     if kind == "png" and not data.endswith(PNG_IEND):
         raise CorruptPayload("PNG payload is truncated (no IEND chunk)")
-    bgr = cv2.imdecode(np.frombuffer(data, np.uint8), cv2.IMREAD_COLOR)
+    try:
+        bgr = cv2.imdecode(np.frombuffer(data, np.uint8), cv2.IMREAD_COLOR)
+    except cv2.error as exc:
+        raise CorruptPayload(f"{kind} payload does not decode: {exc}") from None
     if bgr is None or bgr.ndim != 3 or bgr.shape[2] != 3 or bgr.size == 0:
         raise CorruptPayload(f"{kind} payload of {len(data)} bytes does not decode")
     return cv2.cvtColor(bgr, cv2.COLOR_BGR2RGB)
