@@ -1,8 +1,9 @@
 """Reading a rosbag2 (mcap or sqlite3) through rosbags into image, odometry and label records.
 
 Stamps are the message header stamps (the node stamps its outputs with them); the bag's log
-time orders the stream. Every bag-level problem raises a BagError subclass naming it; a single
-image that does not deserialize or decode becomes an ImageRecord with `error` set.
+time orders the stream and stamps the header-less labels (std_msgs/String JSON). Every
+bag-level problem raises a BagError subclass naming it; a single image that does not
+deserialize or decode becomes an ImageRecord with `error` set.
 """
 
 from __future__ import annotations
@@ -209,7 +210,9 @@ class BagReader:
                 np.array([twist.linear.x, twist.linear.y, twist.linear.z]))
         try:
             values = json.loads(msg.data)
-            return LabelRecord(float(values["t"]), values)
-        except (ValueError, KeyError, TypeError):
+        except ValueError:
+            values = None
+        if not isinstance(values, dict):
             self._skip(f"unparsable label on {topic}")
             return None
+        return LabelRecord(log_ns * 1e-9, values)

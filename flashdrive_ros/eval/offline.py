@@ -18,7 +18,7 @@ from tqdm import tqdm
 from flashdrive_ros.engine.types import Plan, Window
 from flashdrive_ros.engine.window import WindowBuilder, WindowRejection
 from flashdrive_ros.eval.bag import BagReader, ImageRecord, LabelRecord, OdometryRecord
-from flashdrive_ros.eval.errors import TopicsConfigError
+from flashdrive_ros.eval.errors import ReplayError, TopicsConfigError
 from flashdrive_ros.eval.ground_truth import OdometryTrack
 from flashdrive_ros.eval.metrics import nearest_decision, window_metrics, words
 from flashdrive_ros.eval.summary import SkipCounter, WindowResult
@@ -182,7 +182,11 @@ class OfflineReplay:
         baseline = self.track.constant_velocity(t0, action.num_waypoints, action.dt)
         decision = self.labels.decision_at(t0)
         for mode, planner in self.planners.items():
-            plan = planner.step(window)
+            try:
+                plan = planner.step(window)
+            except ValueError as exc:
+                raise ReplayError(f"the {mode} engine refuses the window at t0 {t0:.3f}: "
+                                  f"{exc}") from None
             self.out.results[mode].append(WindowResult(
                 t0=t0, samples=plan.trajectories, truth=truth, constant_velocity=baseline,
                 metrics=window_metrics(plan.trajectories, truth, baseline, plan.dt),

@@ -127,6 +127,7 @@ def run_through_ros(options: ReplayOptions
         replay.ticks = max(replay.ticks, recording.node_stats["control_ticks"])
         node_stats[mode] = {**recording.node_stats, "recorded_bag": str(recorded),
                             "played_messages": session.play.messages,
+                            "unplayable_topics": session.unplayable,
                             "playback_max_lateness_s": session.play.max_lateness_s,
                             "recorded_messages": recording.counts}
         overlays = overlays or recording.overlays

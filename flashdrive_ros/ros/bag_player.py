@@ -22,9 +22,14 @@ PUBLISH_DEPTH = 100
 
 
 def message_class(msgtype: str):
-    """'sensor_msgs/msg/Image' -> the rclpy message class."""
+    """'sensor_msgs/msg/Image' -> the rclpy message class; ImportError when its package is
+    not installed."""
     package, kind, name = msgtype.split("/")
-    return getattr(importlib.import_module(f"{package}.{kind}"), name)
+    module = importlib.import_module(f"{package}.{kind}")
+    try:
+        return getattr(module, name)
+    except AttributeError:
+        raise ImportError(f"{package}.{kind} has no message {name}") from None
 
 
 @dataclass
@@ -36,7 +41,8 @@ class PlayStats:
 
 
 class BagPlayer:
-    """Publishers are created on construction so subscribers can match before `play`."""
+    """Publishers are created on construction so subscribers can match before `play`.
+    Topics whose message package is not installed are not played; `unplayable` names them."""
 
     def __init__(self, node: Node, bag: str | Path, rate: float = 1.0,
                  topics: list[str] | None = None, publish_clock: bool = True) -> None:
@@ -47,20 +53,25 @@ class BagPlayer:
         self.rate = rate
         self.typestore = get_typestore(Stores.ROS2_JAZZY)
         self.publishers = {}
+        self.unplayable: dict[str, str] = {}
         with AnyReader([self.bag], default_typestore=self.typestore) as reader:
             self.start_s = reader.start_time * 1e-9
             self.end_s = reader.end_time * 1e-9
             self.connections = [c for c in reader.connections
                                 if topics is None or c.topic in topics]
             for conn in self.connections:
-                if conn.topic in self.publishers:
+                if conn.topic in self.publishers or conn.topic in self.unplayable:
+                    continue
+                try:
+                    msg_class = message_class(conn.msgtype)
+                except ImportError as exc:
+                    self.unplayable[conn.topic] = f"{conn.msgtype}: {exc}"
                     continue
                 durability = (DurabilityPolicy.TRANSIENT_LOCAL if conn.topic in LATCHED_TOPICS
                               else DurabilityPolicy.VOLATILE)
                 qos = QoSProfile(depth=PUBLISH_DEPTH, reliability=ReliabilityPolicy.RELIABLE,
                                  durability=durability)
-                self.publishers[conn.topic] = node.create_publisher(
-                    message_class(conn.msgtype), conn.topic, qos)
+                self.publishers[conn.topic] = node.create_publisher(msg_class, conn.topic, qos)
         self.clock_publisher = (node.create_publisher(Clock, "/clock", 10)
                                 if publish_clock else None)
 

@@ -154,6 +154,7 @@ class SessionResult:
     play: PlayStats
     counts: dict[str, int]
     unmatched_inputs: list[str]
+    unplayable: dict[str, str]
 
 
 def _drain(recorder: PlanRecorder, player: BagPlayer, end_s: float, new_plan_topic: str,
@@ -202,7 +203,7 @@ def record_replay(bag: str | Path, out_bag: str | Path,
                resolved(REASONING_TOPIC, node_name=settings.node_name), settings)
         lifecycle.transition(Transition.TRANSITION_DEACTIVATE, settings.match_timeout_s)
         return SessionResult(play=stats, counts=dict(recorder.counts),
-                             unmatched_inputs=unmatched)
+                             unmatched_inputs=unmatched, unplayable=player.unplayable)
     finally:
         recorder.close()
         executor.shutdown()
