@@ -56,6 +56,20 @@ class OracleProposer:
         return Proposal(torch.tensor(drafts), None)
 
 
+class UniformProposer:
+    """Drafts drawn uniformly: overlaps the target's distribution without matching it."""
+
+    def __init__(self, vocab_size: int, block_size: int) -> None:
+        self.vocab_size = vocab_size
+        self.block_size = block_size
+        self.context_len = 0
+
+    def propose(self, request: ProposalRequest) -> Proposal:
+        probs = torch.full((self.block_size - 1, self.vocab_size), 1.0 / self.vocab_size,
+                           dtype=torch.float64)
+        return Proposal(torch.multinomial(probs, 1, generator=request.generator)[:, 0], probs)
+
+
 def _prompt(target: Target, seed: int):
     """Random text, an image-like run with 3D positions, more text: embeds, positions."""
     g = torch.Generator().manual_seed(seed)
@@ -228,6 +242,16 @@ def test_accept_sampled_preserves_target_marginal():
         assert _chi2_pvalue(counts, p[0]) > 1e-3
 
 
+def _copy_cache(src: KVCache) -> KVCache:
+    dst = KVCache(src.num_layers, 1, src.k.shape[2], src.capacity, src.k.shape[4],
+                  dtype=src.k.dtype)
+    dst.k.copy_(src.k)
+    dst.v.copy_(src.v)
+    dst.positions.copy_(src.positions)
+    dst.length = src.length
+    return dst
+
+
 def test_speculative_sampling_preserves_distribution():
     torch.manual_seed(0)
     cfg = tiny(vocab_size=12)
@@ -239,44 +263,34 @@ def test_speculative_sampling_preserves_distribution():
     proposer = DFlashProposer(drafter, tgt.embed_tokens, tgt.lm_head)
     stop = StopRule(cot_end_id=10, traj_future_start_id=11, max_new_tokens=2)
     sampling = Sampling(temperature=1.0)
-    ids = torch.tensor([[1, 5, 3, 7, 2]])
-    positions = text_positions(0, 5)
     with torch.no_grad():
-        embeds = tgt.embed_tokens(ids)
-
-    def fresh() -> KVCache:
-        return KVCache(cfg.text.num_hidden_layers, 1, cfg.text.num_key_value_heads, 16,
-                       cfg.text.head_dim, dtype=torch.float32)
-
-    with torch.no_grad():
-        base = fresh()
-        out = prefill(tgt, embeds, positions, base, context_len=8)
+        embeds = tgt.embed_tokens(torch.tensor([[1, 5, 3, 7, 2]]))
+        base = KVCache(cfg.text.num_hidden_layers, 1, cfg.text.num_key_value_heads, 16,
+                       cfg.text.head_dim)
+        out = prefill(tgt, embeds, text_positions(0, 5), base, context_len=8)
         p1 = sampling_probs(out.logits, sampling)
-        p2 = torch.zeros(12, dtype=torch.float64)
+        given = torch.zeros(12, 12, dtype=torch.float64)  # given[t1] = p(t2 | t1)
         for t1 in range(12):
-            if t1 == 10:
-                p2[11] += p1[t1]
+            if t1 == stop.cot_end_id:
+                given[t1, stop.traj_future_start_id] = 1.0
                 continue
-            cache = fresh()
-            prefill(tgt, embeds, positions, cache)
-            state = start_state(out, cache, None, None)
+            state = start_state(out, _copy_cache(base), None, None)
             state.generated = [t1]
-            p2 += p1[t1] * sampling_probs(decode_one(tgt, state).logits[-1], sampling)
-        first = start_state(out, fresh(), None, None)
-        request = ProposalRequest(int(torch.argmax(p1)), [0], out.features, out.feature_slots,
-                                  None, 5, 5, sampling, torch.Generator().manual_seed(0))
-        q1 = proposer.propose(request).probs[0]
-        assert first.generated and 0.5 * float((q1 - p2).abs().sum()) > 0.3
+            given[t1] = sampling_probs(decode_one(tgt, state).logits[-1], sampling)
+        top = int(torch.argmax(p1))
+        request = ProposalRequest(top, [top], out.features, out.feature_slots, None, 5, 5,
+                                  sampling, torch.Generator().manual_seed(0))
+        q_top = proposer.propose(request).probs[0]
+    assert 0.5 * float((q_top - given[top]).abs().sum()) > 0.3
 
     g = torch.Generator().manual_seed(1)
-    c1 = torch.zeros(12, dtype=torch.float64)
-    c2 = torch.zeros(12, dtype=torch.float64)
-    for _ in range(1500):
-        cache = fresh()
-        with torch.no_grad():
-            out = prefill(tgt, embeds, positions, cache, context_len=8)
-        result = speculative_decode(tgt, proposer, out, cache, stop, sampling, g)
-        c1[result.tokens[0]] += 1
-        c2[result.tokens[1] if result.tokens[0] != 10 else 11] += 1
-    assert _chi2_pvalue(c1, p1) > 1e-3
-    assert _chi2_pvalue(c2, p2) > 1e-3
+    for candidate, runs in ((proposer, 600), (UniformProposer(12, 4), 1000)):
+        joint = torch.zeros(12, 12, dtype=torch.float64)
+        for _ in range(runs):
+            result = speculative_decode(tgt, candidate, out, _copy_cache(base), stop, sampling,
+                                        g)
+            joint[result.tokens[0], result.tokens[1]] += 1
+        assert _chi2_pvalue(joint.sum(1), p1) > 1e-3
+        assert _chi2_pvalue(joint.sum(0), p1 @ given) > 1e-3
+        assert joint[top].sum() > 300
+        assert _chi2_pvalue(joint[top], given[top]) > 1e-3
