@@ -12,7 +12,6 @@ from __future__ import annotations
 import gc
 import sys
 import time
-from collections.abc import Callable
 from pathlib import Path
 
 import rclpy
@@ -28,9 +27,6 @@ from flashdrive_ros.ros.outputs import OutputPublishers
 from flashdrive_ros.ros.params import (DriveParams, ParameterError, add_validation_callback,
                                        declare_parameters, read_parameters)
 from flashdrive_ros.ros.planner_loop import PlannerLoop, PlanningEngine
-
-EngineLoader = Callable[[Path, EngineConfig], PlanningEngine]
-
 
 def resolve_device(device: str) -> str:
     if device != "auto":
@@ -67,9 +63,9 @@ def load_engine(model_dir: Path, config: EngineConfig) -> PlanningEngine:
 
 
 class DriveNode(LifecycleNode):
-    def __init__(self, engine_loader: EngineLoader = load_engine, **kwargs) -> None:
+    def __init__(self, **kwargs) -> None:
+        """kwargs go to rclpy's Node (context, namespace, cli_args, parameter_overrides)."""
         super().__init__(names.NODE_NAME, **kwargs)
-        self._engine_loader = engine_loader
         self._validation = None
         self.params: DriveParams | None = None
         self.engine: PlanningEngine | None = None
@@ -90,7 +86,7 @@ class DriveNode(LifecycleNode):
         try:
             device = resolve_device(params.device)
             config = engine_config(params, device)
-            engine = self._engine_loader(params.resolved_model_dir, config)
+            engine = load_engine(params.resolved_model_dir, config)
         except Exception as exc:
             self.get_logger().error(f"configure failed: engine could not be loaded from "
                                     f"{params.resolved_model_dir}: {type(exc).__name__}: {exc}")
@@ -107,9 +103,7 @@ class DriveNode(LifecycleNode):
         self.params = params
         self.outputs.params = params
         try:
-            warmup = getattr(self.engine, "warmup", None)
-            if warmup is not None:
-                warmup()
+            self.engine.warmup()
         except Exception as exc:
             self.get_logger().error(f"activate failed: engine warm-up: "
                                     f"{type(exc).__name__}: {exc}")
@@ -168,10 +162,11 @@ class DriveNode(LifecycleNode):
             free_device_memory()
 
     def _tick(self) -> None:
-        if self.outputs is None or self.loop is None:
+        outputs, loop = self.outputs, self.loop
+        if outputs is None or loop is None:
             return
         now = self.get_clock().now().nanoseconds * 1e-9
-        self.outputs.tick(self.loop, now, time.monotonic())
+        outputs.tick(loop, now, time.monotonic())
 
     def _on_parameters_accepted(self, params: DriveParams) -> None:
         outputs = self.outputs

@@ -20,9 +20,13 @@ FAULT_HOLD_S = 2.0
 
 
 class PlanningEngine(Protocol):
+    """What the node needs of flashdrive_ros.engine.engine.Engine."""
+
     def step(self, window: Window) -> Plan: ...
 
     def reset(self) -> None: ...
+
+    def warmup(self) -> None: ...
 
 
 @dataclass(frozen=True)
