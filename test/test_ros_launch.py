@@ -72,24 +72,22 @@ def test_rviz_config_shows_the_node_outputs_in_base_link():
 def test_launch_starts_and_activates_the_node():
     import launch
     from launch.launch_description_sources import PythonLaunchDescriptionSource
-    from launch_ros.events.lifecycle import StateTransition
+    from launch_ros.event_handlers import OnStateTransition
 
     reached = []
 
-    def on_transition(event, context):
-        reached.append(event.goal_state)
-        if event.goal_state == "active":
-            return [launch.actions.EmitEvent(event=launch.events.Shutdown(reason="active"))]
-        return None
+    def on_active(context):
+        reached.append("active")
+        return [launch.actions.EmitEvent(event=launch.events.Shutdown(reason="active"))]
 
     description = launch.LaunchDescription([
         launch.actions.IncludeLaunchDescription(PythonLaunchDescriptionSource(str(LAUNCH))),
-        launch.actions.RegisterEventHandler(launch.event_handler.EventHandler(
-            matcher=lambda event: isinstance(event, StateTransition), handler=on_transition)),
+        launch.actions.RegisterEventHandler(OnStateTransition(
+            goal_state="active", entities=[launch.actions.OpaqueFunction(function=on_active)])),
         launch.actions.TimerAction(period=120.0, actions=[
             launch.actions.EmitEvent(event=launch.events.Shutdown(reason="timeout"))]),
     ])
     service = launch.LaunchService()
     service.include_launch_description(description)
     service.run()
-    assert "active" in reached
+    assert reached == ["active"]
