@@ -71,7 +71,8 @@ class DFlashProposer:
     def propose(self, request: ProposalRequest) -> Proposal:
         if request.features is None:
             raise ValueError("the DFlash drafter needs target features: build the Target with "
-                             "feature_layers = drafter target_layer_ids")
+                             "feature_layers = drafter target_layer_ids and prefill with "
+                             "context_len = drafter context_len")
         k = self.block_size
         device = request.features.device
         ids = torch.full((1, k), self.drafter.mask_token_id, dtype=torch.long, device=device)
@@ -137,7 +138,8 @@ def accept_sampled(drafts: torch.Tensor, draft_probs: torch.Tensor | None,
         draft_probs = torch.zeros_like(target_probs[:-1]).scatter(1, drafts[:, None], 1.0)
     for i, token in enumerate(drafts.tolist()):
         p, q = float(target_probs[i, token]), float(draft_probs[i, token])
-        u = float(torch.rand((), generator=generator, dtype=torch.float64))
+        u = float(torch.rand((), generator=generator, dtype=torch.float64,
+                             device=target_probs.device))
         if u * q < p:
             continue
         residual = (target_probs[i] - draft_probs[i]).clamp_min(0.0)
