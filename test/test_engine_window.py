@@ -2,6 +2,8 @@ import math
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from flashdrive_ros.engine.types import Window
 from flashdrive_ros.engine.window import WindowBuilder, WindowLimits, WindowRejection
@@ -262,3 +264,37 @@ def test_bad_arguments_raise():
         WindowLimits(max_odometry_gap=-1.0)
     with pytest.raises(ValueError):
         WindowRejection("x", "not_a_code")
+
+
+_stamps = st.one_of(st.floats(min_value=-5.0, max_value=5.0),
+                    st.sampled_from([float("nan"), float("inf"), -float("inf")]))
+_values = st.floats(allow_nan=True, allow_infinity=True, width=32)
+_event = st.one_of(
+    st.tuples(st.just("image"), st.integers(0, CAMS - 1), _stamps, st.sampled_from([4, 6])),
+    st.tuples(st.just("odom"), _stamps, st.lists(_values, min_size=10, max_size=10)),
+    st.tuples(st.just("build"), _stamps),
+)
+
+
+@settings(max_examples=60, deadline=None, derandomize=True)
+@given(st.lists(_event, max_size=60), st.floats(0.0, 0.1), st.booleans())
+def test_random_event_streams_never_crash(events, step, prefed):
+    b = WindowBuilder(CAMS)
+    clock = 0.0
+    if prefed:
+        _feed(b, 10.0, image_shape=(4, 4, 3))
+        clock = 9.9
+    for event in events:
+        clock += step
+        if event[0] == "image":
+            _, cam, jitter, width = event
+            b.add_image(cam, clock + jitter, np.zeros((4, width, 3), np.uint8))
+        elif event[0] == "odom":
+            _, jitter, v = event
+            b.add_odometry(clock + jitter, v[:3], v[3:7], v[7:])
+        else:
+            result = b.build(clock + event[1] / 10)
+            assert isinstance(result, (Window, WindowRejection))
+            if isinstance(result, Window):
+                assert np.isfinite(result.ego_history).all()
+                assert np.isfinite(result.speed)
