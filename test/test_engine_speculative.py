@@ -7,7 +7,8 @@ from flashdrive_ros.engine.decoding import (Sampling, StopRule, Target, decode_o
                                             greedy_decode, prefill, required_capacity,
                                             sampling_probs, start_state)
 from flashdrive_ros.engine.speculative import (DFlashProposer, Proposal, ProposalRequest,
-                                               accept_sampled, speculative_decode)
+                                               accept_sampled, propose_block,
+                                               speculative_decode)
 from flashdrive_ros.model.config import tiny
 from flashdrive_ros.model.drafter import Drafter
 from flashdrive_ros.model.kv_cache import KVCache
@@ -294,3 +295,31 @@ def test_speculative_sampling_preserves_distribution():
         assert _chi2_pvalue(joint.sum(0), p1 @ given) > 1e-3
         assert joint[top].sum() > 300
         assert _chi2_pvalue(joint[top], given[top]) > 1e-3
+
+
+@pytest.mark.parametrize("rotary", ["flat", "mrope"])
+def test_dflash_proposer_feeds_context_and_positions(target, rotary):
+    proposer = _drafter_proposer(target, rotary=rotary, seed=4)
+    img = image_positions(3, (1, 4, 6), 2)[:, None]
+    positions = torch.cat([text_positions(0, 3), img, text_positions(6, 3)], dim=2)
+    n = positions.shape[2]
+    with torch.no_grad():
+        embeds = target.embed_tokens(torch.arange(100, 100 + n)[None])
+    cache = KVCache(CFG.text.num_hidden_layers, 1, CFG.text.num_key_value_heads, n + 40,
+                    CFG.text.head_dim)
+    with torch.no_grad():
+        out = prefill(target, embeds, positions, cache, context_len=8)
+        state = start_state(out, cache, None, None, context_len=8)
+        sampling = Sampling(1.0)
+        probs = propose_block(proposer, state, sampling, torch.Generator().manual_seed(0)).probs
+        assert torch.equal(state.feature_slots, torch.arange(n - 8, n))
+        ids = torch.tensor([[state.pending] + [proposer.drafter.mask_token_id] * 7])
+        block_slots = torch.arange(n, n + 8)
+        if rotary == "flat":
+            pos = torch.cat([state.feature_slots, block_slots])[None]
+        else:
+            block = text_positions(int(positions.max()) + 1, 8)
+            pos = torch.cat([positions[:, :, n - 8:], block], dim=2)
+        logits = proposer.drafter.propose_logits(out.features[None], ids, pos,
+                                                 target.embed_tokens, target.lm_head)
+    torch.testing.assert_close(probs, sampling_probs(logits[0], sampling), atol=1e-9, rtol=0)
