@@ -1,6 +1,7 @@
 """BagPlayer and PlanRecorder over real DDS on loopback, and LifecycleClient against a real
 rclpy lifecycle node."""
 
+import os
 import threading
 import time
 
@@ -71,12 +72,15 @@ def test_player_publishes_stored_bytes_and_recorder_writes_them(tmp_path, ros):
 
 def test_player_reports_topics_nobody_subscribes(tmp_path, ros):
     context, executor = ros
-    bag = write_drive_bag(tmp_path / "in", seconds=0.2)
+    lonely = f"/lonely_{os.getpid()}"
+    topics = TopicMapping(cameras=tuple(f"{lonely}/cam{i}" for i in range(4)),
+                          odometry=f"{lonely}/odom", labels=None)
+    bag = write_drive_bag(tmp_path / "in", seconds=0.2, topics=topics, labels=False)
     node = Node("lonely_player", context=context)
     executor.add_node(node)
-    player = BagPlayer(node, bag, topics=[TopicMapping().odometry])
-    assert player.wait_for_subscribers([TopicMapping().odometry], 0.3) == [
-        TopicMapping().odometry]
+    player = BagPlayer(node, bag, topics=[topics.odometry])
+    assert list(player.publishers) == [topics.odometry]
+    assert player.wait_for_subscribers([topics.odometry], 0.3) == [topics.odometry]
 
 
 class Managed(LifecycleNode):

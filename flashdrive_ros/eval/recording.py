@@ -86,9 +86,11 @@ def control_ticks(path_ticks: list[tuple[float, float | None]], end_s: float) ->
             "control_rate_held": (ticks - misses) / ticks if ticks else None}
 
 
-def read_recording(path: str | Path, topics: dict[str, str], end_s: float) -> Recording:
+def read_recording(path: str | Path, topics: dict[str, str], end_s: float,
+                   node_name: str) -> Recording:
     """topics: role (trajectory, trajectory_samples, reasoning, overlay, diagnostics) ->
-    resolved topic name; end_s: the played bag's end time."""
+    resolved topic name; end_s: the played bag's end time; node_name: whose planner status
+    to read from /diagnostics."""
     role_of = {topic: role for role, topic in topics.items()}
     plans: dict[float, RecordedPlan] = {}
     markers: dict[float, np.ndarray] = {}
@@ -124,7 +126,7 @@ def read_recording(path: str | Path, topics: dict[str, str], end_s: float) -> Re
                     reasoning.append((received, msg.data))
                 elif role == "diagnostics":
                     for status in msg.status:
-                        if status.name.endswith(PLANNER_STATUS_SUFFIX):
+                        if status.name == f"{node_name}{PLANNER_STATUS_SUFFIX}":
                             values = {kv.key: kv.value for kv in status.values}
                             last_planner = values
                             plan_t0 = _number(values, "plan_t0")

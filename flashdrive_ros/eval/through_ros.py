@@ -20,7 +20,6 @@ from flashdrive_ros.eval.offline import LabelIndex, ReplayResults, check_camera_
 from flashdrive_ros.eval.recording import plan_results, read_recording
 from flashdrive_ros.eval.replay import ReplayOptions, load_model_config
 
-NODE_NAME = "drive_node"
 STOP_TIMEOUT_S = 15.0
 LOG_TAIL_CHARS = 3000
 
@@ -42,7 +41,7 @@ def node_parameters(options: ReplayOptions, mode: str, raw_images: bool) -> dict
     if mode == "baseline":
         params.update(streaming=False, speculative=False, cached_velocity=False,
                       cuda_graphs=False)
-    return {f"/**/{NODE_NAME}": {"ros__parameters": params}}
+    return {"/**": {"ros__parameters": params}}
 
 
 def _log_tail(path: Path) -> str:
@@ -60,6 +59,12 @@ def _stop(process: subprocess.Popen) -> None:
             process.wait()
 
 
+def node_name() -> str:
+    """A drive_node name of this process, so that another replay or node sharing the DDS
+    domain is never driven or recorded by mistake."""
+    return f"drive_node_replay_{os.getpid()}"
+
+
 def run_mode(options: ReplayOptions, mode: str, raw_images: bool, domain_id: int):
     from flashdrive_ros.ros.plan_recorder import (LifecycleError, SessionSettings,
                                                   record_replay)
@@ -75,11 +80,11 @@ def run_mode(options: ReplayOptions, mode: str, raw_images: bool, domain_id: int
                ROS_AUTOMATIC_DISCOVERY_RANGE="LOCALHOST", PYTHONUNBUFFERED="1")
     env.setdefault("RMW_IMPLEMENTATION", "rmw_fastrtps_cpp")
     command = [sys.executable, "-m", "flashdrive_ros.ros.node", "--ros-args",
-               "--params-file", str(params_file), "-r", f"__node:={NODE_NAME}"]
+               "--params-file", str(params_file), "-r", f"__node:={node_name()}"]
     with open(log_file, "w") as log:
         process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, env=env)
     try:
-        settings = SessionSettings(rate=options.rate, node_name=NODE_NAME, domain_id=domain_id,
+        settings = SessionSettings(rate=options.rate, node_name=node_name(), domain_id=domain_id,
                                    input_topics=[*options.topics.cameras,
                                                  options.topics.odometry])
         session = record_replay(options.bag, recorded, settings)
@@ -111,12 +116,13 @@ def run_through_ros(options: ReplayOptions
     roles = {"trajectory": names.TRAJECTORY_TOPIC, "trajectory_samples": names.SAMPLES_TOPIC,
              "reasoning": names.REASONING_TOPIC, "overlay": names.OVERLAY_TOPIC,
              "diagnostics": names.DIAGNOSTICS_TOPIC}
-    topics = {role: names.resolved(topic, node_name=NODE_NAME) for role, topic in roles.items()}
+    topics = {role: names.resolved(topic, node_name=node_name())
+              for role, topic in roles.items()}
     replay = ReplayResults({}, {})
     node_stats, overlays = {}, []
     for mode in options.modes:
         recorded, session = run_mode(options, mode, raw_images, process_domain_id())
-        recording = read_recording(recorded, topics, end_s)
+        recording = read_recording(recorded, topics, end_s, node_name())
         results, skipped = plan_results(recording, track, labels,
                                         model.action.num_waypoints, model.action.dt)
         if not recording.plans:
