@@ -15,6 +15,7 @@ from sensor_msgs.msg import CameraInfo, CompressedImage, Image
 from flashdrive_ros.ros.convert import (ConversionError, InvalidOrientation, NonFiniteValue,
                                         camera_info_intrinsics, image_msg_to_rgb,
                                         odometry_arrays, odometry_to_sample, stamp_to_seconds)
+from flashdrive_ros.ros.events import no_subscription_events
 from flashdrive_ros.ros.params import DriveParams
 from flashdrive_ros.ros.planner_loop import ODOMETRY_INPUT, PlannerLoop
 from flashdrive_ros.ros.sync import ApproximateTimeSynchronizer
@@ -59,16 +60,19 @@ class InputSubscriptions:
         for index, topic in enumerate(params.camera_topics):
             self.subscriptions.append(node.create_subscription(
                 image_type, topic, lambda msg, i=index: self._on_image(i, msg), qos,
-                callback_group=MutuallyExclusiveCallbackGroup()))
+                callback_group=MutuallyExclusiveCallbackGroup(),
+                event_callbacks=no_subscription_events()))
         self.subscriptions.append(node.create_subscription(
             Odometry, params.odom_topic, self._on_odometry, any_publisher_qos(ODOMETRY_DEPTH),
-            callback_group=MutuallyExclusiveCallbackGroup()))
+            callback_group=MutuallyExclusiveCallbackGroup(),
+            event_callbacks=no_subscription_events()))
         self._on_camera_info = on_camera_info
         if params.overlay_camera:
             info_topic = params.camera_info_topics[params.camera_names.index(
                 params.overlay_camera)]
             self.subscriptions.append(node.create_subscription(
-                CameraInfo, info_topic, self._on_info, any_publisher_qos(1)))
+                CameraInfo, info_topic, self._on_info, any_publisher_qos(1),
+                event_callbacks=no_subscription_events()))
 
     def destroy(self) -> None:
         for subscription in self.subscriptions:

@@ -17,6 +17,7 @@ from visualization_msgs.msg import Marker, MarkerArray
 from flashdrive_ros.ros import names
 from flashdrive_ros.ros.convert import seconds_to_stamp
 from flashdrive_ros.ros.diagnostics import build_diagnostics
+from flashdrive_ros.ros.events import no_publisher_events
 from flashdrive_ros.ros.params import DriveParams
 from flashdrive_ros.ros.plan_msgs import plan_to_markers, plan_to_path, plan_to_reasoning
 from flashdrive_ros.ros.planner_loop import PlannerLoop, PlanRecord
@@ -38,12 +39,15 @@ class OutputPublishers:
     def __init__(self, node, params: DriveParams) -> None:
         self.node = node
         self.params = params
-        self.trajectory = node.create_lifecycle_publisher(Path, names.TRAJECTORY_TOPIC, 10)
-        self.samples = node.create_lifecycle_publisher(MarkerArray, names.SAMPLES_TOPIC, 10)
-        self.reasoning = node.create_lifecycle_publisher(String, names.REASONING_TOPIC, 10)
-        self.overlay = node.create_lifecycle_publisher(Image, names.OVERLAY_TOPIC, 2)
-        self.diagnostics = node.create_lifecycle_publisher(DiagnosticArray,
-                                                           names.DIAGNOSTICS_TOPIC, 10)
+        def publisher(msg_type, topic: str, depth: int):
+            return node.create_lifecycle_publisher(msg_type, topic, depth,
+                                                   event_callbacks=no_publisher_events())
+
+        self.trajectory = publisher(Path, names.TRAJECTORY_TOPIC, 10)
+        self.samples = publisher(MarkerArray, names.SAMPLES_TOPIC, 10)
+        self.reasoning = publisher(String, names.REASONING_TOPIC, 10)
+        self.overlay = publisher(Image, names.OVERLAY_TOPIC, 2)
+        self.diagnostics = publisher(DiagnosticArray, names.DIAGNOSTICS_TOPIC, 10)
         self._lock = threading.Lock()
         self._overlay_info: tuple[float, float, float, float, int, int] | None = None
         self.reset()
