@@ -40,13 +40,20 @@ def parser() -> argparse.ArgumentParser:
     return p
 
 
+def embedded_model_dir() -> str:
+    try:
+        return str(default_model_dir())
+    except OSError as exc:
+        raise ReplayError(f"cannot locate the embedded model ({exc}); pass --model-dir") from None
+
+
 def options_from_args(args: argparse.Namespace) -> ReplayOptions:
     topics = TopicMapping.from_yaml(args.topics_yaml) if args.topics_yaml else TopicMapping()
     cameras = [t.strip() for t in args.camera_topics.split(",")] if args.camera_topics else None
     topics = topics.with_overrides(cameras=cameras, odometry=args.odom_topic,
                                    labels=args.labels_topic)
     return ReplayOptions(
-        bag=args.bag, model_dir=args.model_dir or default_model_dir(), out_dir=args.out,
+        bag=args.bag, model_dir=args.model_dir or embedded_model_dir(), out_dir=args.out,
         mode=args.mode, topics=topics, through_ros=args.through_ros, rate=args.rate,
         num_samples=args.num_samples, device=args.device, control_rate_hz=args.control_rate,
         max_windows=args.max_windows, progress=not args.quiet, plots=not args.no_plots)

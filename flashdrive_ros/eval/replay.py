@@ -114,6 +114,7 @@ def build_report(options: ReplayOptions, replay: ReplayResults,
             block["deadline_misses"] = sum(r.timings_ms.get("total", 0.0) > period_ms
                                            for r in replay.results[mode])
             block["deadline_misses_source"] = "windows with total latency over the period"
+            block["control_rate_held"] = block["within_control_period"]
         else:
             block.update(node_stats[mode])
         blocks[mode] = block
