@@ -230,7 +230,8 @@ def test_configure_activate_plan_and_recover_from_faults(graph):
     assert node.set_parameters([Parameter("max_plan_age_s", value=1.0)])[0].successful
     silent_from = time.monotonic()
     feeder.drive(2.0, skip_camera=3)
-    wait_for(lambda: any("silent" in f for f in feeder.input_faults()),
+    wait_for(lambda: any(f.startswith("silent") and "1 publisher(s) on" in f
+                         for f in feeder.input_faults()),
              what="silent camera named in diagnostics")
     with feeder.lock:
         invalid = [t for t, m in feeder.paths if t > silent_from + 1.5 and not m.poses]

@@ -138,8 +138,8 @@ def test_silent_inputs_are_named(engine):
     now[0] = 100.5
     loop.note_received("front")
     now[0] = 101.2
-    loop.note_silent(1.0)
+    loop.note_silent(1.0, hint=lambda name: f"no publisher on /{name}")
     _, inputs = loop.health()
     faults = {h.name: h.fault for h in inputs}
     assert faults["front"] == ""
-    assert faults["left"] == "silent: silent for 1.20 s"
+    assert faults["left"] == "silent: silent for 1.20 s; no publisher on /left"

@@ -54,6 +54,8 @@ class InputSubscriptions:
         self._last_handed = [-math.inf] * len(params.camera_names)
         self._last_odometry_stamp = -math.inf
         self.late_sets_dropped = 0
+        self._topics = dict(zip(params.camera_names, params.camera_topics))
+        self._topics[ODOMETRY_INPUT] = params.odom_topic
         image_type = CompressedImage if params.image_transport == "compressed" else Image
         qos = camera_qos(params.image_reliability)
         self.subscriptions = []
@@ -73,6 +75,16 @@ class InputSubscriptions:
             self.subscriptions.append(node.create_subscription(
                 CameraInfo, info_topic, self._on_info, any_publisher_qos(1),
                 event_callbacks=no_subscription_events()))
+
+    def silence_hint(self, input_name: str) -> str:
+        """Whether the topic of a silent input has publishers at all."""
+        topic = self._topics.get(input_name)
+        if topic is None:
+            return ""
+        count = self.node.count_publishers(topic)
+        if count == 0:
+            return f"no publisher on {topic}"
+        return f"{count} publisher(s) on {topic} but no data (QoS or type mismatch?)"
 
     def destroy(self) -> None:
         for subscription in self.subscriptions:

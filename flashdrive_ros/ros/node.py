@@ -162,11 +162,11 @@ class DriveNode(LifecycleNode):
             free_device_memory()
 
     def _tick(self) -> None:
-        outputs, loop = self.outputs, self.loop
-        if outputs is None or loop is None:
+        outputs, loop, inputs = self.outputs, self.loop, self.inputs
+        if outputs is None or loop is None or inputs is None:
             return
         now = self.get_clock().now().nanoseconds * 1e-9
-        outputs.tick(loop, now, time.monotonic())
+        outputs.tick(loop, now, time.monotonic(), inputs.silence_hint)
 
     def _on_parameters_accepted(self, params: DriveParams) -> None:
         outputs = self.outputs

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import math
 import threading
+from collections.abc import Callable
 
 import cv2
 import numpy as np
@@ -70,7 +71,8 @@ class OutputPublishers:
                           self.diagnostics):
             self.node.destroy_lifecycle_publisher(publisher)
 
-    def tick(self, loop: PlannerLoop, now_s: float, monotonic_s: float) -> None:
+    def tick(self, loop: PlannerLoop, now_s: float, monotonic_s: float,
+             silence_hint: Callable[[str], str] | None = None) -> None:
         """One control tick at node time now_s."""
         params = self.params
         record = loop.latest()
@@ -101,11 +103,12 @@ class OutputPublishers:
         if new or self.last_diagnostics_s is None or \
                 monotonic_s - self.last_diagnostics_s >= DIAGNOSTICS_PERIOD_S:
             self.last_diagnostics_s = monotonic_s
-            self.publish_diagnostics(loop, record, now_s, valid)
+            self.publish_diagnostics(loop, record, now_s, valid, silence_hint)
 
     def publish_diagnostics(self, loop: PlannerLoop, record: PlanRecord | None, now_s: float,
-                            valid: bool) -> None:
-        loop.note_silent(INPUT_SILENT_S)
+                            valid: bool, silence_hint: Callable[[str], str] | None = None
+                            ) -> None:
+        loop.note_silent(INPUT_SILENT_S, silence_hint)
         planner, inputs = loop.health()
         planner.plan = record.plan if record else None
         planner.plan_age_s = (now_s - record.plan.t0) if record else None

@@ -118,17 +118,24 @@ class PlannerLoop:
         with self._lock:
             self._health.extra[key] = str(value)
 
-    def note_silent(self, timeout_s: float) -> None:
-        """Mark inputs that received nothing for `timeout_s` as silent."""
+    def note_silent(self, timeout_s: float,
+                    hint: Callable[[str], str] | None = None) -> None:
+        """Mark inputs that received nothing for `timeout_s` as silent; `hint(name)` may add
+        why (e.g. whether the topic has publishers)."""
         now = self.clock()
         with self._lock:
+            silent = []
             for health in self._inputs.values():
                 since = None if health.last_receipt is None else now - health.last_receipt
                 if since is None or since > timeout_s:
                     waited = "never received" if since is None else f"silent for {since:.2f} s"
-                    health.fault = f"silent: {waited}"
+                    silent.append((health, f"silent: {waited}"))
                 elif health.fault.startswith("silent"):
                     health.fault = ""
+        for health, fault in silent:
+            extra = hint(health.name) if hint is not None else ""
+            with self._lock:
+                health.fault = f"{fault}; {extra}" if extra else fault
 
     def _mark_ok(self, name: str, stamp: float) -> None:
         """Good data clears a fault once FAULT_HOLD_S has passed since it was seen."""
