@@ -270,18 +270,25 @@ def test_configure_activate_plan_and_recover_from_faults(graph):
     assert node.engine is None
 
 
-@pytest.mark.parametrize("override", [
-    Parameter("camera_info_topics", value=["/only/one"]),
-    Parameter("sync_queue_size", value=1000),
-    Parameter("control_rate_hz", value="fast"),
-    Parameter("model_dir", value="/nonexistent/model"),
-], ids=lambda p: p.name)
-def test_invalid_parameters_fail_configure_without_crashing(graph, tiny_model_dir, override):
+THREE_CAMERAS = [Parameter("camera_names", value=CAMERAS[:3]),
+                 Parameter("camera_topics", value=[f"/c{i}" for i in range(3)]),
+                 Parameter("camera_info_topics", value=[f"/c{i}/info" for i in range(3)])]
+
+
+@pytest.mark.parametrize("changes", [
+    [Parameter("camera_info_topics", value=["/only/one"])],
+    [Parameter("sync_queue_size", value=1000)],
+    [Parameter("control_rate_hz", value="fast")],
+    [Parameter("model_dir", value="/nonexistent/model")],
+    THREE_CAMERAS,
+], ids=["topic_count", "range", "type", "model_dir", "model_camera_count"])
+def test_invalid_parameters_fail_configure_without_crashing(graph, tiny_model_dir, changes):
     context = graph[0].context
     overrides = [Parameter("model_dir", value=str(tiny_model_dir)), Parameter("device",
                                                                              value="cpu")]
+    changed = {p.name for p in changes}
     node = DriveNode(context=context, namespace="/bad", parameter_overrides=[
-        *[p for p in overrides if p.name != override.name], override])
+        *[p for p in overrides if p.name not in changed], *changes])
     try:
         assert node.trigger_configure() == TransitionCallbackReturn.FAILURE
         assert node.engine is None and node.outputs is None

@@ -20,13 +20,15 @@ from rclpy.executors import ExternalShutdownException, MultiThreadedExecutor
 from rclpy.lifecycle import LifecycleNode, LifecycleState, TransitionCallbackReturn
 
 from flashdrive_ros.engine.config import EngineConfig
+from flashdrive_ros.engine.engine import Engine
 from flashdrive_ros.engine.window import WindowBuilder
+from flashdrive_ros.model.config import ModelConfig
 from flashdrive_ros.ros import names
 from flashdrive_ros.ros.inputs import InputSubscriptions
 from flashdrive_ros.ros.outputs import OutputPublishers
 from flashdrive_ros.ros.params import (DriveParams, ParameterError, add_validation_callback,
                                        declare_parameters, read_parameters)
-from flashdrive_ros.ros.planner_loop import PlannerLoop, PlanningEngine
+from flashdrive_ros.ros.planner_loop import PlannerLoop
 
 def resolve_device(device: str) -> str:
     if device != "auto":
@@ -56,8 +58,14 @@ def free_device_memory() -> None:
         torch.cuda.empty_cache()
 
 
-def load_engine(model_dir: Path, config: EngineConfig) -> PlanningEngine:
-    from flashdrive_ros.engine.engine import Engine
+def window_builder(cfg: ModelConfig, camera_count: int) -> WindowBuilder:
+    """A WindowBuilder with the model's frame count and spacing and ego-history length."""
+    return WindowBuilder(camera_count, num_frames=cfg.prompt.num_frames,
+                         frame_dt=cfg.prompt.frame_dt, num_history=cfg.action.num_history,
+                         history_dt=cfg.action.history_dt)
+
+
+def load_engine(model_dir: Path, config: EngineConfig) -> Engine:
 
     return Engine.load(model_dir, config)
 
@@ -68,7 +76,7 @@ class DriveNode(LifecycleNode):
         super().__init__(names.NODE_NAME, **kwargs)
         self._validation = None
         self.params: DriveParams | None = None
-        self.engine: PlanningEngine | None = None
+        self.engine: Engine | None = None
         self.loop: PlannerLoop | None = None
         self.outputs: OutputPublishers | None = None
         self.inputs: InputSubscriptions | None = None
@@ -91,6 +99,18 @@ class DriveNode(LifecycleNode):
             self.get_logger().error(f"configure failed: engine could not be loaded from "
                                     f"{params.resolved_model_dir}: {type(exc).__name__}: {exc}")
             return TransitionCallbackReturn.FAILURE
+        model_cameras = list(engine.model.cfg.prompt.camera_names)
+        if len(model_cameras) != len(params.camera_names):
+            self.get_logger().error(f"configure failed: {len(params.camera_names)} cameras "
+                                    f"configured, the model takes {len(model_cameras)} "
+                                    f"({model_cameras})")
+            engine = None
+            free_device_memory()
+            return TransitionCallbackReturn.FAILURE
+        if model_cameras != params.camera_names:
+            self.get_logger().warning(f"camera_names {params.camera_names} differ from the "
+                                      f"model's camera slots {model_cameras}; images are fed "
+                                      f"in camera_names order")
         self.params = params
         self.engine = engine
         self.outputs = OutputPublishers(self, params)
@@ -111,7 +131,8 @@ class DriveNode(LifecycleNode):
         self.engine.reset()
         overlay_index = (params.camera_names.index(params.overlay_camera)
                          if params.overlay_camera else None)
-        self.loop = PlannerLoop(self.engine, WindowBuilder(len(params.camera_names)),
+        self.loop = PlannerLoop(self.engine, window_builder(self.engine.model.cfg,
+                                                           len(params.camera_names)),
                                 params.camera_names, overlay_index)
         self.outputs.reset()
         self.inputs = InputSubscriptions(self, params, self.loop, self.outputs.set_camera_info)
