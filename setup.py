@@ -39,6 +39,7 @@ setup(
             "drive_node = flashdrive_ros.ros.node:main",
             "flashdrive-replay = flashdrive_ros.eval.cli:main",
             "flashdrive-sim = flashdrive_ros.sim.cli:main",
+            "flashdrive-train = flashdrive_ros.train.pipeline:main",
         ],
     },
 )

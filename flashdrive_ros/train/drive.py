@@ -1,7 +1,7 @@
-"""One simulated drive held once in memory, and the training windows indexed into it.
+"""One simulated drive held once in memory; training windows index into it.
 
 Each step's camera frames are stored once; a window at step i reads frames i-F+1..i of every
-camera, the ego history i-H+1..i and the future i+1..i+W, all by index.
+camera and the ego history i-H+1..i by index (see dataset.TrainSet).
 """
 
 from __future__ import annotations
@@ -64,37 +64,3 @@ def to_ego_frame(poses: np.ndarray, origin: np.ndarray) -> np.ndarray:
     y = -s * d[:, 0] + c * d[:, 1]
     yaw = np.angle(np.exp(1j * (poses[:, 3] - origin[3])))
     return np.stack([x, y, d[:, 2], yaw], axis=-1)
-
-
-@dataclass
-class WindowSample:
-    """One training window.
-
-    images: uint8 [N_cam, N_frames, H, W, 3]; stamps: [N_cam, N_frames];
-    history: [N_hist, 4] (x, y, z, yaw) in the t0 frame, last row zero;
-    future: [N_wp, 3] (x, y, yaw) in the t0 frame.
-    """
-
-    drive: int
-    step: int
-    images: np.ndarray
-    stamps: np.ndarray
-    history: np.ndarray
-    future: np.ndarray
-    speed: float
-    coc: str
-    decision: int
-
-
-def window_sample(drive: Drive, drive_index: int, step: int, num_frames: int,
-                  num_history: int) -> WindowSample:
-    if not max(num_frames, num_history) - 1 <= step < drive.num_steps:
-        raise ValueError(f"step {step} lacks the frames or history of a window")
-    frames = drive.frames[step - num_frames + 1:step + 1]  # frames: [F, N_cam, H, W, 3]
-    images = np.ascontiguousarray(frames.transpose(1, 0, 2, 3, 4))
-    stamps = np.broadcast_to(drive.stamps[step - num_frames + 1:step + 1],
-                             images.shape[:2]).copy()
-    history = to_ego_frame(drive.poses[step - num_history + 1:step + 1], drive.poses[step])
-    return WindowSample(drive_index, step, images, stamps, history,
-                        drive.expert_future[step].copy(), float(drive.speed[step]),
-                        drive.coc[step], int(drive.decision[step]))

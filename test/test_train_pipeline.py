@@ -1,0 +1,47 @@
+import json
+
+import pytest
+import torch
+
+from flashdrive_ros.model.alpamayo import AlpamayoModel
+from flashdrive_ros.model.drafter import Drafter
+from flashdrive_ros.model.tokenizer import TextTokenizer
+from flashdrive_ros.train.log import read_log
+from flashdrive_ros.train.pipeline import main
+
+
+@pytest.fixture(scope="module")
+def smoke_run(tmp_path_factory):
+    out = tmp_path_factory.mktemp("smoke")
+    assert main(["--out", str(out), "--smoke", "--device", "cpu", "--workers", "2"]) == 0
+    return out
+
+
+def test_smoke_writes_a_loadable_model_directory(smoke_run):
+    model_dir = smoke_run / "model"
+    model = AlpamayoModel.from_dir(model_dir)
+    tokenizer = TextTokenizer.from_file(model_dir / "tokenizer.json")
+    assert tokenizer.vocab_size == model.cfg.text.vocab_size
+    assert model.cfg.drafter.rotary == "flat"
+    for name, rotary in (("drafter.safetensors", "flat"), ("drafter_mrope.safetensors", "mrope")):
+        cfg = model.cfg.drafter.__class__(**{**model.cfg.drafter.__dict__, "rotary": rotary})
+        Drafter(cfg, model.cfg.text).load_safetensors(model_dir / name)
+    a = model.cfg.action
+    assert a.accel_std != 1.0 and a.curvature_std != 1.0
+    assert torch.isclose(model.action_space.accel_std, torch.tensor(a.accel_std))
+
+
+def test_smoke_losses_decrease_and_are_logged(smoke_run):
+    summary = json.loads((smoke_run / "summary.json").read_text())
+    target = summary["target"]
+    assert target["final_coc_loss"] < target["first_coc_loss"]
+    assert target["final_flow_loss"] < target["first_flow_loss"]
+    for rotary in ("flat", "mrope"):
+        drafter = summary[f"drafter_{rotary}"]
+        assert drafter["final_loss"] < drafter["first_loss"]
+        assert drafter["eval_accept_len"] >= 1.0
+    assert summary["streaming"]["steps"] >= 1
+    stages = {record["stage"] for record in read_log(smoke_run / "train_log.jsonl")}
+    assert {"data", "tokenizer", "target", "target_eval", "drafter_flat", "drafter_mrope",
+            "streaming", "done"} <= stages
+    assert summary["train_seeds"][1] < summary["eval_seeds"][0]
