@@ -5,6 +5,7 @@ import os
 import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -79,6 +80,41 @@ def test_main_reads_params_file_and_runs_the_lifecycle(command, context, tmp_pat
             (5.0, False, "flashdrive")
         process.send_signal(signal.SIGINT)
         assert process.wait(timeout=30) == 0, (tmp_path / "node.log").read_text()
+    finally:
+        executor.shutdown()
+        node.destroy_node()
+        if process.poll() is None:
+            process.kill()
+            process.wait()
+        log.close()
+
+
+def test_autostart_activates_and_a_bad_model_exits_with_an_error(context, tmp_path):
+    model_dir = make_tiny_model_dir(tmp_path / "model")
+    env = dict(os.environ, ROS_DOMAIN_ID=str(process_domain_id()), OMP_NUM_THREADS="1",
+               ROS_AUTOMATIC_DISCOVERY_RANGE="LOCALHOST")
+    command = [sys.executable, "-m", "flashdrive_ros.ros.node", "--autostart", "--ros-args",
+               "-r", f"__ns:={NAMESPACE}", "-p", "device:=cpu", "-p", "speculative:=false"]
+    bad = subprocess.run([*command, "-p", f"model_dir:={tmp_path}"], env=env,
+                         capture_output=True, text=True, timeout=120)
+    assert bad.returncode == 1
+    assert "configure failed" in bad.stderr + bad.stdout
+    log = (tmp_path / "node.log").open("w")
+    process = subprocess.Popen([*command, "-p", f"model_dir:={model_dir}"], stdout=log,
+                               stderr=subprocess.STDOUT, env=env)
+    node = Node("autostart_client", context=context)
+    executor = SingleThreadedExecutor(context=context)
+    executor.add_node(node)
+    try:
+        get_state = node.create_client(GetState, f"{NAMESPACE}/drive_node/get_state")
+        state = call(executor, get_state, GetState.Request()).current_state.id
+        deadline = time.monotonic() + WAIT_S
+        while state != State.PRIMARY_STATE_ACTIVE and time.monotonic() < deadline:
+            time.sleep(0.1)
+            state = call(executor, get_state, GetState.Request()).current_state.id
+        assert state == State.PRIMARY_STATE_ACTIVE, (tmp_path / "node.log").read_text()
+        process.send_signal(signal.SIGINT)
+        assert process.wait(timeout=30) == 0
     finally:
         executor.shutdown()
         node.destroy_node()

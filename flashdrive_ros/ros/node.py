@@ -9,6 +9,7 @@ publishers.
 
 from __future__ import annotations
 
+import argparse
 import gc
 import sys
 import time
@@ -18,6 +19,7 @@ import rclpy
 import rclpy.exceptions
 from rclpy.executors import ExternalShutdownException, MultiThreadedExecutor
 from rclpy.lifecycle import LifecycleNode, LifecycleState, TransitionCallbackReturn
+from rclpy.utilities import remove_ros_args
 
 from flashdrive_ros.engine.config import EngineConfig
 from flashdrive_ros.engine.engine import Engine
@@ -68,6 +70,13 @@ def window_builder(cfg: ModelConfig, camera_count: int) -> WindowBuilder:
 def load_engine(model_dir: Path, config: EngineConfig) -> Engine:
 
     return Engine.load(model_dir, config)
+
+
+def autostart(node: LifecycleNode) -> bool:
+    """Configure, then activate; False (with the reason logged by the node) on failure."""
+    if node.trigger_configure() != TransitionCallbackReturn.SUCCESS:
+        return False
+    return node.trigger_activate() == TransitionCallbackReturn.SUCCESS
 
 
 class DriveNode(LifecycleNode):
@@ -195,12 +204,25 @@ class DriveNode(LifecycleNode):
             outputs.params = params
 
 
+def parse_arguments(argv: list[str]) -> argparse.Namespace:
+    """Non-ROS command-line arguments (ROS arguments go after --ros-args)."""
+    parser = argparse.ArgumentParser(prog="drive_node", description="FlashDrive lifecycle "
+                                     "driving node; ROS arguments follow --ros-args.")
+    parser.add_argument("--autostart", action="store_true",
+                        help="configure and activate on start (no lifecycle manager needed)")
+    return parser.parse_args(argv)
+
+
 def main(args: list[str] | None = None) -> None:
-    rclpy.init(args=sys.argv if args is None else args)
+    argv = sys.argv if args is None else args
+    options = parse_arguments(remove_ros_args(argv)[1:])
+    rclpy.init(args=argv)
     node = DriveNode()
     executor = MultiThreadedExecutor(num_threads=8)
     executor.add_node(node)
     try:
+        if options.autostart and not autostart(node):
+            raise SystemExit(1)
         executor.spin()
     except (KeyboardInterrupt, ExternalShutdownException):
         pass
