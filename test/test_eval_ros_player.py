@@ -120,5 +120,5 @@ def test_lifecycle_client_names_a_missing_node(ros):
     context, executor = ros
     node = Node("controller2", context=context)
     executor.add_node(node)
-    with pytest.raises(LifecycleError, match="/nobody/change_state did not appear"):
+    with pytest.raises(LifecycleError, match="/nobody/change_state to appear did not happen"):
         LifecycleClient(node, "/nobody").transition(Transition.TRANSITION_CONFIGURE, 0.3)

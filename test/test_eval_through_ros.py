@@ -57,6 +57,21 @@ def test_replay_through_the_node(tmp_path, capsys):
     assert "through ROS" in printed and "deadline misses" in printed
 
 
+def test_node_that_cannot_configure_is_a_clear_error(tmp_path, capsys):
+    from flashdrive_ros.model.config import tiny
+
+    model = tmp_path / "model"
+    model.mkdir()
+    tiny().save(model / "config.json")  # no weights: the node's configure fails
+    write_bag(tmp_path / "bag", 1.0, seed=1, width=64, height=48, workers=1)
+    code = main([str(tmp_path / "bag"), "--model-dir", str(model), "--out",
+                 str(tmp_path / "out"), "--through-ros", "--quiet"])
+    err = capsys.readouterr().err
+    assert code == 2
+    assert "transition 1 failed (state now unconfigured)" in err
+    assert "configure failed: engine could not be loaded" in err
+
+
 def test_control_ticks_count_ticks_without_a_new_plan():
     ticks = [(1.0, None), (1.1, 0.9), (1.2, 0.9), (1.3, None), (1.4, 1.2), (1.5, 1.3),
              (1.6, 1.3)]

@@ -9,7 +9,6 @@ from __future__ import annotations
 import math
 from bisect import bisect_left
 from collections import deque
-from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -119,7 +118,7 @@ class OfflineReplay:
         self.out = ReplayResults({mode: [] for mode in planners},
                                  dict.fromkeys(planners, shared))
 
-    def run(self, on_window: Callable[[float], None] | None = None) -> ReplayResults:
+    def run(self) -> ReplayResults:
         period = self.settings.period_s
         start, end = self.bag.start_time, self.bag.end_time
         tick_index = math.ceil(start / period - 1e-9)

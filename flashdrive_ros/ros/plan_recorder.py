@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
@@ -37,6 +38,7 @@ OUTPUT_TYPES = {
 }
 REQUIRED_OUTPUTS = (TRAJECTORY_TOPIC, SAMPLES_TOPIC, REASONING_TOPIC, DIAGNOSTICS_TOPIC)
 RECORD_DEPTH = 200
+POLL_S = 0.02
 
 
 class LifecycleError(RuntimeError):
@@ -44,21 +46,30 @@ class LifecycleError(RuntimeError):
 
 
 class LifecycleClient:
-    """Calls `<node>/change_state` and `<node>/get_state`; an executor must spin `node`."""
+    """Calls `<node>/change_state` and `<node>/get_state`; an executor must spin `node`.
+    `alive` (when given) is polled while waiting; a False ends the wait with an error."""
 
-    def __init__(self, node: Node, target: str) -> None:
+    def __init__(self, node: Node, target: str,
+                 alive: Callable[[], bool] | None = None) -> None:
         self.target = target
+        self.alive = alive or (lambda: True)
         self.change = node.create_client(ChangeState, f"{target}/change_state")
         self.get = node.create_client(GetState, f"{target}/get_state")
 
+    def _wait(self, ready: Callable[[], bool], timeout_s: float, what: str) -> None:
+        deadline = time.monotonic() + timeout_s
+        while not ready():
+            if not self.alive():
+                raise LifecycleError(f"{self.target} exited while waiting for {what}")
+            if time.monotonic() > deadline:
+                raise LifecycleError(f"{what} did not happen within {timeout_s} s")
+            time.sleep(POLL_S)
+
     def _call(self, client, request, timeout_s: float):
-        if not client.wait_for_service(timeout_sec=timeout_s):
-            raise LifecycleError(f"service {client.srv_name} did not appear in {timeout_s} s")
+        self._wait(client.service_is_ready, timeout_s,
+                   f"service {client.srv_name} to appear")
         future = client.call_async(request)
-        done = threading.Event()
-        future.add_done_callback(lambda _: done.set())
-        if not done.wait(timeout_s):
-            raise LifecycleError(f"{client.srv_name} gave no answer in {timeout_s} s")
+        self._wait(future.done, timeout_s, f"an answer from {client.srv_name}")
         return future.result()
 
     def state(self, timeout_s: float = 10.0) -> str:
@@ -147,13 +158,13 @@ class SessionSettings:
     drain_timeout_s: float = 60.0
     domain_id: int | None = None
     input_topics: list[str] = field(default_factory=list)
+    node_alive: Callable[[], bool] | None = None
 
 
 @dataclass
 class SessionResult:
     play: PlayStats
     counts: dict[str, int]
-    unmatched_inputs: list[str]
     unplayable: dict[str, str]
 
 
@@ -185,9 +196,9 @@ def record_replay(bag: str | Path, out_bag: str | Path,
     try:
         player = BagPlayer(node, bag, rate=settings.rate)
         player.publish_clock(player.start_s)
-        lifecycle = LifecycleClient(node, f"/{settings.node_name}")
+        lifecycle = LifecycleClient(node, f"/{settings.node_name}", settings.node_alive)
         lifecycle.transition(Transition.TRANSITION_CONFIGURE, settings.configure_timeout_s)
-        lifecycle.transition(Transition.TRANSITION_ACTIVATE, settings.match_timeout_s)
+        lifecycle.transition(Transition.TRANSITION_ACTIVATE, settings.configure_timeout_s)
         required = [resolved(t, node_name=settings.node_name) for t in REQUIRED_OUTPUTS]
         missing = recorder.subscribe_when_published(required, settings.match_timeout_s)
         if missing:
@@ -198,12 +209,14 @@ def record_replay(bag: str | Path, out_bag: str | Path,
         if unmatched_outputs:
             raise LifecycleError(f"recorder never matched {unmatched_outputs}")
         unmatched = player.wait_for_subscribers(settings.input_topics, settings.match_timeout_s)
+        if unmatched:
+            raise LifecycleError(f"{settings.node_name} never subscribed to {unmatched}")
         stats = player.play()
         _drain(recorder, player, player.end_s,
                resolved(REASONING_TOPIC, node_name=settings.node_name), settings)
         lifecycle.transition(Transition.TRANSITION_DEACTIVATE, settings.match_timeout_s)
         return SessionResult(play=stats, counts=dict(recorder.counts),
-                             unmatched_inputs=unmatched, unplayable=player.unplayable)
+                             unplayable=player.unplayable)
     finally:
         recorder.close()
         executor.shutdown()
