@@ -201,7 +201,7 @@ def _concat_corpora(a: DraftCorpus, b: DraftCorpus) -> DraftCorpus:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--out", required=True, type=Path)
-    parser.add_argument("--minutes-budget", type=float, default=11.0)
+    parser.add_argument("--minutes-budget", type=float, default=9.0)
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--workers", type=int, default=None)

@@ -13,7 +13,7 @@ class Recipe:
     """Data, vocabulary and per-stage step caps; stages also stop on their time share."""
 
     preset: str = "embedded"
-    train_drives: int = 96
+    train_drives: int = 56
     eval_drives: int = 8
     drive_seconds: float = 30.0
     bpe_tokens: int = 1024
