@@ -21,6 +21,7 @@ from flashdrive_ros.sim.cameras import rig
 from flashdrive_ros.sim.drive import SUBSTEPS, simulate
 from flashdrive_ros.sim.frames import render_frames
 from flashdrive_ros.sim.labels import label_drive
+from flashdrive_ros.sim.render import Renderer
 from flashdrive_ros.sim.topics import (LABELS_TOPIC, ODOMETRY_TOPIC, TF_STATIC_TOPIC,
                                        camera_image_topic, camera_info_topic)
 
@@ -54,6 +55,7 @@ def write_bag(out: str | Path, seconds: float, seed: int, fmt: str = "mcap",
         raise FileExistsError(f"bag output {out} already exists; choose a new path")
     if seconds <= 0:
         raise ValueError(f"seconds must be > 0, got {seconds}")
+    Renderer.check_size(width, height)
     log = simulate(seed, seconds)
     labels = label_drive(log.infos, seed, log.frame_count)
     specs = rig()

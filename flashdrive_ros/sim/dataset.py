@@ -36,6 +36,7 @@ from flashdrive_ros.sim.cameras import rig
 from flashdrive_ros.sim.drive import FUTURE_DT, FUTURE_STEPS, HISTORY_STEPS, simulate
 from flashdrive_ros.sim.frames import render_frames
 from flashdrive_ros.sim.labels import label_drive
+from flashdrive_ros.sim.render import Renderer
 
 FORMAT = "flashdrive-sim-shards"
 VERSION = 1
@@ -70,6 +71,7 @@ def write_dataset(out_dir: str | Path, seeds, seconds: float, width: int = 128,
     first_k = HISTORY_STEPS - 1
     if seconds < first_k * 0.1:
         raise ValueError(f"seconds must be >= {first_k * 0.1:.1f} (history), got {seconds}")
+    Renderer.check_size(width, height)
     if (out_dir / "index.json").exists():
         raise FileExistsError(f"{out_dir} already holds a dataset (index.json)")
     out_dir.mkdir(parents=True, exist_ok=True)

@@ -14,6 +14,7 @@ from flashdrive_ros.sim.world import World
 
 JPEG_QUALITY = 90
 _renderer: Renderer | None = None
+_init_error: Exception | None = None
 
 
 def encode_jpeg(rgb: np.ndarray, quality: int = JPEG_QUALITY) -> bytes:
@@ -25,16 +26,25 @@ def encode_jpeg(rgb: np.ndarray, quality: int = JPEG_QUALITY) -> bytes:
 
 
 def _init(world: World, width: int, height: int) -> None:
-    global _renderer
-    _renderer = Renderer(world, width, height)
+    global _renderer, _init_error
+    try:
+        _renderer, _init_error = Renderer(world, width, height), None
+    except Exception as exc:  # a failing pool initializer would be respawned forever
+        _renderer, _init_error = None, exc
 
 
-def _render_raw(scene: SceneSnapshot) -> list[np.ndarray]:
+def _render(scene: SceneSnapshot) -> list[np.ndarray]:
+    if _init_error is not None:
+        raise _init_error
     return _renderer.render(scene)
 
 
+def _render_raw(scene: SceneSnapshot) -> list[np.ndarray]:
+    return _render(scene)
+
+
 def _render_jpeg(scene: SceneSnapshot) -> list[bytes]:
-    return [encode_jpeg(img) for img in _renderer.render(scene)]
+    return [encode_jpeg(img) for img in _render(scene)]
 
 
 def render_frames(log: DriveLog, width: int, height: int, count: int | None = None,
@@ -45,6 +55,7 @@ def render_frames(log: DriveLog, width: int, height: int, count: int | None = No
         raise ValueError(f"frame count {count} outside 1..{len(log.scenes)}")
     if workers < 1:
         raise ValueError(f"workers must be >= 1, got {workers}")
+    Renderer.check_size(width, height)
     fn = _render_jpeg if jpeg else _render_raw
     scenes = log.scenes[:count]
     if workers == 1:

@@ -44,8 +44,7 @@ class Renderer:
 
     def __init__(self, world: World, width: int = DEFAULT_WIDTH, height: int = DEFAULT_HEIGHT,
                  cameras: tuple[CameraSpec, ...] | None = None) -> None:
-        if width < 8 or height < 8:
-            raise ValueError(f"image size {width}x{height} too small (min 8x8)")
+        self.check_size(width, height)
         self.world, self.width, self.height = world, int(width), int(height)
         self.cameras = rig() if cameras is None else cameras
         self.k = [c.intrinsics(self.width, self.height) for c in self.cameras]
@@ -61,6 +60,13 @@ class Renderer:
                           (st.x, st.y, st.z0 + st.height / 2)) for st in world.statics]
         self._static_xy = np.array([(st.x, st.y) for st in world.statics]).reshape(-1, 2)
         self._light_parts = self.road.traffic_light_parts()
+
+    @staticmethod
+    def check_size(width: int, height: int) -> None:
+        if int(width) != width or int(height) != height or width < 8 or height < 8:
+            raise ValueError(f"image size {width}x{height} too small or not whole (min 8x8)")
+        if width > 4096 or height > 4096:
+            raise ValueError(f"image size {width}x{height} too large (max 4096)")
 
     def _background(self, cam: CameraSpec, k: np.ndarray) -> np.ndarray:
         st = self.style
