@@ -55,6 +55,9 @@ def test_missing_model_dir_and_bad_options(tmp_path, capsys):
     code, err = run_cli(capsys, bag, "--model-dir", tmp_path, "--out", tmp_path / "o",
                         "--topics-yaml", tmp_path / "none.yaml", "--quiet")
     assert code == 2 and "topics YAML not found" in err
+    code, err = run_cli(capsys, bag, "--model-dir", tmp_path, "--out", tmp_path / "o",
+                        "--through-ros", "--max-windows", "3", "--quiet")
+    assert code == 2 and "--max-windows applies to the offline replay" in err
 
 
 def test_camera_count_must_match_the_model(tmp_path, capsys):

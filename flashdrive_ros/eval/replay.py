@@ -51,6 +51,9 @@ class ReplayOptions:
             raise ReplayError(f"--control-rate must be > 0, got {self.control_rate_hz}")
         if self.max_windows is not None and self.max_windows < 1:
             raise ReplayError(f"--max-windows must be >= 1, got {self.max_windows}")
+        if self.max_windows is not None and self.through_ros:
+            raise ReplayError("--max-windows applies to the offline replay; through ROS the "
+                              "whole bag is played")
 
     @property
     def modes(self) -> tuple[str, ...]:

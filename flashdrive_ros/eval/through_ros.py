@@ -85,7 +85,8 @@ def run_mode(options: ReplayOptions, mode: str, raw_images: bool, domain_id: int
         process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, env=env)
     settings = SessionSettings(rate=options.rate, node_name=node_name(), domain_id=domain_id,
                                input_topics=[*options.topics.cameras, options.topics.odometry],
-                               node_alive=lambda: process.poll() is None)
+                               node_alive=lambda: process.poll() is None,
+                               progress=options.progress)
     try:
         session = record_replay(options.bag, recorded, settings)
     except (LifecycleError, OSError) as exc:

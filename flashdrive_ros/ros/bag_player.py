@@ -6,6 +6,7 @@ from __future__ import annotations
 import importlib
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -85,7 +86,9 @@ class BagPlayer:
                 return unmatched
             time.sleep(0.02)
 
-    def play(self, stop: threading.Event | None = None) -> PlayStats:
+    def play(self, stop: threading.Event | None = None,
+             on_message: Callable[[float], None] | None = None) -> PlayStats:
+        """Publish the whole bag; `on_message(bag seconds played)` after each message."""
         stats = PlayStats()
         with AnyReader([self.bag], default_typestore=self.typestore) as reader:
             connections = [c for c in reader.connections if c.topic in self.publishers]
@@ -109,6 +112,8 @@ class BagPlayer:
                 self.publishers[conn.topic].publish(bytes(raw))
                 stats.messages += 1
                 stats.bag_seconds = (log_ns - first_ns) * 1e-9
+                if on_message is not None:
+                    on_message(stats.bag_seconds)
             stats.wall_seconds = time.monotonic() - wall_start
         return stats
 

@@ -22,6 +22,7 @@ from rclpy.parameter import Parameter
 from rclpy.qos import DurabilityPolicy, QoSProfile, ReliabilityPolicy
 from rosbags.rosbag2 import StoragePlugin, Writer
 from rosbags.typesys import Stores, get_typestore
+from tqdm import tqdm
 
 from flashdrive_ros.ros.bag_player import BagPlayer, PlayStats, message_class
 from flashdrive_ros.ros.loopback import local_context
@@ -159,6 +160,7 @@ class SessionSettings:
     domain_id: int | None = None
     input_topics: list[str] = field(default_factory=list)
     node_alive: Callable[[], bool] | None = None
+    progress: bool = True
 
 
 @dataclass
@@ -211,7 +213,11 @@ def record_replay(bag: str | Path, out_bag: str | Path,
         unmatched = player.wait_for_subscribers(settings.input_topics, settings.match_timeout_s)
         if unmatched:
             raise LifecycleError(f"{settings.node_name} never subscribed to {unmatched}")
-        stats = player.play()
+        with tqdm(total=round(player.end_s - player.start_s, 1), unit="bag s",
+                  desc=f"playing into {settings.node_name}",
+                  disable=not settings.progress) as bar:
+            stats = player.play(on_message=lambda played: bar.update(
+                round(played, 1) - bar.n))
         _drain(recorder, player, player.end_s,
                resolved(REASONING_TOPIC, node_name=settings.node_name), settings)
         lifecycle.transition(Transition.TRANSITION_DEACTIVATE, settings.match_timeout_s)
