@@ -195,8 +195,13 @@ class PlannerLoop:
             with self._wake:
                 if self._attempted == self._newest_attempt_key():
                     self._wake.wait(0.1)
-            if not self._stop.is_set():
+            if self._stop.is_set():
+                break
+            try:
                 self.run_once()
+            except Exception as exc:
+                with self._lock:
+                    self._health.engine_error = f"planner worker: {type(exc).__name__}: {exc}"
 
     def _newest_attempt_key(self) -> tuple[float, int] | None:
         t0 = self.builder.latest_t0()
