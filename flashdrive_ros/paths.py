@@ -16,7 +16,7 @@ def share_dir() -> Path:
                                                  get_package_share_directory)
         try:
             return Path(get_package_share_directory(PACKAGE))
-        except PackageNotFoundError:
+        except (PackageNotFoundError, LookupError, OSError, ValueError):
             pass
     except ImportError:
         pass
