@@ -33,6 +33,7 @@ class BoxSnapshot:
     color: tuple[int, int, int]
     kind: str
     z0: float = 0.0
+    braking: bool = False
 
 
 @dataclass(frozen=True)
@@ -92,7 +93,8 @@ def _snapshot(world: World, t: float, ego: EgoState, route_s: float) -> SceneSna
     for veh in world.vehicles:
         if veh.active:
             boxes.append(BoxSnapshot(veh.x, veh.y, veh.yaw, veh.length, veh.width, veh.height,
-                                     veh.color, veh.kind))
+                                     veh.color, veh.kind, braking=veh.accel < -0.8 or
+                                     (veh.kind != "parked" and veh.v < 0.3)))
     for ped in world.pedestrians:
         x, y = ped.position()
         boxes.append(BoxSnapshot(float(x), float(y), ped.yaw, 0.35, 0.5, ped.height - 0.3,

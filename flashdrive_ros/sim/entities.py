@@ -96,6 +96,7 @@ class Vehicle:
     path: Path | None = None
     s: float = 0.0
     v: float = 0.0
+    accel: float = 0.0
     v_cruise: float = 0.0
     x: float = 0.0
     y: float = 0.0

@@ -12,7 +12,7 @@ from flashdrive_ros.sim.driver import (Obstacle, curve_speed_limit, idm_accel,
 from flashdrive_ros.sim.vehicle import EGO_LENGTH, EGO_WIDTH, MAX_STEER, WHEELBASE, EgoState
 from flashdrive_ros.sim.world import EGO_LANE_D, SENSE_RANGE, World
 
-NUDGE_CLEARANCE = 0.5
+NUDGE_CLEARANCE = 0.7
 NUDGE_MAX = 1.3
 NUDGE_RAMP_IN = 18.0
 NUDGE_RAMP_OUT = 10.0

@@ -20,6 +20,8 @@ _LOCAL_NORMALS = np.array([[1.0, 0, 0], [-1.0, 0, 0], [0, -1.0, 0], [0, 1.0, 0],
                            [0, 0, -1.0]])
 _LAMP_COLORS = {"red": (255, 45, 35), "yellow": (255, 200, 20), "green": (60, 255, 120)}
 _LAMP_OFF = (45, 45, 40)
+_BRAKE_ON = (255, 30, 25)
+_BRAKE_OFF = (110, 20, 20)
 _LAMP_ORDER = ("red", "yellow", "green")
 
 
@@ -37,6 +39,16 @@ def _vehicle_parts(b: BoxSnapshot) -> list[tuple]:
         (b.x + c * shift, b.y + s * shift, b.yaw, cabin_len, 0.9 * b.width,
          b.height - body_h - 0.3, 0.3 + body_h, cabin_color),
     ]
+
+
+def _tail_lights(b: BoxSnapshot) -> list[tuple]:
+    """(centre, radius, colour, facing) of a car's two tail lights, bright when braking."""
+    c, s = np.cos(b.yaw), np.sin(b.yaw)
+    back = np.array([-c, -s, 0.0])
+    side = np.array([-s, c, 0.0])
+    rear = np.array([b.x, b.y, 0.3 + 0.35 * b.height]) + back * (b.length / 2 + 0.02)
+    color = _BRAKE_ON if b.braking else _BRAKE_OFF
+    return [(rear + side * k * 0.38 * b.width, 0.11, color, back) for k in (-1.0, 1.0)]
 
 
 class Renderer:
@@ -169,6 +181,8 @@ class Renderer:
             for p in parts:
                 owner.append(len(refs))
                 boxes.append((box_corners(*p[:7]), p[2], p[7]))
+            if b.kind != "pedestrian":
+                lamps += [(len(refs), *lamp) for lamp in _tail_lights(b)]
             refs.append((b.x, b.y, b.z0 + b.height / 2))
         for index, parts in self._light_parts:
             ref = parts["ref"]
@@ -178,10 +192,10 @@ class Renderer:
             for corners, yaw, color in parts["boxes"]:
                 owner.append(len(refs))
                 boxes.append((corners, yaw, color))
-            for centers, radius in parts["lamps"]:
+            for centers, radius, facing in parts["lamps"]:
                 for name, center in zip(_LAMP_ORDER, centers):
                     lamps.append((len(refs), center, radius,
-                                  _LAMP_COLORS[name] if name == state else _LAMP_OFF))
+                                  _LAMP_COLORS[name] if name == state else _LAMP_OFF, facing))
             refs.append(tuple(ref))
         if not boxes:
             return None
@@ -227,5 +241,6 @@ class Renderer:
                         raster.fill_fixed(img, uv[m, face], color)
                     else:
                         raster.fill(img, cam[m, face], color, dist[m, face])
-            for center, radius, color in lamps_by_owner.get(int(o), ()):
-                raster.dot(img, (center - pos) @ rot, radius, color)
+            for center, radius, color, facing in lamps_by_owner.get(int(o), ()):
+                if facing @ (pos - center) > 0:
+                    raster.dot(img, (center - pos) @ rot, radius, color)

@@ -142,7 +142,7 @@ class RoadGeometry:
 
     def traffic_light_parts(self) -> list[tuple[int, dict]]:
         """Per signal: (index in world.lights(), {'ref', 'boxes', 'lamps'}) with boxes as
-        (corners [8, 3], yaw, colour) and lamps as ([3 centres], radius)."""
+        (corners [8, 3], yaw, colour) and lamps as ([3 centres], radius, facing normal)."""
         parts = []
         for index, light in enumerate(self.world.lights()):
             for stop_s, side in ((light.stop_s, -1.0), (light.oncoming_stop_s, 1.0)):
@@ -164,7 +164,7 @@ class RoadGeometry:
                                   HOUSING))
                     front = hc - t * 0.2
                     lamps.append(([front + (0, 0, z0 + 0.95), front + (0, 0, z0 + 0.6),
-                                   front + (0, 0, z0 + 0.25)], 0.15))
+                                   front + (0, 0, z0 + 0.25)], 0.15, -t))
                 parts.append((index, {"ref": base + (0, 0, 4.0), "boxes": boxes,
                                       "lamps": lamps}))
         return parts

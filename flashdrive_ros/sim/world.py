@@ -84,6 +84,7 @@ class World:
         for veh, a in zip(self.vehicles, accels):
             if self._moving(veh):
                 v_new = max(veh.v + a * dt, 0.0)
+                veh.accel = (v_new - veh.v) / dt
                 veh.s += 0.5 * (veh.v + v_new) * dt
                 veh.v = v_new
                 veh.sync_pose()
