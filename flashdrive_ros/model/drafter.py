@@ -76,9 +76,21 @@ class DrafterAttention(nn.Module):
         v = self.v_proj(both).view(b, s, self.num_kv_heads, self.head_dim)
         q = apply_rotary(q.transpose(1, 2), cos[:, -k_len:], sin[:, -k_len:])  # q: [B,Hq,K,D]
         k = apply_rotary(k.transpose(1, 2), cos, sin)  # k: [B, Hkv, C + K, D]
-        out = F.scaled_dot_product_attention(q, k, v.transpose(1, 2),
-                                             enable_gqa=self.num_heads != self.num_kv_heads)
+        v = v.transpose(1, 2)  # v: [B, Hkv, C + K, D]
+        if torch.onnx.is_in_onnx_export():
+            out = self.grouped_attention(q, k, v)
+        else:
+            out = F.scaled_dot_product_attention(q, k, v,
+                                                 enable_gqa=self.num_heads != self.num_kv_heads)
         return self.o_proj(out.transpose(1, 2).reshape(b, k_len, -1))
+
+    def grouped_attention(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor
+                          ) -> torch.Tensor:
+        """GQA without enable_gqa (no ONNX export for it): the query heads sharing a kv head
+        are stacked along the query axis. q: [B, Hq, K, D]; k, v: [B, Hkv, S, D]."""
+        b, heads, k_len, dim = q.shape
+        grouped = q.reshape(b, self.num_kv_heads, heads // self.num_kv_heads * k_len, dim)
+        return F.scaled_dot_product_attention(grouped, k, v).reshape(b, heads, k_len, dim)
 
 
 class DrafterLayer(nn.Module):
