@@ -13,6 +13,7 @@ SCENARIO_TAGS = ("keep_lane", "follow_lead", "red_light_stop", "green_light_go",
                  "pedestrian_yield", "nudge_parked", "turn")
 SHARP_CURVATURE = 1.0 / 50.0
 GREEN_GO_WINDOW = 5.0
+RESTART_LOOKBACK = 60
 
 _TEMPLATES: dict[str, tuple[str, ...]] = {
     "red_approach": (
@@ -27,7 +28,11 @@ _TEMPLATES: dict[str, tuple[str, ...]] = {
     "green_go": (
         "Proceed through the intersection because the traffic light has turned green",
         "Accelerate and continue straight since the signal ahead is now green",
-        "Start moving again because the red light changed to green and the way is clear"),
+        "Keep going through the intersection as the red light changed to green"),
+    "green_restart": (
+        "Start moving again because the red light changed to green and the way is clear",
+        "Pull away from the stop line since the traffic light has turned green",
+        "Accelerate from the stop and cross the intersection because the light is green"),
     "ped": (
         "Slow down and stop because a pedestrian is crossing the road ahead",
         "Yield and stop for the pedestrian walking across the crosswalk in front",
@@ -87,7 +92,8 @@ def _situation(infos: list[ExpertInfo], k: int) -> tuple[str, str, list[str]]:
     green_at = info.light_green_at
     if (info.light_state == "green" and green_at is not None
             and 0.0 <= info.t - green_at <= GREEN_GO_WINDOW):
-        return "green_go", "keep_lane", ["green_light_go"]
+        stopped = any(i.v < 0.3 for i in infos[max(0, k - RESTART_LOOKBACK):k])
+        return ("green_restart" if stopped else "green_go"), "keep_lane", ["green_light_go"]
     if info.reason in ("lead", "vehicle"):
         braking = info.accel < -1.0 and info.lead_speed is not None and info.lead_speed < info.v
         tags = ["follow_lead"]
