@@ -98,8 +98,50 @@ def test_expert_follows_slower_lead_at_safe_gap():
     assert {"follow", "slow"} & {lab.decision for lab in labels if "follow_lead" in lab.tags}
 
 
-def test_sixty_second_drive_covers_every_scenario():
-    log = simulate(8, 60.0)
+@pytest.fixture(scope="module")
+def minute_drive():
+    return simulate(8, 60.0)
+
+
+def _corners(x, y, yaw, length, width):
+    c, s = np.cos(yaw), np.sin(yaw)
+    local = np.array([[1, 1], [1, -1], [-1, -1], [-1, 1]]) * [length / 2, width / 2]
+    return np.stack([x + c * local[:, 0] - s * local[:, 1], y + s * local[:, 0] + c * local[:, 1]],
+                    axis=1)
+
+
+def _overlap(a: np.ndarray, b: np.ndarray) -> bool:
+    """Separating-axis test of two convex quads [4, 2]."""
+    for poly in (a, b):
+        for i in range(4):
+            edge = poly[(i + 1) % 4] - poly[i]
+            axis = np.array([-edge[1], edge[0]])
+            pa, pb = a @ axis, b @ axis
+            if pa.max() < pb.min() or pb.max() < pa.min():
+                return False
+    return True
+
+
+def test_nobody_collides_during_a_minute(minute_drive):
+    probe = _corners(0.0, 0.0, 0.3, 4.5, 1.8)
+    assert _overlap(probe, _corners(3.0, 1.0, -0.2, 4.5, 1.8))
+    assert not _overlap(probe, _corners(0.0, 2.5, 0.3, 4.5, 1.8))
+    for scene in minute_drive.scenes:
+        ego = scene.ego
+        cx, cy = ego.center
+        quads = [("ego", _corners(cx, cy, ego.yaw, EGO_LENGTH, EGO_WIDTH))]
+        quads += [(b.kind, _corners(b.x, b.y, b.yaw, b.length, b.width)) for b in scene.boxes
+                  if b.z0 == 0.0]
+        for i in range(len(quads)):
+            for j in range(i + 1, len(quads)):
+                (ka, qa), (kb, qb) = quads[i], quads[j]
+                if ka == kb == "parked" or np.abs(qa[0] - qb[0]).max() > 15.0:
+                    continue
+                assert not _overlap(qa, qb), f"{ka} and {kb} overlap at t={scene.t:.1f}"
+
+
+def test_sixty_second_drive_covers_every_scenario(minute_drive):
+    log = minute_drive
     labels = label_drive(log.infos, 8, log.frame_count)
     assert len(labels) == 601
     tags = {t for lab in labels for t in lab.tags}
