@@ -61,9 +61,6 @@ class DriveLog:
         """10 Hz frames in [0, seconds]."""
         return int(round(self.seconds * FRAME_HZ)) + 1
 
-    def pose_at_step(self, i: int) -> np.ndarray:
-        return self.ego[i, 1:4]
-
     def future(self, k: int) -> np.ndarray:
         """float64 [64, 3] (x, y, yaw) of the ego at 0.1 s steps after frame k, in its frame."""
         i0 = k * SUBSTEPS

@@ -79,7 +79,7 @@ class _Builder:
 
         def make(route: Path, world: World) -> None:
             radius = 7.0
-            x0, y0, yaw0 = route.pose_at(j_in)
+            _, _, yaw0 = route.pose_at(j_in)
             sx, sy = route.offset_point(j_in + 1.75, EGO_LANE_D - radius - 22.0)
             merge = integrate_segments(float(sx), float(sy), float(yaw0) + np.pi / 2,
                                        [(22.0, 0.0), (radius * np.pi / 2, -1.0 / radius)])
@@ -106,7 +106,7 @@ class _Builder:
         color, size = random_car(self.rng)
 
         def make(route: Path, world: World) -> None:
-            x, y, yaw = route.pose_at(s_car)
+            _, _, yaw = route.pose_at(s_car)
             px, py = route.offset_point(s_car, d_car)
             world.vehicles.append(Vehicle("parked", *size, color, x=float(px), y=float(py),
                                           yaw=float(yaw) + float(self.rng.normal(0, 0.05))))

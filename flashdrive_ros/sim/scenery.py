@@ -62,7 +62,7 @@ def add_scenery(world: World, rng: np.random.Generator) -> None:
             d = side * (ROAD_HALF_WIDTH + SIDEWALK_WIDTH + rng.uniform(2.5, 8.0) + depth / 2)
             mid = s + length / 2
             if _clear_of(mid, [(a - length, b + length) for a, b in blocked]):
-                x, y, yaw = route.pose_at(mid)
+                _, _, yaw = route.pose_at(mid)
                 cx, cy = route.offset_point(mid, d)
                 corners = _corners(float(cx), float(cy), float(yaw), length, depth)
                 dist = np.min(np.linalg.norm(samples[None] - corners[:, None], axis=2))
