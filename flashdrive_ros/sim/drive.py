@@ -18,6 +18,7 @@ SUBSTEPS = SIM_HZ // FRAME_HZ
 FUTURE_STEPS = 64
 FUTURE_DT = 0.1
 HISTORY_STEPS = 16
+SNAPSHOT_RANGE = 300.0
 
 
 @dataclass(frozen=True)
@@ -38,6 +39,8 @@ class BoxSnapshot:
 
 @dataclass(frozen=True)
 class SceneSnapshot:
+    """The world at one 10 Hz frame; boxes: vehicles within SNAPSHOT_RANGE and pedestrians."""
+
     t: float
     ego: EgoState
     route_s: float
@@ -87,8 +90,9 @@ def to_frame(origin: np.ndarray, poses: np.ndarray) -> np.ndarray:
 
 def _snapshot(world: World, t: float, ego: EgoState, route_s: float) -> SceneSnapshot:
     boxes = []
-    for veh in world.vehicles:
-        if veh.active:
+    near = world.distances_to(ego.x, ego.y) < SNAPSHOT_RANGE
+    for veh, n in zip(world.vehicles, near):
+        if veh.active and n:
             boxes.append(BoxSnapshot(veh.x, veh.y, veh.yaw, veh.length, veh.width, veh.height,
                                      veh.color, veh.kind, braking=veh.accel < -0.8 or
                                      (veh.kind != "parked" and veh.v < 0.3)))

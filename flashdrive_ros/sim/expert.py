@@ -83,8 +83,10 @@ class Expert:
         v_des = curve_speed_limit(route, s, world.v_cruise, p)
         obstacles: list[Obstacle] = []
         lead_speed, oncoming_near = None, False
-        for veh in world.vehicles:
-            if not veh.active or np.hypot(veh.x - ego.x, veh.y - ego.y) > SENSE_RANGE:
+        near = world.distances_to(ego.x, ego.y) <= SENSE_RANGE
+        for k in np.flatnonzero(near):
+            veh = world.vehicles[k]
+            if not veh.active:
                 continue
             s_o, d_o = route.project((veh.x, veh.y), hint=s, window=SENSE_RANGE + 10)
             if veh.kind == "oncoming" and s_o > s - 5 and s_o - s < 40:

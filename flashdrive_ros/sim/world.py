@@ -20,6 +20,7 @@ ROAD_HALF_WIDTH = 6.0
 SIDEWALK_WIDTH = 3.0
 SENSE_RANGE = 70.0
 SIDE_ROAD_SPEED = 4.0
+ACTIVE_RANGE = 250.0
 
 
 @dataclass
@@ -66,7 +67,11 @@ class World:
         return [i.light for i in self.intersections if i.light is not None]
 
     def step(self, t: float, dt: float, ego: EgoState, ego_front_s: float) -> None:
-        """Advance lights, pedestrians and vehicles from t to t + dt."""
+        """Advance lights, pedestrians and vehicles from t to t + dt.
+
+        Vehicles farther than ACTIVE_RANGE from the ego stand still (nobody sees them), which
+        keeps long drives cheap.
+        """
         for light in self.lights():
             light.update(t, ego_front_s)
         for ped in self.pedestrians:
@@ -79,10 +84,12 @@ class World:
                 self._maybe_activate(veh, t, ego, ego_front_s)
         boxes = self.agent_boxes(ego)
         centers = np.array([b[:2] for b in boxes])
-        accels = [self._vehicle_accel(veh, t, boxes, centers) if self._moving(veh) else 0.0
-                  for veh in self.vehicles]
-        for veh, a in zip(self.vehicles, accels):
-            if self._moving(veh):
+        near = self.distances_to(ego.x, ego.y) < ACTIVE_RANGE
+        moving = [self._moving(veh) and bool(n) for veh, n in zip(self.vehicles, near)]
+        accels = [self._vehicle_accel(veh, t, boxes, centers) if m else 0.0
+                  for veh, m in zip(self.vehicles, moving)]
+        for veh, a, m in zip(self.vehicles, accels, moving):
+            if m:
                 v_new = max(veh.v + a * dt, 0.0)
                 veh.accel = (v_new - veh.v) / dt
                 veh.s += 0.5 * (veh.v + v_new) * dt
@@ -90,6 +97,11 @@ class World:
                 veh.sync_pose()
                 if veh.finished:
                     veh.active = False
+
+    def distances_to(self, x: float, y: float) -> np.ndarray:
+        """[N_vehicles] distance of every vehicle's centre from (x, y)."""
+        xy = np.array([(v.x, v.y) for v in self.vehicles]).reshape(-1, 2)
+        return np.hypot(xy[:, 0] - x, xy[:, 1] - y)
 
     @staticmethod
     def _moving(veh: Vehicle) -> bool:
