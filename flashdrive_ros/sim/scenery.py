@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from flashdrive_ros.sim.entities import StaticBox, Vehicle
+from flashdrive_ros.sim.entities import Pedestrian, StaticBox, Vehicle
 from flashdrive_ros.sim.world import ROAD_HALF_WIDTH, SIDEWALK_WIDTH, Style, World
 
 _SKIES = (
@@ -95,6 +95,27 @@ def add_scenery(world: World, rng: np.random.Generator) -> None:
                 world.vehicles.append(Vehicle("parked", *size, color, x=float(px), y=float(py),
                                               yaw=float(yaw) + (0.0 if side < 0 else np.pi)))
             s += float(rng.uniform(15, 45))
+    _add_walkers(world, rng, blocked)
+
+
+def _add_walkers(world: World, rng: np.random.Generator, blocked: list) -> None:
+    """Pedestrians strolling along straight stretches of sidewalk (they never cross)."""
+    route = world.route
+    s = float(rng.uniform(20, 60))
+    while s < route.length - 60.0:
+        length = float(rng.uniform(25, 45))
+        straight = abs(route.pose_at(s + length)[2] - route.pose_at(s)[2]) < 0.01
+        clear = all(_clear_of(x, blocked) for x in np.linspace(s, s + length, 8))
+        if straight and clear and rng.random() < 0.6:
+            d = float(rng.choice([-1.0, 1.0])) * (ROAD_HALF_WIDTH + 0.9)
+            ends = [route.offset_point(s, d), route.offset_point(s + length, d)]
+            if rng.random() < 0.5:
+                ends.reverse()
+            (ax, ay), (bx, by) = ends
+            color = tuple(int(c) for c in rng.integers(40, 220, 3))
+            world.pedestrians.append(Pedestrian((float(ax), float(ay)), (float(bx), float(by)),
+                                                float(rng.uniform(1.0, 1.5)), s - 120.0, color))
+        s += length + float(rng.uniform(40, 120))
 
 
 def _corners(cx: float, cy: float, yaw: float, length: float, width: float) -> np.ndarray:
