@@ -51,13 +51,17 @@ class CameraRaster:
                 continue
             if not keep.any() or len(poly) < 3:
                 return None
-            nxt, dn = np.roll(poly, -1, axis=0), np.roll(d, -1)
+            n = len(poly)
+            nxt = np.arange(1, n + 1) % n
+            dn = d[nxt]
             cross = keep != (dn >= 0)
-            with np.errstate(divide="ignore", invalid="ignore"):
-                t = np.where(cross, d / (d - dn), 0.0)
-            inter = poly + t[:, None] * (nxt - poly)
-            poly = np.stack([poly, inter], axis=1).reshape(-1, 3)[
-                np.stack([keep, cross], axis=1).reshape(-1)]
+            t = d / np.where(cross, d - dn, 1.0)
+            out = np.empty((n, 2, 3))
+            out[:, 0] = poly
+            out[:, 1] = poly + t[:, None] * (poly[nxt] - poly)
+            mask = np.empty((n, 2), dtype=bool)
+            mask[:, 0], mask[:, 1] = keep, cross
+            poly = out.reshape(-1, 3)[mask.reshape(-1)]
         return poly if len(poly) >= 3 else None
 
     def project(self, pts: np.ndarray) -> np.ndarray:
