@@ -73,17 +73,7 @@ class DFlashProposer:
             raise ValueError("the DFlash drafter needs target features: build the Target with "
                              "feature_layers = drafter target_layer_ids and prefill with "
                              "context_len = drafter context_len")
-        k = self.block_size
-        device = request.features.device
-        ids = torch.full((1, k), self.drafter.mask_token_id, dtype=torch.long, device=device)
-        ids[0, 0] = request.pending_token
-        block_slots = torch.arange(request.block_start_slot, request.block_start_slot + k,
-                                   device=device)
-        if self.drafter.cfg.rotary == "flat":
-            positions = torch.cat([request.feature_slots, block_slots])[None]  # [1, C + K]
-        else:
-            block = text_positions(request.block_start_position, k, device=device)
-            positions = torch.cat([request.feature_positions, block], dim=2)  # [3, 1, C + K]
+        ids, positions = self.block_inputs(request)
         logits = self.drafter.propose_logits(request.features[None], ids, positions,
                                              self.embed_tokens, self.lm_head)[0]  # [K - 1, V]
         if request.sampling is None:
@@ -91,6 +81,20 @@ class DFlashProposer:
         probs = sampling_probs(logits, request.sampling)
         tokens = torch.multinomial(probs, 1, generator=request.generator)[:, 0]
         return Proposal(tokens, probs)
+
+    def block_inputs(self, request: ProposalRequest) -> tuple[torch.Tensor, torch.Tensor]:
+        """Block ids [1, K] (pending token, then masks) and rotary positions ([1, C + K] flat,
+        [3, 1, C + K] mrope) on the features' device."""
+        k = self.block_size
+        device = request.features.device
+        ids = torch.full((1, k), self.drafter.mask_token_id, dtype=torch.long, device=device)
+        ids[0, 0] = request.pending_token
+        block_slots = torch.arange(request.block_start_slot, request.block_start_slot + k,
+                                   device=device)
+        if self.drafter.cfg.rotary == "flat":
+            return ids, torch.cat([request.feature_slots, block_slots])[None]  # [1, C + K]
+        block = text_positions(request.block_start_position, k, device=device)
+        return ids, torch.cat([request.feature_positions, block], dim=2)  # [3, 1, C + K]
 
 
 @dataclass
@@ -116,7 +120,7 @@ def propose_block(proposer: Proposer, state: DecodeState, sampling: Sampling | N
 
 def verify_block(target: Target, state: DecodeState, proposal: Proposal) -> Verification:
     start = state.cache.length
-    block = [state.pending] + [int(t) for t in proposal.tokens]
+    block = [state.pending] + [int(t) for t in proposal.tokens.tolist()]
     state.target_forwards += 1
     return Verification(target.run_tokens(block, state.cache, state.pending_position), start)
 

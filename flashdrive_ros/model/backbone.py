@@ -151,8 +151,35 @@ class TextBackbone(nn.Module):
         query_cos, query_sin = self.rotary_cos_sin(positions, dtype)
         key_cos, key_sin = self.rotary_cos_sin(cache.positions[:, :, :length], dtype)
         rotary = RotaryTables(query_cos, query_sin, key_cos, key_sin, length)
-        deepstack = deepstack or []
-        x = inputs_embeds
+        return self._run_layers(inputs_embeds, rotary, cache, slots, mask, visual_mask,
+                                deepstack or [], output_layers)
+
+    def forward_static(self, inputs_embeds: torch.Tensor, positions: torch.Tensor,
+                       cache: KVCache, slots: torch.Tensor, output_layers: tuple[int, ...] = ()
+                       ) -> BackboneOutput:
+        """Capture-safe text-only forward: no host reads, shapes fixed by T and the capacity.
+
+        inputs_embeds: [B, T, H]; positions: [3, B, T]; slots: [T] device long. Attends over
+        every cache slot [0, capacity) with the mask key slot <= query slot built on device,
+        which equals `forward`'s causal-by-slot attention when the cache holds no valid slot
+        at or after slots[0] (decode and verify). The caller checks the slots against the
+        capacity and advances `cache.length` (host bookkeeping) itself.
+        """
+        capacity = cache.capacity
+        key_slots = torch.arange(capacity, device=slots.device)
+        mask = self._grouped_mask((key_slots[None, :] <= slots[:, None])[None, None])
+        cache.set_positions(slots, positions)
+        dtype = inputs_embeds.dtype
+        query_cos, query_sin = self.rotary_cos_sin(positions, dtype)
+        key_cos, key_sin = self.rotary_cos_sin(cache.positions, dtype)
+        rotary = RotaryTables(query_cos, query_sin, key_cos, key_sin, capacity)
+        return self._run_layers(inputs_embeds, rotary, cache, slots, mask, None, [],
+                                output_layers)
+
+    def _run_layers(self, x: torch.Tensor, rotary: RotaryTables, cache: KVCache,
+                    slots: torch.Tensor, mask: torch.Tensor | None,
+                    visual_mask: torch.Tensor | None, deepstack: list[torch.Tensor],
+                    output_layers: tuple[int, ...]) -> BackboneOutput:
         layer_hidden: dict[int, torch.Tensor] = {}
         for index, layer in enumerate(self.layers):
             x = layer(x, rotary, cache, slots, mask)

@@ -155,6 +155,11 @@ class Drafter(nn.Module):
         if int(block_ids.min()) < 0 or int(block_ids.max()) > self.vocab_size:
             raise ValueError(f"block ids outside [0, {self.vocab_size}] "
                              f"({self.vocab_size} = mask token)")
+        return self.block_embeddings(block_ids, embed_tokens)
+
+    def block_embeddings(self, block_ids: torch.Tensor, embed_tokens: nn.Embedding
+                         ) -> torch.Tensor:
+        """`embed_block` without its checks (capture-safe: no host reads)."""
         is_mask = block_ids == self.mask_token_id
         embeds = embed_tokens(block_ids.masked_fill(is_mask, 0))  # embeds: [B, K, H]
         mask_row = self.mask_embedding.to(embeds.dtype).expand_as(embeds)

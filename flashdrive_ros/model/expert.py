@@ -53,8 +53,10 @@ class ExpertAttention(nn.Module):
         self.k_norm = RMSNorm(self.head_dim, cfg.rms_norm_eps)
 
     def forward(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor,
-                prefix_k: torch.Tensor, prefix_v: torch.Tensor) -> torch.Tensor:
-        """x: [K, N, H_exp]; cos, sin: [1, N, D]; prefix_k (rotated), prefix_v: [1, Hkv, P, D]."""
+                prefix_k: torch.Tensor, prefix_v: torch.Tensor,
+                prefix_mask: torch.Tensor | None = None) -> torch.Tensor:
+        """x: [K, N, H_exp]; cos, sin: [1, N, D]; prefix_k (rotated), prefix_v: [1, Hkv, P, D];
+        prefix_mask: optional [P] bool, False = prefix slot not attended."""
         k_samples, n, _ = x.shape
         groups = self.num_heads // self.num_kv_heads
         q = self.q_norm(self.q_proj(x).view(k_samples, n, self.num_heads, self.head_dim))
@@ -66,6 +68,8 @@ class ExpertAttention(nn.Module):
         q = q.view(k_samples, self.num_kv_heads, groups, n, self.head_dim)
         scale = self.head_dim ** -0.5
         s_prefix = torch.einsum("bhgnd,hpd->bhgnp", q, prefix_k[0]) * scale
+        if prefix_mask is not None:
+            s_prefix = s_prefix.masked_fill(~prefix_mask, float("-inf"))
         s_own = torch.einsum("bhgnd,bhmd->bhgnm", q, k) * scale
         probs = torch.cat([s_prefix, s_own], dim=-1).float().softmax(dim=-1).to(q.dtype)
         p_prefix, p_own = probs.split([prefix_k.shape[2], n], dim=-1)
@@ -84,8 +88,10 @@ class ExpertLayer(nn.Module):
         self.mlp = ExpertMLP(cfg.hidden_size, cfg.intermediate_size)
 
     def forward(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor,
-                prefix_k: torch.Tensor, prefix_v: torch.Tensor) -> torch.Tensor:
-        x = x + self.self_attn(self.input_layernorm(x), cos, sin, prefix_k, prefix_v)
+                prefix_k: torch.Tensor, prefix_v: torch.Tensor,
+                prefix_mask: torch.Tensor | None = None) -> torch.Tensor:
+        x = x + self.self_attn(self.input_layernorm(x), cos, sin, prefix_k, prefix_v,
+                               prefix_mask)
         return x + self.mlp(self.post_attention_layernorm(x))
 
 
@@ -115,10 +121,18 @@ class ActionExpert(nn.Module):
             prefix = self.rotated_prefix(cache, prefix_len, x.dtype)
         elif len(prefix) != len(self.layers) or prefix[0][0].shape[2] != prefix_len:
             raise ValueError("prefix was not made for this expert and prefix_len")
+        return self.forward_prefix(x, positions, prefix)
+
+    def forward_prefix(self, x: torch.Tensor, positions: torch.Tensor,
+                       prefix: list[tuple[torch.Tensor, torch.Tensor]],
+                       prefix_mask: torch.Tensor | None = None) -> torch.Tensor:
+        """Capture-safe core of `forward` (no checks, no host reads): x: [K, N_wp, H_exp];
+        positions: [3, 1, N_wp]; prefix: per layer [1, Hkv, P, D] rotated keys and values;
+        prefix_mask: optional [P] bool of the prefix slots to attend -> [K, N_wp, H_exp]."""
         cos, sin = mrope_cos_sin(positions, self.inv_freq, self.mrope_section,
                                  self.mrope_interleaved, dtype=x.dtype)  # cos: [1, N, D]
         for layer, (prefix_k, prefix_v) in zip(self.layers, prefix):
-            x = layer(x, cos, sin, prefix_k, prefix_v)
+            x = layer(x, cos, sin, prefix_k, prefix_v, prefix_mask)
         return self.norm(x)
 
     def rotated_prefix(self, cache: KVCache, prefix_len: int, dtype: torch.dtype

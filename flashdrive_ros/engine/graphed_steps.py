@@ -1,0 +1,181 @@
+"""The engine's fixed-shape steps as CUDA graphs: per-view encode, drafter block proposal,
+verify block / decode-one (one graph per token count) and the whole Euler loop of the action
+expert.
+
+Each step is a capture-safe function of device tensors (no host reads, shapes fixed by its
+inputs) wrapped in a `GraphedStep`; with `enabled=False`, or on the CPU, the same functions
+run eagerly. Host bookkeeping stays outside the graphs: token-id and slot checks, the cache's
+`length`, token choice, image preprocessing. Outputs are cloned out of the static buffers.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+import torch
+
+from flashdrive_ros.backends.cuda_graphs import GraphedStep
+from flashdrive_ros.engine.decoding import Target, TargetStep
+from flashdrive_ros.engine.flow_cached import FlowSchedule, euler_cached
+from flashdrive_ros.engine.speculative import DFlashProposer, Proposal, ProposalRequest
+from flashdrive_ros.model.alpamayo import AlpamayoModel
+from flashdrive_ros.model.kv_cache import KVCache
+from flashdrive_ros.model.preprocess import preprocess_images
+from flashdrive_ros.model.vision import VisionEncoder
+
+
+class GraphedTarget(Target):
+    """A `Target` whose `run_tokens` (decode-one, verify block, finish) runs the backbone's
+    capture-safe path over the whole cache; `run_embeds` (prefill) stays eager."""
+
+    def __init__(self, target: Target, cache: KVCache, enabled: bool = True) -> None:
+        super().__init__(target.backbone, target.lm_head, target.feature_layers)
+        self.cache = cache
+        self.step = GraphedStep(self._forward, enabled)
+
+    def _forward(self, inputs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """inputs: [3, T] long rows (token ids, cache slots, text positions) -> logits [T, V],
+        features [T, L * H] or None."""
+        ids, slots, positions = inputs[0], inputs[1], inputs[2]
+        embeds = self.embed_tokens(ids[None])  # embeds: [1, T, H]
+        positions = positions.view(1, 1, -1).expand(3, 1, -1)  # positions: [3, 1, T]
+        out = self.backbone.forward_static(embeds, positions, self.cache, slots,
+                                           self.feature_layers)
+        features = None
+        if self.feature_layers:
+            features = torch.cat([out.layer_hidden[i][0] for i in self.feature_layers], dim=-1)
+        return self.lm_head(out.hidden[0]), features
+
+    def run_tokens(self, token_ids: list[int], cache: KVCache, start_position: int
+                   ) -> TargetStep:
+        if cache is not self.cache:
+            raise ValueError("a GraphedTarget runs on the cache it was built for")
+        if not token_ids or min(token_ids) < 0 or max(token_ids) >= self.vocab_size:
+            raise ValueError(f"token ids {token_ids} outside the vocabulary [0, "
+                             f"{self.vocab_size})")
+        start, count = cache.length, len(token_ids)
+        if start + count > cache.capacity:
+            raise ValueError(f"cache capacity {cache.capacity} cannot hold {count} more "
+                             f"tokens after {start}")
+        inputs = torch.tensor([token_ids, list(range(start, start + count)),
+                               list(range(start_position, start_position + count))],
+                              dtype=torch.long, device=cache.k.device)
+        logits, features = self.step(inputs)
+        cache.advance_to(start + count)
+        return TargetStep(logits.clone(), None if features is None else features.clone())
+
+
+class GraphedProposer(DFlashProposer):
+    """A `DFlashProposer` whose greedy block proposal is one graphed drafter forward plus
+    argmax; sampled proposals stay eager."""
+
+    def __init__(self, proposer: DFlashProposer, enabled: bool = True) -> None:
+        super().__init__(proposer.drafter, proposer.embed_tokens, proposer.lm_head)
+        self.step = GraphedStep(self._draft, enabled)
+
+    def _draft(self, features: torch.Tensor, ids: torch.Tensor, positions: torch.Tensor
+               ) -> torch.Tensor:
+        """features: [1, C, L * H]; ids: [1, K]; positions: [1, C + K] or [3, 1, C + K]
+        -> greedy drafts [K - 1]."""
+        embeds = self.drafter.block_embeddings(ids, self.embed_tokens)  # embeds: [1, K, H]
+        hidden = self.drafter(features, embeds, positions)
+        return torch.argmax(self.lm_head(hidden[:, 1:]), dim=-1)[0]
+
+    @torch.no_grad()
+    def propose(self, request: ProposalRequest) -> Proposal:
+        if request.sampling is not None or request.features is None:
+            return super().propose(request)
+        ids, positions = self.block_inputs(request)
+        return Proposal(self.step(request.features[None], ids, positions).clone(), None)
+
+
+class GraphedEncoder:
+    """Encodes a batch of same-sized images; the grid is fixed by the image size and baked
+    into each capture as host ints (one graph per image count: one frame per view when
+    streaming, every frame on a full prefill)."""
+
+    def __init__(self, visual: VisionEncoder, size: tuple[int, int], dtype: torch.dtype,
+                 device: torch.device, enabled: bool = True) -> None:
+        cfg = visual.cfg
+        self.visual = visual
+        self.size = size
+        self.dtype = dtype
+        self.device = device
+        self.grid = (1, size[0] // cfg.patch_size, size[1] // cfg.patch_size)
+        self.step = GraphedStep(self._encode, enabled)
+
+    def _encode(self, patches: torch.Tensor) -> tuple[torch.Tensor, list[torch.Tensor]]:
+        """patches: [N_img * h * w, C*Tp*P*P] -> (embeds [N_tokens, H], deepstack list)."""
+        count = patches.shape[0] // (self.grid[1] * self.grid[2])
+        return self.visual(patches, torch.tensor([self.grid] * count))
+
+    def __call__(self, images: np.ndarray, frames: Sequence[tuple[int, int]]
+                 ) -> tuple[torch.Tensor, list[torch.Tensor]]:
+        """images: uint8 [V, F, H, W, 3]; encodes the (view, frame) images in `frames` order."""
+        batch = np.stack([images[v, f] for v, f in frames])
+        patches, grid_thw = preprocess_images(batch, self.visual.cfg, self.size)
+        if grid_thw.tolist() != [list(self.grid)] * len(frames):
+            raise ValueError(f"preprocessed grid {grid_thw.tolist()} differs from the "
+                             f"captured grid {self.grid}")
+        embeds, deepstack = self.step(patches.to(device=self.device, dtype=self.dtype))
+        return embeds.clone(), [level.clone() for level in deepstack]
+
+
+class GraphedFlow:
+    """The whole flow-matching sampler (prefix-key rotation, then every Euler step of
+    `schedule`) as one graph over the whole cache, the prefix length a device tensor."""
+
+    def __init__(self, model: AlpamayoModel, cache: KVCache, schedule: FlowSchedule,
+                 enabled: bool = True) -> None:
+        self.model = model
+        self.cache = cache
+        self.schedule = schedule
+        self.step = GraphedStep(self._sample, enabled)
+
+    def _sample(self, x0: torch.Tensor, prefix_len: torch.Tensor) -> torch.Tensor:
+        """x0: [K, N_wp, 2] noise; prefix_len: [1] long -> actions [K, N_wp, 2]."""
+        model, cache = self.model, self.cache
+        expert = model.expert
+        capacity = cache.capacity
+        device = cache.positions.device
+        prefix = expert.rotated_prefix(cache, capacity, model.action_out_proj.weight.dtype)
+        prefix_mask = torch.arange(capacity, device=device) < prefix_len  # [C]
+        start = cache.positions[:, 0].index_select(1, prefix_len - 1).max() + 1
+        steps = torch.arange(x0.shape[1], device=device) + start
+        positions = steps.view(1, 1, -1).expand(3, 1, -1)  # positions: [3, 1, N_wp]
+
+        def velocity_fn(x: torch.Tensor, t: torch.Tensor) -> torch.Tensor:
+            hidden = expert.forward_prefix(model.action_in_proj(x, t), positions, prefix,
+                                           prefix_mask)
+            return model.action_out_proj(hidden).to(x.dtype)
+
+        return euler_cached(velocity_fn, x0, self.schedule)
+
+    def __call__(self, x0: torch.Tensor, prefix_len: int) -> torch.Tensor:
+        if not 0 < prefix_len <= self.cache.length:
+            raise ValueError(f"prefix_len {prefix_len} outside (0, cache length "
+                             f"{self.cache.length}]")
+        length = torch.tensor([prefix_len], dtype=torch.long, device=self.cache.k.device)
+        return self.step(x0, length).clone()
+
+
+class GraphedSteps:
+    """Every graphed step of one engine, built over its model, target, proposer and cache."""
+
+    def __init__(self, model: AlpamayoModel, target: Target, proposer: DFlashProposer | None,
+                 cache: KVCache, image_size: tuple[int, int], schedule: FlowSchedule,
+                 enabled: bool = True) -> None:
+        weight = model.action_out_proj.weight
+        self.encoder = GraphedEncoder(model.vlm.visual, image_size, weight.dtype,
+                                      weight.device, enabled)
+        self.target = GraphedTarget(target, cache, enabled)
+        self.proposer = GraphedProposer(proposer, enabled) if proposer else None
+        self.flow = GraphedFlow(model, cache, schedule, enabled)
+
+    @property
+    def captured_graphs(self) -> int:
+        steps = [self.encoder.step, self.target.step, self.flow.step]
+        if self.proposer is not None:
+            steps.append(self.proposer.step)
+        return sum(step.captured_shapes for step in steps)
