@@ -18,6 +18,7 @@ from flashdrive_ros.engine.config import EngineConfig
 from flashdrive_ros.engine.decoding import (DecodeResult, PrefillOutput, Sampling, StopRule,
                                             Target, autoregressive_decode, required_capacity)
 from flashdrive_ros.engine.flow_cached import euler_cached
+from flashdrive_ros.engine.graphed_steps import GraphedSteps
 from flashdrive_ros.engine.speculative import DFlashProposer, speculative_decode
 from flashdrive_ros.engine.streaming import (FrameLayout, PrefillPlan, StreamingKVCache,
                                              encode_frames, run_prefill)
@@ -84,6 +85,7 @@ class Engine:
         cache = KVCache(text.num_hidden_layers, 1, text.num_key_value_heads, capacity,
                         text.head_dim, self.dtype, self.device)
         self.stream = StreamingKVCache(cache, streaming=cfg.streaming)
+        self.graphs = self.graphed_steps() if cfg.cuda_graphs else None
 
     @classmethod
     def load(cls, model_dir: str | Path, cfg: EngineConfig) -> Engine:
@@ -102,6 +104,12 @@ class Engine:
             drafter.load_safetensors(drafter_path)
             drafter = drafter.to(device=cfg.device, dtype=cfg.torch_dtype).eval()
         return cls(model, tokenizer, drafter, cfg)
+
+    def graphed_steps(self, enabled: bool = True) -> GraphedSteps:
+        """The fixed-shape steps over this engine's model and cache, as CUDA graphs
+        (`enabled=False`: the same capture-safe steps run eagerly)."""
+        return GraphedSteps(self.model, self.target, self.proposer, self.stream.cache,
+                            self.image_size, self.cfg.flow_schedule, enabled)
 
     @property
     def mode(self) -> str:
@@ -172,6 +180,8 @@ class Engine:
 
     def encode(self, window: Window, plan: PrefillPlan
                ) -> tuple[torch.Tensor, list[torch.Tensor]]:
+        if self.graphs is not None:
+            return self.graphs.encoder(window.images, plan.frames_to_encode)
         return encode_frames(self.model.vlm, window.images, plan.frames_to_encode,
                              self.image_size, self.dtype)
 
@@ -185,20 +195,25 @@ class Engine:
 
     def decode(self, prefill_out: PrefillOutput, generator: torch.Generator) -> DecodeResult:
         cache = self.stream.cache
-        if self.proposer is not None:
-            return speculative_decode(self.target, self.proposer, prefill_out, cache, self.stop,
+        target = self.graphs.target if self.graphs else self.target
+        proposer = self.graphs.proposer if self.graphs else self.proposer
+        if proposer is not None:
+            return speculative_decode(target, proposer, prefill_out, cache, self.stop,
                                       self.sampling, generator)
-        return autoregressive_decode(self.target, prefill_out, cache, self.stop, self.sampling,
+        return autoregressive_decode(target, prefill_out, cache, self.stop, self.sampling,
                                      generator)
 
     def action(self, window: Window, generator: torch.Generator) -> np.ndarray:
         """[K, N_wp, 3] (x, y, yaw) float64 in the t0 ego frame."""
         a = self.model.cfg.action
         cache = self.stream.cache
-        velocity_fn = self.model.velocity_fn(cache, cache.length)
         x0 = initial_noise(self.cfg.num_samples, (a.num_waypoints, a.action_dim), generator,
                            self.dtype)
-        actions = euler_cached(velocity_fn, x0, self.cfg.flow_schedule)
+        if self.graphs is not None:
+            actions = self.graphs.flow(x0, cache.length)
+        else:
+            actions = euler_cached(self.model.velocity_fn(cache, cache.length), x0,
+                                   self.cfg.flow_schedule)
         history = torch.as_tensor(window.ego_history, dtype=torch.float64)
         v0 = fit_v0(history[:, :3], history[:, 3], a.history_dt)
         return self.model.trajectories(actions, v0.to(actions.device)).cpu().numpy()
