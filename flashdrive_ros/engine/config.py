@@ -11,7 +11,7 @@ from flashdrive_ros.engine.flow_cached import FlowSchedule
 from flashdrive_ros.model.config import ConfigError
 
 MODES = ("flashdrive", "baseline")
-BACKENDS = ("torch",)
+BACKENDS = ("torch", "tensorrt")
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 SHORTCUTS = ("streaming", "speculative", "cached_velocity", "cuda_graphs")
 
@@ -48,7 +48,8 @@ class EngineConfig:
             if value is None:
                 default = self.mode == "flashdrive"
                 if name == "cuda_graphs":
-                    default = default and self.device.startswith("cuda")
+                    default = (default and self.device.startswith("cuda")
+                               and self.backend == "torch")
                 setattr(self, name, default)
             elif not isinstance(value, bool):
                 raise ConfigError(f"{name} must be true, false or null, got {value!r}")
@@ -81,6 +82,12 @@ class EngineConfig:
             raise ConfigError(f"device must be cpu or cuda[:N], got {self.device!r}")
         if self.backend not in BACKENDS:
             raise ConfigError(f"backend must be one of {BACKENDS}, got {self.backend!r}")
+        if self.backend == "tensorrt" and not self.device.startswith("cuda"):
+            raise ConfigError(f"backend 'tensorrt' needs a CUDA device, got "
+                              f"device={self.device!r}")
+        if self.backend == "tensorrt" and self.cuda_graphs:
+            raise ConfigError("cuda_graphs captures the torch backend's steps; set "
+                              "cuda_graphs false with backend 'tensorrt'")
 
     @property
     def torch_dtype(self) -> torch.dtype:

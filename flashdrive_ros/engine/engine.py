@@ -14,6 +14,8 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from flashdrive_ros.backends.base import Backend, make_backend
+from flashdrive_ros.backends.specs import EngineShapes
 from flashdrive_ros.engine.config import EngineConfig
 from flashdrive_ros.engine.decoding import (DecodeResult, PrefillOutput, Sampling, StopRule,
                                             Target, autoregressive_decode, required_capacity)
@@ -42,7 +44,8 @@ MAX_ASPECT_DISTORTION = 0.2
 
 class Engine:
     def __init__(self, model: AlpamayoModel, tokenizer: TextTokenizer, drafter: Drafter | None,
-                 cfg: EngineConfig) -> None:
+                 cfg: EngineConfig, backend: Backend | None = None) -> None:
+        """backend: runs the encoder and backbone steps; None = `cfg.backend`."""
         mcfg = model.cfg
         if tokenizer.vocab_size != mcfg.text.vocab_size:
             raise ConfigError(f"tokenizer has {tokenizer.vocab_size} tokens, the model's "
@@ -75,7 +78,6 @@ class Engine:
         self.sampling = Sampling(cfg.temperature, cfg.top_p) if cfg.temperature > 0 else None
         vlm = model.vlm
         feature_layers = self.drafter.cfg.target_layer_ids if self.drafter else ()
-        self.target = Target(vlm.language_model, vlm.lm_head, feature_layers)
         self.proposer = (DFlashProposer(self.drafter, vlm.language_model.embed_tokens,
                                         vlm.lm_head) if self.drafter else None)
         self.frame_layout, self.prompt_positions = self._prompt_geometry()
@@ -85,6 +87,8 @@ class Engine:
         cache = KVCache(text.num_hidden_layers, 1, text.num_key_value_heads, capacity,
                         text.head_dim, self.dtype, self.device)
         self.stream = StreamingKVCache(cache, streaming=cfg.streaming)
+        self.backend = backend or make_backend(cfg.backend, model, self.shapes)
+        self.target = Target(self.backend.backbone, vlm.lm_head, feature_layers)
         self.graphs = self.graphed_steps() if cfg.cuda_graphs else None
 
     @classmethod
@@ -110,6 +114,19 @@ class Engine:
         (`enabled=False`: the same capture-safe steps run eagerly)."""
         return GraphedSteps(self.model, self.target, self.proposer, self.stream.cache,
                             self.image_size, self.cfg.flow_schedule, enabled)
+
+    def shapes(self) -> EngineShapes:
+        """The step shapes this engine runs (exported graphs and TensorRT profiles)."""
+        layout, v = self.frame_layout, self.model.cfg.vision
+        drafter = self.drafter.cfg if self.drafter else None
+        return EngineShapes(
+            capacity=self.stream.cache.capacity, prompt_length=layout.prompt_length,
+            streaming_length=len(layout.newest_frame_and_tail()),
+            block_size=drafter.block_size if drafter else 1,
+            context_len=drafter.context_len if drafter else 0,
+            grid_hw=(self.image_size[0] // v.patch_size, self.image_size[1] // v.patch_size),
+            num_samples=self.cfg.num_samples,
+            feature_layers=tuple(drafter.target_layer_ids) if drafter else ())
 
     @property
     def mode(self) -> str:
@@ -183,7 +200,7 @@ class Engine:
         if self.graphs is not None:
             return self.graphs.encoder(window.images, plan.frames_to_encode)
         return encode_frames(self.model.vlm, window.images, plan.frames_to_encode,
-                             self.image_size, self.dtype)
+                             self.image_size, self.dtype, self.backend.encoder)
 
     def prefill(self, token_ids: list[int], plan: PrefillPlan, image_embeds: torch.Tensor,
                 deepstack: list[torch.Tensor]) -> PrefillOutput:

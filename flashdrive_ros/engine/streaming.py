@@ -23,7 +23,7 @@ time jumps) and when the prompt before the tail or its layout changes.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -274,16 +274,19 @@ class StreamingKVCache:
 
 
 def encode_frames(vlm: VLM, images: np.ndarray, frames: Sequence[tuple[int, int]],
-                  size: tuple[int, int], dtype: torch.dtype = torch.float32
+                  size: tuple[int, int], dtype: torch.dtype = torch.float32,
+                  encoder: Callable | None = None
                   ) -> tuple[torch.Tensor, list[torch.Tensor]]:
-    """images: uint8 [V, F, H, W, 3]; encodes the (view, frame) images in `frames` order.
+    """images: uint8 [V, F, H, W, 3]; encodes the (view, frame) images in `frames` order
+    with `encoder` (the call signature of `VisionEncoder`; default `vlm.visual`).
 
     Returns (image_embeds [len(frames) * tokens_per_image, H], deepstack list of the same).
     """
     batch = np.stack([images[v, f] for v, f in frames])
     patches, grid_thw = preprocess_images(batch, vlm.visual.cfg, size)
     device = vlm.lm_head.weight.device
-    return vlm.visual(patches.to(device=device, dtype=dtype), grid_thw.to(device))
+    return (encoder or vlm.visual)(patches.to(device=device, dtype=dtype),
+                                   grid_thw.to(device))
 
 
 def run_prefill(target: Target, vlm: VLM, state: StreamingKVCache, plan: PrefillPlan,
