@@ -39,7 +39,7 @@ class GraphedTarget(Target):
         features [T, L * H] or None."""
         ids, slots, positions = inputs[0], inputs[1], inputs[2]
         embeds = self.embed_tokens(ids[None])  # embeds: [1, T, H]
-        positions = positions.view(1, 1, -1).expand(3, 1, -1)  # positions: [3, 1, T]
+        positions = positions.view(1, 1, -1).expand(3, 1, -1).contiguous()  # [3, 1, T]
         out = self.backbone.forward_static(embeds, positions, self.cache, slots,
                                            self.feature_layers)
         features = None
