@@ -1,0 +1,89 @@
+"""flashdrive-bench: per-stage latency of the reference path, the baseline and every shortcut
+at a model shape with random weights; writes OUTDIR/bench.json and prints markdown tables."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shlex
+import sys
+from pathlib import Path
+
+import torch
+
+from flashdrive_ros.bench.report import markdown
+from flashdrive_ros.bench.shapes import SHAPES
+from flashdrive_ros.bench.suite import Settings, run_suite
+
+BENCH_FILE = "bench.json"
+DEFAULT_COC_TOKENS = 16
+
+
+def sample_counts(text: str) -> list[int]:
+    try:
+        counts = [int(x) for x in text.split(",") if x.strip()]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"--samples takes integers like 1,6, got {text!r}")
+    if not counts or min(counts) < 1:
+        raise argparse.ArgumentTypeError("--samples needs counts >= 1")
+    return counts
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="flashdrive-bench", description=__doc__)
+    parser.add_argument("--shape", required=True, choices=SHAPES)
+    parser.add_argument("--device", required=True, choices=("cuda", "cpu"))
+    parser.add_argument("--out", required=True, type=Path)
+    parser.add_argument("--windows", type=int, default=120, help="timed windows per variant")
+    parser.add_argument("--warmup", type=int, default=3,
+                        help="untimed windows first (>= 1: the first is a full prefill)")
+    parser.add_argument("--samples", type=sample_counts, default=[1, 6],
+                        help="trajectory sample counts, comma-separated")
+    parser.add_argument("--coc-tokens", type=int, default=DEFAULT_COC_TOKENS,
+                        help="CoC tokens every window decodes")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--threads", type=int, default=None,
+                        help="torch CPU threads (default: torch's choice)")
+    parser.add_argument("--budget-s", type=float, default=None,
+                        help="start no further variant after this many seconds")
+    parser.add_argument("--no-reference", action="store_true",
+                        help="skip the HF transformers reference path")
+    args = parser.parse_args(argv)
+    if args.windows < 1 or args.warmup < 1 or args.coc_tokens < 2 or (
+            args.threads is not None and args.threads < 1):
+        parser.error("--windows >= 1, --warmup >= 1, --coc-tokens >= 2 and --threads >= 1 "
+                     "are required")
+    if args.device == "cuda" and not torch.cuda.is_available():
+        parser.error("--device cuda but CUDA is not available")
+    return args
+
+
+def write_json(path: Path, bench: dict) -> None:
+    tmp = path.with_suffix(".json.tmp")
+    tmp.write_text(json.dumps(bench, indent=2) + "\n")
+    tmp.replace(path)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    if args.threads is not None:
+        torch.set_num_threads(args.threads)
+    args.out.mkdir(parents=True, exist_ok=True)
+    path = args.out / BENCH_FILE
+    command = shlex.join(["flashdrive-bench", *(sys.argv[1:] if argv is None else argv)])
+    settings = Settings(args.shape, args.device, args.windows, args.warmup, args.samples,
+                        args.coc_tokens, args.seed, not args.no_reference, args.budget_s)
+
+    def progress(bench: dict) -> None:
+        write_json(path, bench)
+        done = ", ".join(bench["variants"])
+        print(f"flashdrive-bench: measured {done}", file=sys.stderr, flush=True)
+
+    bench = run_suite(settings, command, progress)
+    write_json(path, bench)
+    print(markdown(bench), flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

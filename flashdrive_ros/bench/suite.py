@@ -1,0 +1,159 @@
+"""Runs every variant at one shape and assembles bench.json's content."""
+
+from __future__ import annotations
+
+import gc
+import time
+import traceback
+from collections.abc import Callable
+from dataclasses import asdict, dataclass
+
+import torch
+
+from flashdrive_ros.bench.acceptance import (PUBLISHED_ACCEPTED_LENGTH, PUBLISHED_LABEL,
+                                             decode_analysis, trained_accepted_length)
+from flashdrive_ros.bench.compare import over_floor, speedups
+from flashdrive_ros.bench.engine_run import run_engine
+from flashdrive_ros.bench.floors import measure_floors
+from flashdrive_ros.bench.hf_model import build_hf_model
+from flashdrive_ros.bench.machine import machine_info
+from flashdrive_ros.bench.reference_run import ReferenceRunner, run_reference
+from flashdrive_ros.bench.shapes import Parts, build_parts
+from flashdrive_ros.bench.variants import REFERENCE, ar_counterpart, variant_overrides
+from flashdrive_ros.bench.work import Work, stage_floors
+from flashdrive_ros.paths import default_model_dir
+
+METHOD = {
+    "timing": "each variant runs `warmup` sliding windows, then `windows` timed ones; stages "
+              "are bracketed by CUDA events (wall clock on the CPU); p50/p90 over windows",
+    "coc": "random weights: the lm_head row of <|cot_end|> is zeroed and max_coc_tokens set, "
+           "so every window decodes exactly coc_tokens CoC tokens",
+    REFERENCE: "HF transformers Qwen3VLForConditionalGeneration.generate() (sdpa, greedy, "
+               "coc_tokens + 3 new tokens) on all images, then 10 plain Euler steps of our "
+               "expert over HF's keys/values; see flashdrive_ros/bench/reference_run.py",
+    "engine": "Engine.step() with the variant's EngineConfig; timings are Plan.timings_ms",
+    "floors": "floor = sum over passes of max(bytes / copy bandwidth, FLOPs / matmul rate); "
+              "see flashdrive_ros/bench/costs.py for what is counted",
+}
+
+
+@dataclass
+class Settings:
+    shape: str
+    device: str
+    windows: int
+    warmup: int
+    samples: list[int]
+    coc_tokens: int
+    seed: int = 0
+    reference: bool = True
+    budget_s: float | None = None
+
+    @property
+    def dtype(self) -> torch.dtype:
+        return torch.bfloat16 if self.device.startswith("cuda") else torch.float32
+
+    @property
+    def dtype_name(self) -> str:
+        return str(self.dtype).removeprefix("torch.")
+
+
+def error_entry(exc: BaseException) -> dict:
+    return {"error": f"{type(exc).__name__}: {exc}",
+            "traceback": traceback.format_exc(limit=8)}
+
+
+def model_entry(parts: Parts) -> dict:
+    cfg = parts.cfg
+    return {"name": cfg.name, "params": sum(p.numel() for p in parts.model.parameters()),
+            "drafter_params": sum(p.numel() for p in parts.drafter.parameters()),
+            "vocab_size": cfg.text.vocab_size, "tokens_per_image": cfg.tokens_per_image,
+            "images_per_window": len(cfg.prompt.camera_names) * cfg.prompt.num_frames,
+            "image_size": [cfg.prompt.image_width, cfg.prompt.image_height],
+            "drafter_block_size": cfg.drafter.block_size}
+
+
+def with_floors(result: dict, parts: Parts, work: Work, dtype: torch.dtype,
+                floors) -> dict:
+    dtype_bytes = torch.finfo(dtype).bits // 8
+    result["work"] = work.to_dict()
+    result["floors"] = stage_floors(parts.cfg, work, dtype_bytes, floors)
+    result["over_floor"] = over_floor(result["stages"], result["floors"])
+    return result
+
+
+def run_reference_variant(s: Settings, parts: Parts, floors) -> dict:
+    hf = build_hf_model(parts.cfg, parts.tokenizer, s.device, s.dtype, s.seed)
+    try:
+        runner = ReferenceRunner(parts, hf, s.device, s.dtype, s.coc_tokens, s.seed)
+        results, works = run_reference(runner, s.samples, s.warmup, s.windows, s.seed)
+    finally:
+        del hf
+        gc.collect()
+        if torch.device(s.device).type == "cuda":
+            torch.cuda.empty_cache()
+    return {"samples": {str(k): with_floors(results[k], parts, works[k], s.dtype, floors)
+                        for k in s.samples}}
+
+
+def run_engine_variant(s: Settings, parts: Parts, overrides: dict, floors) -> dict:
+    entry: dict = {"overrides": overrides, "samples": {}}
+    for count in s.samples:
+        result, work = run_engine(parts, overrides, s.device, s.dtype_name, count,
+                                  s.coc_tokens, s.warmup, s.windows, s.seed)
+        entry["samples"][str(count)] = with_floors(result, parts, work, s.dtype, floors)
+    return entry
+
+
+def decode_section(s: Settings, variants: dict, overrides: dict) -> dict:
+    lengths = [(PUBLISHED_ACCEPTED_LENGTH, PUBLISHED_LABEL)]
+    trained = trained_accepted_length(default_model_dir())
+    if trained is not None:
+        lengths.insert(0, trained)
+    count = str(s.samples[0])
+    out = {}
+    for name, switches in overrides.items():
+        partner = ar_counterpart(name, switches, s.device)
+        if partner is None or "samples" not in variants.get(partner, {}) \
+                or "samples" not in variants.get(name, {}):
+            continue
+        spec, ar = variants[name]["samples"][count], variants[partner]["samples"][count]
+        analysis = decode_analysis(ar["stages"]["decode"]["p50"], spec["stages"]["decode"]["p50"],
+                                   spec["work"]["rounds"], s.coc_tokens, lengths)
+        others = spec["stages"]["total"]["p50"] - spec["stages"]["decode"]["p50"]
+        for implied in analysis["implied"]:
+            implied["total_ms"] = others + implied["decode_ms"]
+        out[name] = {"autoregressive_variant": partner, "samples": int(count), **analysis}
+    return out
+
+
+def run_suite(s: Settings, command: str, on_update: Callable[[dict], None]) -> dict:
+    """Variants run in order until `budget_s` seconds have passed; later ones are skipped."""
+    started = time.monotonic()
+    bench: dict = {"schema": 1, "complete": False, "command": command,
+                   "machine": machine_info(s.device), "settings": asdict(s),
+                   "dtype": s.dtype_name, "method": METHOD}
+    parts = build_parts(s.shape, s.device, s.dtype, s.seed)
+    floors = measure_floors(s.device, s.dtype)
+    bench.update(model=model_entry(parts), floors=floors.to_dict(), variants={})
+    overrides, skipped = variant_overrides(s.device)
+    bench["skipped"] = skipped
+    variants = bench["variants"]
+    jobs = [(REFERENCE, lambda: run_reference_variant(s, parts, floors))] if s.reference else []
+    jobs += [(name, lambda switches=switches: run_engine_variant(s, parts, switches, floors))
+             for name, switches in overrides.items()]
+    for name, job in jobs:
+        spent = time.monotonic() - started
+        if s.budget_s is not None and spent > s.budget_s:
+            skipped[name] = f"time budget of {s.budget_s:.0f} s spent ({spent:.0f} s)"
+            continue
+        try:
+            variants[name] = job()
+        except Exception as exc:
+            variants[name] = {"overrides": overrides.get(name), **error_entry(exc)}
+        on_update(bench)
+    bench["speedups"] = {"vs_reference": speedups(variants, REFERENCE),
+                         "vs_baseline": speedups(variants, "baseline")}
+    bench["decode"] = decode_section(s, variants, overrides)
+    bench["complete"] = True
+    return bench

@@ -1,0 +1,37 @@
+"""The engine variants timed: baseline, each shortcut alone, all shortcuts."""
+
+from __future__ import annotations
+
+from flashdrive_ros.engine.config import SHORTCUTS, EngineConfig
+from flashdrive_ros.model.config import ConfigError
+
+REFERENCE = "reference"
+BASELINE = "baseline"
+ALL = "flashdrive"
+ALL_OFF = {name: False for name in SHORTCUTS}
+
+
+def variant_overrides(device: str) -> tuple[dict[str, dict], dict[str, str]]:
+    """({variant: EngineConfig overrides}, {variant: why it is skipped}), baseline and all
+    shortcuts first. `flashdrive` takes every shortcut at its mode default (CUDA graphs on
+    where the device is CUDA)."""
+    variants: dict[str, dict] = {BASELINE: {"mode": "baseline"}, ALL: {"mode": "flashdrive"}}
+    skipped: dict[str, str] = {}
+    for name in SHORTCUTS:
+        overrides = {"mode": "flashdrive", **ALL_OFF, name: True}
+        try:
+            EngineConfig(device=device, **overrides)
+        except ConfigError as exc:
+            skipped[name] = str(exc)
+            continue
+        variants[name] = overrides
+    return variants, skipped
+
+
+def ar_counterpart(variant: str, overrides: dict, device: str) -> str | None:
+    """The variant that decodes autoregressively with the same decode-relevant switches
+    (CUDA graphs), for the per-round / per-token decode comparison."""
+    if not EngineConfig(device=device, **overrides).speculative:
+        return None
+    graphs = EngineConfig(device=device, **overrides).cuda_graphs
+    return "cuda_graphs" if graphs else BASELINE

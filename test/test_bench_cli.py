@@ -1,0 +1,85 @@
+import json
+
+import pytest
+import torch
+
+from flashdrive_ros.bench.cli import main
+from flashdrive_ros.engine.types import STAGES
+
+ENGINE_VARIANTS = ("baseline", "streaming", "speculative", "cached_velocity", "flashdrive")
+SAMPLES = ("1", "6")
+
+
+@pytest.fixture(scope="module", autouse=True)
+def restore_threads():
+    previous = torch.get_num_threads()
+    yield
+    torch.set_num_threads(previous)
+
+
+@pytest.fixture(scope="module")
+def run(tmp_path_factory):
+    out = tmp_path_factory.mktemp("bench")
+    main(["--shape", "tiny", "--device", "cpu", "--out", str(out), "--windows", "3",
+          "--warmup", "1", "--threads", "1"])
+    return json.loads((out / "bench.json").read_text())
+
+
+def test_bench_json_is_complete(run):
+    assert run["complete"] is True
+    assert run["settings"]["shape"] == "tiny" and run["dtype"] == "float32"
+    assert run["machine"]["torch"] == torch.__version__ and run["machine"]["date"]
+    assert run["command"].startswith("flashdrive-bench --shape tiny --device cpu")
+    assert run["floors"]["copy_bytes_per_s"] > 0 and run["floors"]["matmul_flops_per_s"] > 0
+    assert set(run["variants"]) == {"reference", *ENGINE_VARIANTS}
+    assert "cuda_graphs" in run["skipped"]
+
+
+@pytest.mark.parametrize("variant", ["reference", *ENGINE_VARIANTS])
+def test_every_variant_has_every_stage_and_sample_count(run, variant):
+    entry = run["variants"][variant]
+    assert "error" not in entry
+    assert set(entry["samples"]) == set(SAMPLES)
+    for count in SAMPLES:
+        result = entry["samples"][count]
+        assert result["work"]["samples"] == int(count)
+        for stage in STAGES:
+            stats = result["stages"][stage]
+            assert 0 < stats["min"] <= stats["p50"] <= stats["p90"] <= stats["max"]
+            assert result["floors"][stage]["floor_ms"] > 0
+            assert result["over_floor"][stage] == pytest.approx(
+                stats["p50"] / result["floors"][stage]["floor_ms"])
+            ratio = run["speedups"]["vs_reference"][variant][count][stage]
+            ref = run["variants"]["reference"]["samples"][count]["stages"][stage]["p50"]
+            assert ratio == pytest.approx(ref / stats["p50"])
+
+
+def test_engine_variants_decode_the_forced_coc_and_stream(run):
+    for variant in ENGINE_VARIANTS:
+        result = run["variants"][variant]["samples"]["1"]
+        assert result["coc_tokens"]["min"] == result["coc_tokens"]["max"] == 16
+        streaming = result["engine_config"]["streaming"]
+        assert result["full_prefills"] == (0 if streaming else result["windows"])
+        assert result["work"]["images"] == (4 if streaming else 16)
+    reference = run["variants"]["reference"]["samples"]["1"]
+    assert reference["generate_new_tokens"] == 19 and reference["flow_steps"] == 10
+
+
+def test_decode_section_pairs_speculative_with_autoregressive(run):
+    assert set(run["decode"]) == {"speculative", "flashdrive"}
+    d = run["decode"]["speculative"]
+    assert d["autoregressive_variant"] == "baseline"
+    labels = [i["label"] for i in d["implied"]]
+    assert any(label.startswith("published") for label in labels)
+    assert any(label.startswith("measured: trained embedded") for label in labels)
+    assert d["per_token_ms"] == pytest.approx(d["autoregressive_decode_ms"] / 16)
+
+
+def test_variants_past_the_time_budget_are_skipped_and_reported(tmp_path, capsys):
+    main(["--shape", "tiny", "--device", "cpu", "--out", str(tmp_path), "--windows", "1",
+          "--warmup", "1", "--budget-s", "0", "--threads", "1"])
+    bench = json.loads((tmp_path / "bench.json").read_text())
+    assert bench["complete"] is True and bench["variants"] == {}
+    assert "time budget" in bench["skipped"]["reference"]
+    assert "time budget" in bench["skipped"]["flashdrive"]
+    assert "### Not measured" in capsys.readouterr().out
