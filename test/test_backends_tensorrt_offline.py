@@ -3,6 +3,7 @@ profiles from the engine's shapes, precision flags, the refusal where TensorRT i
 
 from __future__ import annotations
 
+import dataclasses
 import importlib.util
 import json
 
@@ -108,6 +109,8 @@ def test_backbone_profiles_follow_the_engine_shapes(model):
     assert key.profiles["verify"]["slots"] == [[2], [8], [8]]
     with pytest.raises(KeyError):
         profile_shapes(spec, "train")
+    without_drafter = backbone_spec(model, dataclasses.replace(SHAPES, block_size=1))
+    assert profile_shapes(without_drafter, "verify")["slots"] == ((2,), (3,), (3,))
 
 
 def test_profile_selection_by_token_count(model):

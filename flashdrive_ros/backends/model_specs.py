@@ -12,6 +12,7 @@ from flashdrive_ros.model.drafter import Drafter
 
 LONG = "int64"
 BOOL = "bool"
+FINISH_TOKENS = 3  # pending token, <|cot_end|>, <|traj_future_start|>
 
 
 def dtype_name(dtype: torch.dtype) -> str:
@@ -51,10 +52,8 @@ def backbone_spec(model: AlpamayoModel, shapes: EngineShapes) -> GraphSpec:
     outputs = tuple(TensorSpec(name, shape, dtype) for name, shape in (
         ("hidden", (1, "T", hidden)), ("features", (1, "T", features)),
         ("new_k", new), ("new_v", new)) if name in graph.output_names)
-    k = shapes.block_size
-    profiles = {"decode": {"T": (1, 1, 1)}}
-    if k > 1:
-        profiles["verify"] = {"T": (2, k, k)}
+    top = max(shapes.block_size, FINISH_TOKENS)
+    profiles = {"decode": {"T": (1, 1, 1)}, "verify": {"T": (2, top, top)}}
     profiles["prefill"] = {"T": (shapes.streaming_length, shapes.streaming_length,
                                  shapes.prompt_length)}
     return GraphSpec("backbone_step", graph, inputs, outputs,
