@@ -12,6 +12,7 @@ reads HF's rotated keys), integrated to trajectories. total = the sum of the fou
 from __future__ import annotations
 
 import inspect
+from collections.abc import Callable
 
 import torch
 
@@ -41,15 +42,14 @@ def reference_new_tokens(coc_tokens: int) -> int:
     return coc_tokens + STOP_TOKENS
 
 
-class FirstLogitsMark:
-    """A logits processor marking the end of the prompt forward (its first call)."""
+class OnLogits:
+    """A logits processor that calls `callback` on every call and leaves the scores alone."""
 
-    def __init__(self, marks: Marks) -> None:
-        self.marks = marks
+    def __init__(self, callback: Callable[[], None]) -> None:
+        self.callback = callback
 
     def __call__(self, input_ids: torch.Tensor, scores: torch.Tensor) -> torch.Tensor:
-        if not self.marks.has("prefill_end"):
-            self.marks.mark("prefill_end")
+        self.callback()
         return scores
 
 
@@ -65,10 +65,11 @@ class ReferenceRunner:
         self.image_token_id = tok.token_id("<|image_pad|>")
         self.size = (cfg.prompt.image_height, cfg.prompt.image_width)
         self.new_tokens = reference_new_tokens(coc_tokens)
-        self.generation = GenerationConfig(max_new_tokens=self.new_tokens, do_sample=False,
+        self.generation = GenerationConfig(max_new_tokens=self.new_tokens,
+                                           min_new_tokens=self.new_tokens, do_sample=False,
                                            return_dict_in_generate=True,
                                            eos_token_id=None, pad_token_id=0)
-        self.processors = LogitsProcessorList
+        self.processors = LogitsProcessorList([OnLogits(lambda: self._mark_once("prefill_end"))])
         self.seed = seed
         self.marks = Marks(device)
         visual = hf_model.model.visual
@@ -96,7 +97,7 @@ class ReferenceRunner:
         if self.takes_mm_types:
             kwargs["mm_token_type_ids"] = (input_ids == self.image_token_id).int()
         out = self.hf.generate(input_ids, generation_config=self.generation,
-                               logits_processor=self.processors([FirstLogitsMark(self.marks)]),
+                               logits_processor=self.processors,
                                **kwargs)
         self.marks.mark("decode_end")
         generated = out.sequences.shape[1] - input_ids.shape[1]
