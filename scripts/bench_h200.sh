@@ -11,7 +11,7 @@ mkdir -p "$out"
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader || true
 if ! timeout --signal=INT 510 python3 -m flashdrive_ros.bench.cli \
         --shape alpamayo-1.5-10b --device cuda --out "$out" \
-        --windows 30 --warmup 3 --samples 1,6 --coc-tokens 16 --budget-s 330 \
+        --windows 24 --warmup 3 --samples 1,6 --coc-tokens 16 --budget-s 360 \
         > "$out/tables.md"; then
     echo "flashdrive-bench stopped early; tables of the partial bench.json follow" >&2
     python3 -m flashdrive_ros.bench.report "$out/bench.json" > "$out/tables.md"

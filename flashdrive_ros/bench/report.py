@@ -21,7 +21,8 @@ def heading(bench: dict) -> str:
     model = bench.get("model", {})
     prompt = next((run["work"]["prompt_length"] for v in bench["variants"].values()
                    for run in v.get("samples", {}).values()), None)
-    return (f"## flashdrive-bench: {s['shape']} on {gpu}\n\n"
+    state = "" if bench.get("complete") else " (partial: the run stopped early)"
+    return (f"## flashdrive-bench: {s['shape']} on {gpu}{state}\n\n"
             f"{m['date']}, torch {m['torch']}, transformers {m['transformers']}, "
             f"{bench['dtype']}; prompt {prompt} tokens, {model.get('images_per_window')} "
             f"images, {s['coc_tokens']} CoC tokens (forced), {s['windows']} windows after "
