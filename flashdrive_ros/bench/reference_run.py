@@ -4,7 +4,7 @@ prefill inside it), then plain Euler over the generated cache with our action ex
 Stages from CUDA events on one timeline: encode = image preprocessing (ours, as the engine's)
 through the end of HF's vision tower (a forward hook); prefill = from there to the first
 logits processor call (the prompt forward); decode = the remaining generate() forwards;
-action = `reference_flow_steps` plain Euler steps of our expert over a KV cache holding HF's
+action = REFERENCE_FLOW_STEPS (10) plain Euler steps of our expert over a KV cache holding HF's
 keys and values (copied untimed; our expert re-applies RoPE to the prefix keys, the release
 reads HF's rotated keys), integrated to trajectories. total = the sum of the four.
 """
