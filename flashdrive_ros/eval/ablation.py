@@ -1,0 +1,118 @@
+"""Accuracy and latency of each engine variant on held-out synthetic drives, offline, all
+variants on the same windows; prints the markdown table kept in docs/MODEL.md.
+
+`python -m flashdrive_ros.eval.ablation --out DIR [--drives N] [--seconds S] [--model-dir D]`
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import sys
+from pathlib import Path
+
+import torch
+
+from flashdrive_ros.engine.config import EngineConfig
+from flashdrive_ros.engine.engine import Engine
+from flashdrive_ros.eval.bag import BagReader
+from flashdrive_ros.eval.offline import OfflineReplay, ReplaySettings
+from flashdrive_ros.eval.summary import summarize
+from flashdrive_ros.eval.topics import TopicMapping
+from flashdrive_ros.model.alpamayo import AlpamayoModel
+from flashdrive_ros.model.drafter import Drafter
+from flashdrive_ros.model.tokenizer import TextTokenizer
+from flashdrive_ros.model.weights import TOKENIZER_FILE
+from flashdrive_ros.paths import default_model_dir
+from flashdrive_ros.sim.bag import write_bag
+from flashdrive_ros.train.seeds import eval_seeds
+
+MROPE_DRAFTER_FILE = "drafter_mrope.safetensors"
+VARIANTS = {
+    "baseline": dict(mode="baseline"),
+    "flashdrive": dict(),
+    "flashdrive, mrope drafter": dict(),
+    "flashdrive, full prefill": dict(streaming=False),
+    "flashdrive, full Euler": dict(cached_velocity=False),
+}
+COLUMNS = [("minADE1 @6.4 s (m)", "minade1_6s"), ("minADE6 @6.4 s (m)", "minade6_6s"),
+           ("const. velocity (m)", "cv_minade_6s"), ("decision match", "decision_match_rate"),
+           ("accepted length", "accepted_length_mean"), ("CoC tokens", "tokens_per_window")]
+
+
+def mrope_engine(model_dir: Path, cfg: EngineConfig) -> Engine:
+    model = AlpamayoModel.from_dir(model_dir, cfg.device, cfg.torch_dtype)
+    drafter_cfg = dataclasses.replace(model.cfg.drafter, rotary="mrope")
+    drafter = Drafter(drafter_cfg, model.cfg.text)
+    drafter.load_safetensors(model_dir / MROPE_DRAFTER_FILE)
+    drafter = drafter.to(device=cfg.device, dtype=cfg.torch_dtype).eval()
+    return Engine(model, TextTokenizer.from_file(model_dir / TOKENIZER_FILE), drafter, cfg)
+
+
+def planners(model_dir: Path, num_samples: int) -> dict[str, Engine]:
+    out = {}
+    for name, overrides in VARIANTS.items():
+        cfg = EngineConfig(num_samples=num_samples, **overrides)
+        out[name] = (mrope_engine(model_dir, cfg) if "mrope" in name
+                     else Engine.load(model_dir, cfg))
+    return out
+
+
+def run(model_dir: Path, out: Path, drives: int, seconds: float, num_samples: int) -> dict:
+    engines = planners(model_dir, num_samples)
+    merged: dict[str, list] = {name: [] for name in engines}
+    skipped = {}
+    for seed in eval_seeds(drives):
+        bag = out / f"drive_seed{seed}_{seconds:g}s"
+        if not (bag / "metadata.yaml").is_file():
+            write_bag(bag, seconds, seed)
+        for engine in engines.values():
+            engine.reset()
+        with BagReader(bag, TopicMapping()) as reader:
+            replay = OfflineReplay(reader, engines, engines["baseline"].model.cfg,
+                                   ReplaySettings(progress=False)).run()
+        for name in engines:
+            merged[name].extend(replay.results[name])
+            skipped[name] = replay.skipped[name]
+    return {name: summarize(results, skipped[name], 10.0) for name, results in merged.items()}
+
+
+def table(blocks: dict) -> str:
+    head = ["variant", *(c for c, _ in COLUMNS), "total p50 (ms)", "windows"]
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for name, block in blocks.items():
+        cells = [name]
+        for _, key in COLUMNS:
+            value = block.get(key)
+            cells.append("-" if value is None else f"{value:.3f}")
+        cells.append(f"{block['latency_ms']['total']['p50']:.0f}")
+        cells.append(str(block["windows"]))
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="flashdrive-ablation", description=__doc__.splitlines()[0])
+    p.add_argument("--out", required=True)
+    p.add_argument("--drives", type=int, default=3)
+    p.add_argument("--seconds", type=float, default=30.0)
+    p.add_argument("--num-samples", type=int, default=6)
+    p.add_argument("--model-dir", default=None)
+    p.add_argument("--threads", type=int, default=None)
+    args = p.parse_args(argv)
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    blocks = run(Path(args.model_dir or default_model_dir()), out, args.drives, args.seconds,
+                 args.num_samples)
+    for block in blocks.values():
+        block.pop("per_window", None)
+    (out / "ablation.json").write_text(json.dumps(blocks, indent=2) + "\n")
+    print(table(blocks))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
