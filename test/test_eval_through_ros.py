@@ -11,7 +11,9 @@ from test_eval_bags import TYPESTORE, write_tiny_model
 
 from flashdrive_ros.eval.cli import main
 from flashdrive_ros.eval.recording import control_ticks
+from flashdrive_ros.eval.replay import ReplayOptions, run_replay
 from flashdrive_ros.eval.through_ros import node_name
+from flashdrive_ros.paths import default_model_dir
 from flashdrive_ros.sim.bag import write_bag
 from flashdrive_ros.sim.labels import DECISIONS
 
@@ -55,6 +57,26 @@ def test_replay_through_the_node(tmp_path, capsys):
     params = (out / "drive_node_flashdrive.yaml").read_text()
     assert "use_sim_time: true" in params and str(model) in params
     assert "through ROS" in printed and "deadline misses" in printed
+
+
+def test_late_plans_at_the_sim_resolution_are_recorded_and_missed(tmp_path):
+    """The simulator's default 480x272 cameras into the embedded model, played at twice real
+    time with max_plan_age_s at its minimum: plans arrive too late to be published as valid
+    on ~/trajectory, and every finished plan is still recorded and evaluated, its lateness
+    counted as deadline misses."""
+    bag = tmp_path / "bag"
+    write_bag(bag, 9.0, seed=5, fmt="sqlite3", workers=1)
+    options = ReplayOptions(bag=bag, model_dir=default_model_dir(), out_dir=tmp_path / "out",
+                            through_ros=True, rate=2.0, num_samples=1, device="cpu",
+                            max_plan_age_s=0.05, progress=False, plots=False)
+    report = run_replay(options)
+    print({k: v for k, v in report.items() if k != "per_window"})
+    assert report["windows"] >= 1
+    assert report["finished_plans"] == report["windows"] + report["skipped_windows"]["total"]
+    assert report["plans_published_valid"] < report["finished_plans"]
+    assert report["plan_age_s"]["p50"] > report["max_plan_age_s"] == 0.05
+    assert 1 <= report["deadline_misses"] <= report["control_ticks"]
+    assert report["control_rate_held"] < 1.0
 
 
 def test_node_that_cannot_configure_is_a_clear_error(tmp_path, capsys):

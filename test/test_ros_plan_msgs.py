@@ -8,7 +8,8 @@ from visualization_msgs.msg import Marker
 from flashdrive_ros.engine.types import Plan
 from flashdrive_ros.ros.convert import stamp_to_seconds
 from flashdrive_ros.ros.diagnostics import InputHealth, PlannerHealth, build_diagnostics
-from flashdrive_ros.ros.plan_msgs import plan_to_markers, plan_to_path, plan_to_reasoning
+from flashdrive_ros.ros.plan_msgs import (plan_to_finished_plan, plan_to_markers, plan_to_path,
+                                          plan_to_reasoning)
 
 
 def make_plan(k=3, n=64):
@@ -52,6 +53,17 @@ def test_markers_deleteall_then_one_line_strip_per_sample():
 
 def test_reasoning_text():
     assert plan_to_reasoning(make_plan()).data == "Slow down: lead car."
+
+
+def test_finished_plan_holds_every_sample_and_the_coc():
+    plan = make_plan(k=2)
+    markers = plan_to_finished_plan(plan, "base_link").markers
+    strips = [m for m in markers if m.type == Marker.LINE_STRIP]
+    texts = [m for m in markers if m.type == Marker.TEXT_VIEW_FACING]
+    assert [m.id for m in strips] == [0, 1] and len(texts) == 1
+    assert texts[0].text == "Slow down: lead car."
+    assert all(stamp_to_seconds(m.header.stamp) == pytest.approx(100.25) for m in markers)
+    assert strips[1].points[-1].y == pytest.approx(0.1 * 6.4)
 
 
 @pytest.mark.parametrize("bad", ["nan", "shape"])

@@ -123,7 +123,8 @@ class OfflineReplay:
         start, end = self.bag.start_time, self.bag.end_time
         tick_index = math.ceil(start / period - 1e-9)
         total = max(int(end / period) - tick_index + 1, 0)
-        bar = tqdm(total=total, unit="tick", desc="replay", disable=not self.settings.progress)
+        bar = tqdm(total=total, unit="tick", desc="replay",
+                   disable=None if self.settings.progress else True)
         try:
             for record in self.bag.records():
                 while record.stamp > tick_index * period + self.settings.settle_s:

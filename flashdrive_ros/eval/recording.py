@@ -1,9 +1,12 @@
 """The drive node's recorded outputs (an mcap written by PlanRecorder) -> per-window results.
 
-A plan is identified by its Path stamp (= the input t0); the first receipt of a stamp gives
-the plan age (receipt time on the sim clock - t0). Samples come from the MarkerArray with the
-same stamp, the CoC from the String received nearest in time, latencies, accepted length and
-tokens from the planner diagnostics whose plan_t0 matches.
+Plans come from ~/finished_plans, where the node publishes every plan it finished, fresh or
+late, once: its stamp is the input t0, its LINE_STRIP markers the samples (x, y) and its
+TEXT_VIEW_FACING marker the CoC; the receipt time on the sim clock - t0 is the plan age.
+Latencies, accepted length and tokens come from the planner diagnostics whose plan_t0 matches.
+~/trajectory (the control output, one Path per control tick) gives the control ticks and
+which plans were published as valid: a Path stamped with a finished plan's t0. Any other Path
+(empty while the plan is stale, or a fallback) brings no valid plan.
 """
 
 from __future__ import annotations
@@ -27,6 +30,8 @@ from flashdrive_ros.eval.summary import SkipCounter, WindowResult
 PLANNER_STATUS_SUFFIX = ": planner"
 STAMP_DECIMALS = 3
 OVERLAY_FRAMES = 3
+TYPESTORE = get_typestore(Stores.ROS2_JAZZY)
+MARKER = TYPESTORE.types["visualization_msgs/msg/Marker"]
 
 
 def _stamp(msg) -> float:
@@ -49,9 +54,9 @@ def _number(values: dict[str, str], key: str) -> float | None:
 class RecordedPlan:
     t0: float
     received_s: float
-    trajectory: np.ndarray  # [N, 3] (x, y, yaw)
-    samples: np.ndarray | None = None  # [K, N, 3]
+    samples: np.ndarray  # [K, N, 2] (x, y)
     coc_text: str = ""
+    published_valid: bool = False
     diagnostics: dict[str, str] = field(default_factory=dict)
 
 
@@ -63,18 +68,27 @@ class Recording:
     counts: dict[str, int]
 
 
-def _yaw(q) -> float:
-    return math.atan2(2.0 * (q.w * q.z + q.x * q.y), 1.0 - 2.0 * (q.y * q.y + q.z * q.z))
+def finished_plan(msg, received: float) -> RecordedPlan | None:
+    """A ~/finished_plans MarkerArray -> its plan, None when it holds no trajectory."""
+    lines = sorted((m for m in msg.markers if m.type == MARKER.LINE_STRIP and len(m.points) > 1),
+                   key=lambda m: m.id)
+    if not lines:
+        return None
+    samples = np.stack([np.array([[p.x, p.y] for p in m.points[1:]]) for m in lines])
+    text = [m.text for m in msg.markers if m.type == MARKER.TEXT_VIEW_FACING]
+    return RecordedPlan(_stamp(lines[0]), received, samples, text[0] if text else "")
 
 
-def control_ticks(path_ticks: list[tuple[float, float | None]], end_s: float) -> dict:
+def control_ticks(path_ticks: list[tuple[float, float | None]], end_s: float,
+                  start_s: float | None = None) -> dict:
     """path_ticks: (receipt time, plan t0 or None for an empty Path), one per control tick.
-    From the first plan to `end_s` (the bag's end), a tick that does not bring a new plan is
-    a deadline miss."""
+    From `start_s` (default: the first valid plan) to `end_s` (the bag's end), a tick that
+    does not bring a new valid plan is a deadline miss."""
     ticks = misses = 0
     previous = None
     for received, t0 in path_ticks:
-        if previous is None and t0 is None:
+        if (start_s is None and previous is None and t0 is None) or \
+                (start_s is not None and received < start_s):
             continue
         if received > end_s:
             break
@@ -88,21 +102,19 @@ def control_ticks(path_ticks: list[tuple[float, float | None]], end_s: float) ->
 
 def read_recording(path: str | Path, topics: dict[str, str], end_s: float,
                    node_name: str) -> Recording:
-    """topics: role (trajectory, trajectory_samples, reasoning, overlay, diagnostics) ->
-    resolved topic name; end_s: the played bag's end time; node_name: whose planner status
-    to read from /diagnostics."""
+    """topics: role (trajectory, trajectory_samples, reasoning, finished_plans, overlay,
+    diagnostics) -> resolved topic name; end_s: the played bag's end time; node_name: whose
+    planner status to read from /diagnostics."""
     role_of = {topic: role for role, topic in topics.items()}
     plans: dict[float, RecordedPlan] = {}
-    markers: dict[float, np.ndarray] = {}
-    reasoning: list[tuple[float, str]] = []
     diagnostics: dict[float, dict[str, str]] = {}
     overlays: list[tuple[float, np.ndarray]] = []
     last_planner: dict[str, str] = {}
+    last_planner_message = ""
     path_ticks: list[tuple[float, float | None]] = []
     counts = dict.fromkeys(topics, 0)
-    typestore = get_typestore(Stores.ROS2_JAZZY)
     try:
-        with AnyReader([Path(path)], default_typestore=typestore) as reader:
+        with AnyReader([Path(path)], default_typestore=TYPESTORE) as reader:
             wanted = [c for c in reader.connections if c.topic in role_of]
             for conn, log_ns, raw in reader.messages(connections=wanted):
                 role = role_of[conn.topic]
@@ -110,25 +122,16 @@ def read_recording(path: str | Path, topics: dict[str, str], end_s: float,
                 msg = reader.deserialize(raw, conn.msgtype)
                 received = log_ns * 1e-9
                 if role == "trajectory":
-                    t0 = _stamp(msg)
-                    path_ticks.append((received, _key(t0) if msg.poses else None))
-                    if _key(t0) not in plans and msg.poses:
-                        trajectory = np.array([[p.pose.position.x, p.pose.position.y,
-                                                _yaw(p.pose.orientation)] for p in msg.poses])
-                        plans[_key(t0)] = RecordedPlan(t0, received, trajectory)
-                elif role == "trajectory_samples":
-                    lines = [m for m in msg.markers if len(m.points) > 1]
-                    if lines:
-                        lines.sort(key=lambda m: m.id)
-                        markers.setdefault(_key(_stamp(lines[0])), np.stack([
-                            np.array([[p.x, p.y, 0.0] for p in m.points[1:]]) for m in lines]))
-                elif role == "reasoning":
-                    reasoning.append((received, msg.data))
+                    path_ticks.append((received, _key(_stamp(msg)) if msg.poses else None))
+                elif role == "finished_plans":
+                    plan = finished_plan(msg, received)
+                    if plan is not None:
+                        plans.setdefault(_key(plan.t0), plan)
                 elif role == "diagnostics":
                     for status in msg.status:
                         if status.name == f"{node_name}{PLANNER_STATUS_SUFFIX}":
                             values = {kv.key: kv.value for kv in status.values}
-                            last_planner = values
+                            last_planner, last_planner_message = values, status.message
                             plan_t0 = _number(values, "plan_t0")
                             if plan_t0 is not None:
                                 diagnostics.setdefault(_key(plan_t0), values)
@@ -140,20 +143,25 @@ def read_recording(path: str | Path, topics: dict[str, str], end_s: float,
                         pass
     except AnyReaderError as exc:
         raise CorruptBag(f"recorded bag {path} is unreadable: {exc}") from None
+    path_ticks = [(received, t0 if t0 in plans else None) for received, t0 in path_ticks]
+    valid_t0s = {t0 for _, t0 in path_ticks}
     ordered = sorted(plans.values(), key=lambda p: p.t0)
-    receipt_times = np.array([r[0] for r in reasoning])
     for plan in ordered:
-        plan.samples = markers.get(_key(plan.t0))
+        plan.published_valid = _key(plan.t0) in valid_t0s
         plan.diagnostics = diagnostics.get(_key(plan.t0), {})
-        if reasoning:
-            plan.coc_text = reasoning[int(np.argmin(np.abs(receipt_times - plan.received_s)))][1]
+    first_receipt = min((p.received_s for p in ordered), default=None)
     stats = {
-        **control_ticks(path_ticks, end_s),
-        "deadline_misses_source": "control ticks (Path messages) from the first plan to the "
-                                  "bag's end that brought no new plan",
+        **control_ticks(path_ticks, end_s, first_receipt),
+        "deadline_misses_source": "control ticks (Path messages) from the first finished plan "
+                                  "to the bag's end that brought no new valid plan",
+        "finished_plans": len(ordered),
+        "plans_published_valid": sum(p.published_valid for p in ordered),
         "node_ticks": _number(last_planner, "ticks"),
         "node_skipped_ticks": _number(last_planner, "skipped_ticks"),
+        "node_windows_planned": _number(last_planner, "windows_planned"),
         "node_windows_rejected": _number(last_planner, "windows_rejected"),
+        "node_last_rejection": last_planner.get("last_rejection"),
+        "node_planner_message": last_planner_message,
     }
     spread = np.unique(np.linspace(0, len(overlays) - 1, OVERLAY_FRAMES).astype(int)) \
         if overlays else []
@@ -165,8 +173,8 @@ def plan_results(recording: Recording, track: OdometryTrack, labels: LabelIndex,
     """WindowResults of the recorded plans that have a full ground-truth future."""
     results, skipped = [], SkipCounter()
     for plan in recording.plans:
-        if plan.trajectory.shape[0] != steps:
-            skipped.add("bad_plan", f"plan at {plan.t0:.3f} has {plan.trajectory.shape[0]} "
+        if plan.samples.shape[1] != steps:
+            skipped.add("bad_plan", f"plan at {plan.t0:.3f} has {plan.samples.shape[1]} "
                         f"waypoints, expected {steps}")
             continue
         truth = track.future(plan.t0, steps, dt)
@@ -174,18 +182,14 @@ def plan_results(recording: Recording, track: OdometryTrack, labels: LabelIndex,
             skipped.add("no_future", f"odometry does not cover {plan.t0:.2f} s + "
                         f"{steps * dt:.1f} s")
             continue
-        samples = plan.trajectory[None]
-        if plan.samples is not None and plan.samples.shape[1:] == (steps, 3):
-            samples = plan.samples.copy()
-            samples[0] = plan.trajectory
         baseline = track.constant_velocity(plan.t0, steps, dt)
         timings = {s: v for s in STAGES
                    if (v := _number(plan.diagnostics, f"latency_ms.{s}")) is not None}
         accepted = _number(plan.diagnostics, "accepted_length_mean")
         tokens = _number(plan.diagnostics, "tokens_generated")
         results.append(WindowResult(
-            t0=plan.t0, samples=samples, truth=truth, constant_velocity=baseline,
-            metrics=window_metrics(samples, truth, baseline, dt), timings_ms=timings,
+            t0=plan.t0, samples=plan.samples, truth=truth, constant_velocity=baseline,
+            metrics=window_metrics(plan.samples, truth, baseline, dt), timings_ms=timings,
             accepted_lengths=[accepted] if accepted else [],
             tokens_generated=int(tokens or 0), coc_text=plan.coc_text,
             decision=labels.decision_at(plan.t0),

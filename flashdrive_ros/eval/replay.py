@@ -32,6 +32,7 @@ class ReplayOptions:
     num_samples: int = 6
     device: str = "auto"
     control_rate_hz: float = 10.0
+    max_plan_age_s: float | None = None
     max_windows: int | None = None
     progress: bool = True
     plots: bool = True
@@ -49,6 +50,9 @@ class ReplayOptions:
             raise ReplayError(f"--device must be auto, cpu or cuda[:N], got {self.device!r}")
         if not (math.isfinite(self.control_rate_hz) and self.control_rate_hz > 0):
             raise ReplayError(f"--control-rate must be > 0, got {self.control_rate_hz}")
+        if self.max_plan_age_s is not None and not self.through_ros:
+            raise ReplayError("max_plan_age_s is a drive_node parameter: it applies through "
+                              "ROS only")
         if self.max_windows is not None and self.max_windows < 1:
             raise ReplayError(f"--max-windows must be >= 1, got {self.max_windows}")
         if self.max_windows is not None and self.through_ros:

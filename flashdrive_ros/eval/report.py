@@ -53,6 +53,13 @@ def _rows(report: dict) -> tuple[list[str], list[list[str]]]:
     held = ("control rate held (ticks with a new plan)" if report.get("through_ros")
             else "control rate held (windows within the period)")
     rows.append([held, *(_fmt(b.get("control_rate_held")) for b in blocks.values())])
+    if any("finished_plans" in b for b in blocks.values()):
+        rows.append(["plans published as valid / finished",
+                     *(f"{b['plans_published_valid']} / {b['finished_plans']}"
+                       for b in blocks.values())])
+        rows.append(["node ticks without a new plan",
+                     *(f"{_fmt(b.get('node_skipped_ticks'), 0)} / "
+                       f"{_fmt(b.get('node_ticks'), 0)}" for b in blocks.values())])
     if any("plan_age_s" in b for b in blocks.values()):
         rows.append(["plan age p50 (s)", *(_fmt(b.get("plan_age_s", {}).get("p50"))
                                            for b in blocks.values())])

@@ -13,8 +13,8 @@ from flashdrive_ros.eval.metrics import mean_or_none, percentiles
 
 @dataclass
 class WindowResult:
-    """One planned window. samples: [K, T, 3] (x, y, yaw) in the t0 ego frame; truth and
-    constant_velocity: [T, 3]."""
+    """One planned window. samples: [K, T, 3] (x, y, yaw) from the engine, [K, T, 2] (x, y)
+    as recorded through ROS, in the t0 ego frame; truth and constant_velocity: [T, 3]."""
 
     t0: float
     samples: np.ndarray

@@ -38,6 +38,8 @@ def node_parameters(options: ReplayOptions, mode: str, raw_images: bool) -> dict
         "mode": mode,
         "device": options.device,
     }
+    if options.max_plan_age_s is not None:
+        params["max_plan_age_s"] = float(options.max_plan_age_s)
     if mode == "baseline":
         params.update(streaming=False, speculative=False, cached_velocity=False,
                       cuda_graphs=False)
@@ -101,6 +103,7 @@ def run_through_ros(options: ReplayOptions
                     ) -> tuple[ReplayResults, dict[str, dict], list[tuple[float, np.ndarray]]]:
     from flashdrive_ros.ros import names
     from flashdrive_ros.ros.loopback import process_domain_id
+    from flashdrive_ros.ros.params import DriveParams
 
     options.out_dir.mkdir(parents=True, exist_ok=True)
     model = load_model_config(options.model_dir)
@@ -111,10 +114,12 @@ def run_through_ros(options: ReplayOptions
         track = OdometryTrack(bag.odometry())
         labels = LabelIndex(bag.labels(), 0.5 / options.control_rate_hz)
     roles = {"trajectory": names.TRAJECTORY_TOPIC, "trajectory_samples": names.SAMPLES_TOPIC,
-             "reasoning": names.REASONING_TOPIC, "overlay": names.OVERLAY_TOPIC,
-             "diagnostics": names.DIAGNOSTICS_TOPIC}
+             "reasoning": names.REASONING_TOPIC, "finished_plans": names.FINISHED_PLANS_TOPIC,
+             "overlay": names.OVERLAY_TOPIC, "diagnostics": names.DIAGNOSTICS_TOPIC}
     topics = {role: names.resolved(topic, node_name=node_name())
               for role, topic in roles.items()}
+    max_plan_age_s = (DriveParams().max_plan_age_s if options.max_plan_age_s is None
+                      else options.max_plan_age_s)
     replay = ReplayResults({}, {})
     node_stats, overlays = {}, []
     for mode in options.modes:
@@ -123,12 +128,17 @@ def run_through_ros(options: ReplayOptions
         results, skipped = plan_results(recording, track, labels,
                                         model.action.num_waypoints, model.action.dt)
         if not recording.plans:
-            raise ReplayError(f"drive_node ({mode}) published no trajectory while "
-                              f"{session.play.messages} messages were played; log:\n"
+            stats = recording.node_stats
+            raise ReplayError(f"drive_node ({mode}) finished no plan while "
+                              f"{session.play.messages} messages were played (planner: "
+                              f"{stats['node_planner_message'] or 'no diagnostics'}, windows "
+                              f"rejected {stats['node_windows_rejected']}, last rejection "
+                              f"{stats['node_last_rejection']}); log:\n"
                               f"{_log_tail(options.out_dir / f'drive_node_{mode}.log')}")
         replay.results[mode], replay.skipped[mode] = results, skipped
         replay.ticks = max(replay.ticks, recording.node_stats["control_ticks"])
-        node_stats[mode] = {**recording.node_stats, "recorded_bag": str(recorded),
+        node_stats[mode] = {**recording.node_stats, "max_plan_age_s": max_plan_age_s,
+                            "recorded_bag": str(recorded),
                             "played_messages": session.play.messages,
                             "unplayable_topics": session.unplayable,
                             "playback_max_lateness_s": session.play.max_lateness_s,

@@ -4,6 +4,7 @@ NODE_NAME = "drive_node"
 TRAJECTORY_TOPIC = "~/trajectory"
 SAMPLES_TOPIC = "~/trajectory_samples"
 REASONING_TOPIC = "~/reasoning"
+FINISHED_PLANS_TOPIC = "~/finished_plans"
 OVERLAY_TOPIC = "~/overlay"
 DIAGNOSTICS_TOPIC = "/diagnostics"
 

@@ -1,5 +1,7 @@
 """The drive node's outputs: on every control tick, publish the newest plan while it is
-fresh, count ticks without a new plan, and report health on /diagnostics."""
+fresh, count ticks without a new plan, and report health on /diagnostics. Every finished
+plan, fresh or late, also goes out once on ~/finished_plans (for recording and evaluation;
+~/trajectory is the control output)."""
 
 from __future__ import annotations
 
@@ -20,7 +22,8 @@ from flashdrive_ros.ros.convert import seconds_to_stamp
 from flashdrive_ros.ros.diagnostics import build_diagnostics
 from flashdrive_ros.ros.events import no_publisher_events
 from flashdrive_ros.ros.params import DriveParams
-from flashdrive_ros.ros.plan_msgs import plan_to_markers, plan_to_path, plan_to_reasoning
+from flashdrive_ros.ros.plan_msgs import (plan_to_finished_plan, plan_to_markers, plan_to_path,
+                                          plan_to_reasoning)
 from flashdrive_ros.ros.planner_loop import PlannerLoop, PlanRecord
 from flashdrive_ros.ros.viz import PinholeCamera, render_overlay
 
@@ -47,6 +50,7 @@ class OutputPublishers:
         self.trajectory = publisher(Path, names.TRAJECTORY_TOPIC, 10)
         self.samples = publisher(MarkerArray, names.SAMPLES_TOPIC, 10)
         self.reasoning = publisher(String, names.REASONING_TOPIC, 10)
+        self.finished_plans = publisher(MarkerArray, names.FINISHED_PLANS_TOPIC, 10)
         self.overlay = publisher(Image, names.OVERLAY_TOPIC, 2)
         self.diagnostics = publisher(DiagnosticArray, names.DIAGNOSTICS_TOPIC, 10)
         self._lock = threading.Lock()
@@ -67,8 +71,8 @@ class OutputPublishers:
             self._overlay_info = intrinsics
 
     def destroy(self) -> None:
-        for publisher in (self.trajectory, self.samples, self.reasoning, self.overlay,
-                          self.diagnostics):
+        for publisher in (self.trajectory, self.samples, self.reasoning, self.finished_plans,
+                          self.overlay, self.diagnostics):
             self.node.destroy_lifecycle_publisher(publisher)
 
     def tick(self, loop: PlannerLoop, now_s: float, monotonic_s: float,
@@ -89,6 +93,8 @@ class OutputPublishers:
                                                          params.max_plan_age_s)
             became_invalid = self.was_valid and not valid
             self.was_valid = valid
+        if new:
+            self.finished_plans.publish(plan_to_finished_plan(record.plan, params.base_frame))
         if valid:
             self.trajectory.publish(plan_to_path(record.plan, params.base_frame))
             self.samples.publish(plan_to_markers(record.plan, params.base_frame))

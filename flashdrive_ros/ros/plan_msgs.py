@@ -15,6 +15,9 @@ from flashdrive_ros.engine.types import Plan
 from flashdrive_ros.ros.convert import seconds_to_stamp
 
 MARKER_NAMESPACE = "trajectory_samples"
+COC_NAMESPACE = "chain_of_causation"
+COC_TEXT_HEIGHT_M = 0.5
+COC_TEXT_Z_M = 3.0
 FIRST_SAMPLE_WIDTH_M = 0.25
 OTHER_SAMPLE_WIDTH_M = 0.1
 
@@ -79,3 +82,17 @@ def plan_to_markers(plan: Plan, frame_id: str) -> MarkerArray:
 
 def plan_to_reasoning(plan: Plan) -> String:
     return String(data=plan.coc_text)
+
+
+def plan_to_finished_plan(plan: Plan, frame_id: str) -> MarkerArray:
+    """The whole plan in one message, stamped with its input time: the markers of
+    `plan_to_markers` and the CoC as a TEXT_VIEW_FACING marker above the ego origin."""
+    markers = plan_to_markers(plan, frame_id)
+    text = Marker(header=markers.markers[0].header, ns=COC_NAMESPACE, id=0,
+                  type=Marker.TEXT_VIEW_FACING, action=Marker.ADD, text=plan.coc_text)
+    text.pose.position.z = COC_TEXT_Z_M
+    text.pose.orientation.w = 1.0
+    text.scale.z = COC_TEXT_HEIGHT_M
+    text.color = ColorRGBA(r=1.0, g=1.0, b=1.0, a=1.0)
+    markers.markers.append(text)
+    return markers

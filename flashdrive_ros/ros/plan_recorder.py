@@ -26,18 +26,20 @@ from tqdm import tqdm
 
 from flashdrive_ros.ros.bag_player import BagPlayer, PlayStats, message_class
 from flashdrive_ros.ros.loopback import local_context
-from flashdrive_ros.ros.names import (DIAGNOSTICS_TOPIC, NODE_NAME, OVERLAY_TOPIC,
-                                      REASONING_TOPIC, SAMPLES_TOPIC, TRAJECTORY_TOPIC,
-                                      resolved)
+from flashdrive_ros.ros.names import (DIAGNOSTICS_TOPIC, FINISHED_PLANS_TOPIC, NODE_NAME,
+                                      OVERLAY_TOPIC, REASONING_TOPIC, SAMPLES_TOPIC,
+                                      TRAJECTORY_TOPIC, resolved)
 
 OUTPUT_TYPES = {
     TRAJECTORY_TOPIC: "nav_msgs/msg/Path",
     SAMPLES_TOPIC: "visualization_msgs/msg/MarkerArray",
     REASONING_TOPIC: "std_msgs/msg/String",
+    FINISHED_PLANS_TOPIC: "visualization_msgs/msg/MarkerArray",
     OVERLAY_TOPIC: "sensor_msgs/msg/Image",
     DIAGNOSTICS_TOPIC: "diagnostic_msgs/msg/DiagnosticArray",
 }
-REQUIRED_OUTPUTS = (TRAJECTORY_TOPIC, SAMPLES_TOPIC, REASONING_TOPIC, DIAGNOSTICS_TOPIC)
+REQUIRED_OUTPUTS = (TRAJECTORY_TOPIC, SAMPLES_TOPIC, REASONING_TOPIC, FINISHED_PLANS_TOPIC,
+                    DIAGNOSTICS_TOPIC)
 RECORD_DEPTH = 200
 POLL_S = 0.02
 
@@ -172,8 +174,7 @@ class SessionResult:
 
 def _drain(recorder: PlanRecorder, player: BagPlayer, end_s: float, new_plan_topic: str,
            settings: SessionSettings) -> None:
-    """Keep /clock running past the bag's end until no new plan (its reasoning message)
-    arrived for drain_quiet_s."""
+    """Keep /clock running past the bag's end until no new plan arrived for drain_quiet_s."""
     start = time.monotonic()
     while time.monotonic() - start < settings.drain_timeout_s:
         if time.monotonic() - max(recorder.last_receipt[new_plan_topic], start) > \
@@ -215,11 +216,11 @@ def record_replay(bag: str | Path, out_bag: str | Path,
             raise LifecycleError(f"{settings.node_name} never subscribed to {unmatched}")
         with tqdm(total=round(player.end_s - player.start_s, 1), unit="bag s",
                   desc=f"playing into {settings.node_name}",
-                  disable=not settings.progress) as bar:
+                  disable=None if settings.progress else True) as bar:
             stats = player.play(on_message=lambda played: bar.update(
                 round(played, 1) - bar.n))
         _drain(recorder, player, player.end_s,
-               resolved(REASONING_TOPIC, node_name=settings.node_name), settings)
+               resolved(FINISHED_PLANS_TOPIC, node_name=settings.node_name), settings)
         lifecycle.transition(Transition.TRANSITION_DEACTIVATE, settings.match_timeout_s)
         return SessionResult(play=stats, counts=dict(recorder.counts),
                              unplayable=player.unplayable)
