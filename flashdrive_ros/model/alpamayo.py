@@ -20,6 +20,7 @@ from flashdrive_ros.model.flow import euler_sample
 from flashdrive_ros.model.kv_cache import KVCache
 from flashdrive_ros.model.unicycle import actions_to_trajectory
 from flashdrive_ros.model.vlm import VLM
+from flashdrive_ros.model.manifest import verify_manifest
 from flashdrive_ros.model.weights import CONFIG_FILE, WeightsError, expected_shapes, load_state
 
 
@@ -79,10 +80,12 @@ class AlpamayoModel(nn.Module):
     @classmethod
     def from_dir(cls, path: str | Path, device: torch.device | str = "cpu",
                  dtype: torch.dtype = torch.float32) -> AlpamayoModel:
-        """Build from `path/config.json` and load its safetensors weights."""
+        """Build from `path/config.json` and load its safetensors weights (after checking
+        `path/manifest.json`, when there is one)."""
         if not dtype.is_floating_point:
             raise ValueError(f"model dtype must be floating point, got {dtype}")
         path = Path(path)
+        verify_manifest(path)
         cfg = ModelConfig.load(path / CONFIG_FILE)
         previous = torch.get_default_dtype()
         torch.set_default_dtype(dtype)

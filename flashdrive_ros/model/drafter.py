@@ -227,7 +227,12 @@ class Drafter(nn.Module):
         self.load_state_dict(own)
 
     def load_safetensors(self, path: str | Path, prefix: str = WEIGHT_PREFIX) -> None:
+        """Only a complete safetensors file is read (WeightsError otherwise)."""
         from safetensors.torch import load_file
+
+        from flashdrive_ros.model.weights import check_safetensors_file
+
+        check_safetensors_file(path)
         self.load_weights(load_file(str(path)), prefix)
 
     def save_safetensors(self, path: str | Path, prefix: str = WEIGHT_PREFIX) -> None:

@@ -109,6 +109,18 @@ def _check_safetensors(file: Path) -> tuple[dict | None, str | None]:
     return header, None
 
 
+def check_safetensors_file(file: str | Path) -> dict:
+    """The header of a complete safetensors file; WeightsError (naming a pickle or torch.save
+    file as such) for anything else."""
+    file = Path(file)
+    if not file.is_file():
+        raise WeightsError(file.parent, [f"{file.name}: missing"])
+    header, problem = _check_safetensors(file)
+    if problem is not None:
+        raise WeightsError(file.parent, [problem])
+    return header
+
+
 def _weight_files(path: Path, problems: list[str], reported: set[str]) -> dict[str, list[str]]:
     """file name -> tensor names the index assigns to it (empty list: take all)."""
     index = path / INDEX_FILE

@@ -32,6 +32,7 @@ from flashdrive_ros.model.drafter import Drafter
 from flashdrive_ros.model.prompt import CAMERA_DISPLAY_NAMES, INSTRUCTION_TEXT, SYSTEM_TEXT
 from flashdrive_ros.model.tokenizer import (ALPAMAYO_SPECIAL_NAMES, QWEN_SPECIALS, TextTokenizer,
                                             build_tokenizer)
+from flashdrive_ros.model.manifest import write_manifest
 from flashdrive_ros.model.weights import save_model_dir
 from flashdrive_ros.train.draft_corpus import build_draft_corpus
 from flashdrive_ros.train.drafter_data import DraftCorpus
@@ -169,6 +170,7 @@ def run(out: Path, recipe: Recipe, minutes_budget: float, device: torch.device, 
     save_model_dir(half_copy(model), cfg, tokenizer, model_dir)
     half_copy(drafters["flat"]).save_safetensors(model_dir / "drafter.safetensors")
     half_copy(drafters["mrope"]).save_safetensors(model_dir / MROPE_DRAFTER_FILE)
+    write_manifest(model_dir)
     sizes = {f.name: f.stat().st_size for f in sorted(model_dir.iterdir()) if f.is_file()}
     summary["files_bytes"] = sizes
     summary["model_dir_bytes_with_one_drafter"] = sum(
