@@ -4,6 +4,7 @@ rclpy lifecycle node."""
 import os
 import threading
 import time
+from types import SimpleNamespace
 
 import pytest
 from lifecycle_msgs.msg import Transition
@@ -17,7 +18,8 @@ from test_eval_bags import TYPESTORE, T_START, write_drive_bag
 from flashdrive_ros.eval.topics import TopicMapping
 from flashdrive_ros.ros.bag_player import BagPlayer
 from flashdrive_ros.ros.loopback import local_context
-from flashdrive_ros.ros.plan_recorder import LifecycleClient, LifecycleError, PlanRecorder
+from flashdrive_ros.ros.plan_recorder import (LifecycleClient, LifecycleError, PlanRecorder,
+                                              SessionSettings, _drain)
 
 pytestmark = pytest.mark.ros
 
@@ -122,3 +124,18 @@ def test_lifecycle_client_names_a_missing_node(ros):
     executor.add_node(node)
     with pytest.raises(LifecycleError, match="/nobody/change_state to appear did not happen"):
         LifecycleClient(node, "/nobody").transition(Transition.TRANSITION_CONFIGURE, 0.3)
+
+
+def test_drain_waits_for_a_first_plan_then_for_quiet():
+    clocks = []
+    player = SimpleNamespace(publish_clock=clocks.append)
+    recorder = SimpleNamespace(counts={"plans": 0}, last_receipt={"plans": time.monotonic()})
+    settings = SessionSettings(drain_quiet_s=0.1, drain_timeout_s=0.6)
+    start = time.monotonic()
+    _drain(recorder, player, 10.0, "plans", settings)
+    assert time.monotonic() - start >= 0.6
+    assert clocks[0] >= 10.0 and clocks == sorted(clocks)
+    recorder.counts["plans"] = 1
+    start = time.monotonic()
+    _drain(recorder, player, 10.0, "plans", settings)
+    assert 0.1 <= time.monotonic() - start < 0.5

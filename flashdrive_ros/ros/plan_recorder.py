@@ -174,11 +174,12 @@ class SessionResult:
 
 def _drain(recorder: PlanRecorder, player: BagPlayer, end_s: float, new_plan_topic: str,
            settings: SessionSettings) -> None:
-    """Keep /clock running past the bag's end until no new plan arrived for drain_quiet_s."""
+    """Keep /clock running past the bag's end until no new plan arrived for drain_quiet_s,
+    and while no plan arrived at all (a slow first plan), up to drain_timeout_s."""
     start = time.monotonic()
     while time.monotonic() - start < settings.drain_timeout_s:
-        if time.monotonic() - max(recorder.last_receipt[new_plan_topic], start) > \
-                settings.drain_quiet_s:
+        quiet_s = time.monotonic() - max(recorder.last_receipt[new_plan_topic], start)
+        if recorder.counts[new_plan_topic] and quiet_s > settings.drain_quiet_s:
             return
         time.sleep(0.05)
         player.publish_clock(end_s + (time.monotonic() - start) * settings.rate)
