@@ -60,23 +60,23 @@ def test_replay_through_the_node(tmp_path, capsys):
 
 
 def test_late_plans_at_the_sim_resolution_are_recorded_and_missed(tmp_path):
-    """The simulator's default 480x272 cameras into the embedded model, played at twice real
-    time with max_plan_age_s at its minimum: plans arrive too late to be published as valid
-    on ~/trajectory, and every finished plan is still recorded and evaluated, its lateness
-    counted as deadline misses."""
+    """The simulator's default 480x272 cameras into the embedded model with max_plan_age_s
+    at its minimum: every plan is too late to be published as valid on ~/trajectory, yet
+    every finished plan is recorded and every control tick after the first is a deadline
+    miss. (The drive is shorter than the 6.4 s horizon: plans are skipped as no_future.)"""
     bag = tmp_path / "bag"
-    write_bag(bag, 9.0, seed=5, fmt="sqlite3", workers=1)
+    write_bag(bag, 6.0, seed=5, fmt="sqlite3", workers=1)
     options = ReplayOptions(bag=bag, model_dir=default_model_dir(), out_dir=tmp_path / "out",
-                            through_ros=True, rate=2.0, num_samples=1, device="cpu",
-                            max_plan_age_s=0.05, progress=False, plots=False)
+                            through_ros=True, num_samples=1, device="cpu", max_plan_age_s=0.05,
+                            progress=False, plots=False)
     report = run_replay(options)
     print({k: v for k, v in report.items() if k != "per_window"})
-    assert report["windows"] >= 1
-    assert report["finished_plans"] == report["windows"] + report["skipped_windows"]["total"]
-    assert report["plans_published_valid"] < report["finished_plans"]
-    assert report["plan_age_s"]["p50"] > report["max_plan_age_s"] == 0.05
-    assert 1 <= report["deadline_misses"] <= report["control_ticks"]
-    assert report["control_rate_held"] < 1.0
+    assert report["finished_plans"] >= 1 and report["plans_published_valid"] == 0
+    assert report["skipped_windows"]["reasons"] == {"no_future": report["finished_plans"]}
+    assert report["max_plan_age_s"] == 0.05
+    assert report["control_ticks"] >= 1
+    assert report["deadline_misses"] == report["control_ticks"]
+    assert report["control_rate_held"] == 0.0
 
 
 def test_node_that_cannot_configure_is_a_clear_error(tmp_path, capsys):
