@@ -1,1 +1,0 @@
-"""Reliability tools: fault injection into a bag's message stream, soak runs."""
