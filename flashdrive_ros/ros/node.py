@@ -122,8 +122,7 @@ class DriveNode(LifecycleNode):
                                       f"in camera_names order")
         self.params = params
         self.engine = engine
-        action = engine.model.cfg.action
-        self.outputs = OutputPublishers(self, params, action.num_waypoints, action.dt)
+        self.outputs = OutputPublishers(self, params)
         self.get_logger().info(f"configured: model {params.resolved_model_dir}, "
                                f"{config.mode} on {device}, {len(params.camera_names)} cameras")
         return TransitionCallbackReturn.SUCCESS
@@ -143,8 +142,7 @@ class DriveNode(LifecycleNode):
                          if params.overlay_camera else None)
         self.loop = PlannerLoop(self.engine, window_builder(self.engine.model.cfg,
                                                            len(params.camera_names)),
-                                params.camera_names, overlay_index,
-                                limits=params.plan_limits)
+                                params.camera_names, overlay_index)
         self.outputs.reset()
         self.inputs = InputSubscriptions(self, params, self.loop, self.outputs.set_camera_info)
         self.loop.start()
@@ -201,11 +199,9 @@ class DriveNode(LifecycleNode):
         outputs.tick(loop, now, time.monotonic(), inputs.silence_hint)
 
     def _on_parameters_accepted(self, params: DriveParams) -> None:
-        outputs, loop = self.outputs, self.loop
+        outputs = self.outputs
         if outputs is not None:
             outputs.params = params
-        if loop is not None:
-            loop.limits = params.plan_limits
 
 
 def parse_arguments(argv: list[str]) -> argparse.Namespace:
