@@ -50,7 +50,8 @@ def test_replay_through_the_node(tmp_path, capsys):
         topics = {c.topic: c.msgcount for c in reader.connections}
     node = f"/{node_name()}"
     assert topics[f"{node}/trajectory"] >= report["windows"]
-    assert topics[f"{node}/reasoning"] >= report["windows"]
+    assert topics[f"{node}/finished_plans"] == report["finished_plans"] >= report["windows"]
+    assert topics[f"{node}/reasoning"] >= report["plans_published_valid"]
     assert topics["/diagnostics"] >= 1
     assert topics[f"{node}/overlay"] >= 1
     assert (out / "overlay_0.png").read_bytes().startswith(b"\x89PNG")

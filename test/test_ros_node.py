@@ -72,6 +72,8 @@ class Feeder:
         self.get_state = self.node.create_client(GetState, "/drive_node/get_state")
         self.change_state = self.node.create_client(ChangeState, "/drive_node/change_state")
         self.next_stamp = None
+        self.last_stamp = None
+        self.origin = None
         self.payload = [jpeg(i) for i in range(len(CAMERAS))]
 
     def _store(self, store, msg):
@@ -90,25 +92,44 @@ class Feeder:
         msg.twist.twist.linear.x = SPEED
         self.odom.publish(msg)
 
-    def drive(self, seconds, skip_camera=None, corrupt_camera=None, nan_odometry_after=None,
-              stamp_offset=0.0):
-        """Publish camera sets on a 0.1 s stamp grid (following the clock) and odometry at
-        0.02 s spacing up to each set's stamp; returns the stamp of the NaN odometry sample
-        (nan_odometry_after seconds after the first set), if one was asked for."""
+    def drive(self, seconds=0.0, skip_camera=None, corrupt_camera=None, nan_odometry_set=None,
+              rewind_s=None, until=None, what="condition"):
+        """Publish camera sets on a 0.1 s stamp grid and odometry at 0.02 s spacing up to each
+        set's stamp for `seconds`, then on until `until()` holds (an AssertionError after
+        WAIT_S more), so that the node keeps getting input while the test waits for its
+        answer. The grid follows the clock; when publishing falls more than 0.3 s behind it
+        (the test waited, or the process stalled) the grid jumps up to the clock.
+
+        nan_odometry_set: the odometry sample 0.04 s before the stamp of this drive's set
+        with that index is NaN; the drive does not end before that set is out, whatever
+        stamps a jump skipped. Returns the NaN sample's stamp.
+        rewind_s: this drive's stamps are shifted back so that its first set lies rewind_s
+        before the last set published (stamps go backwards however long the test waited)."""
         end = time.monotonic() + seconds
+        offset = None
         nan_odometry_at = None
-        while time.monotonic() < end:
+        published = 0
+        while (time.monotonic() < end
+               or (nan_odometry_set is not None and published <= nan_odometry_set)
+               or (until is not None and not until())):
+            if time.monotonic() > end + WAIT_S:
+                raise AssertionError(f"timed out after {WAIT_S} s of driving waiting for {what}")
             if self.next_stamp is None or self.now() - self.next_stamp > 0.3:
                 self.next_stamp = round(self.now(), 1) + 0.1
-            if nan_odometry_after is not None and nan_odometry_at is None:
-                nan_odometry_at = self.next_stamp + stamp_offset + nan_odometry_after
+            if self.origin is None:
+                self.origin = self.next_stamp
+            if offset is None:
+                offset = (0.0 if rewind_s is None
+                          else self.last_stamp - rewind_s - self.next_stamp)
             while self.now() < self.next_stamp:
                 time.sleep(0.005)
-            stamp = self.next_stamp + stamp_offset
+            stamp = self.next_stamp + offset
             for k in range(5):
                 t = stamp - 0.08 + 0.02 * k
-                bad = nan_odometry_at is not None and abs(t - nan_odometry_at) < 0.011
-                self.odometry(t, SPEED * t, bad=bad)
+                bad = published == nan_odometry_set and k == 2
+                if bad:
+                    nan_odometry_at = t
+                self.odometry(t, SPEED * (t - self.origin), bad=bad)
             for i, publisher in enumerate(self.images):
                 if i == skip_camera:
                     continue
@@ -117,7 +138,9 @@ class Feeder:
                     data = data[: len(data) // 3]
                 publisher.publish(CompressedImage(
                     header=self._header(stamp, CAMERAS[i]), format="jpeg", data=data))
+            self.last_stamp = stamp
             self.next_stamp = round(self.next_stamp + 0.1, 6)
+            published += 1
         return nan_odometry_at
 
     @staticmethod
@@ -195,61 +218,68 @@ def test_configure_activate_plan_and_recover_from_faults(graph):
     wait_for(lambda: node.count_subscribers(names.resolved(names.OVERLAY_TOPIC)) >= 1,
              what="overlay subscriber matched")
 
-    feeder.drive(2.5)
-    wait_for(lambda: feeder.valid_paths(), what="a plan")
+    feeder.drive(2.5, until=lambda: feeder.valid_paths() and feeder.reasoning and feeder.overlays
+                 and any(s.message == "planning" for s in feeder.planner_statuses()),
+                 what="a plan with its reasoning, overlay and planning status")
     _, path = feeder.valid_paths()[-1]
     assert len(path.poses) == 64 and path.header.frame_id == "base_link"
     assert all(math.isfinite(p.pose.position.x) for p in path.poses)
     assert abs(stamp_to_seconds(path.header.stamp) - feeder.now()) < 5.0
-    wait_for(lambda: feeder.reasoning and feeder.overlays, what="reasoning and overlay")
     overlay = feeder.overlays[-1][1]
     assert overlay.encoding == "rgb8" and overlay.width == 64
-    assert any(s.message == "planning" for s in feeder.planner_statuses())
 
     assert node.set_parameters([Parameter("max_plan_age_s", value=2.5)])[0].successful
     assert node.outputs.params.max_plan_age_s == 2.5
     assert not node.set_parameters([Parameter("max_plan_age_s", value=-1.0)])[0].successful
     assert node.outputs.params.max_plan_age_s == 2.5
 
-    feeder.drive(0.3, corrupt_camera=1)
-    wait_for(lambda: any("corrupt_payload" in f for f in feeder.input_faults()),
-             what="corrupt JPEG named in diagnostics")
+    feeder.drive(0.3, corrupt_camera=1,
+                 until=lambda: any("corrupt_payload" in f for f in feeder.input_faults()),
+                 what="corrupt JPEG named in diagnostics")
 
-    nan_at = feeder.drive(1.0, nan_odometry_after=0.26)
-    wait_for(lambda: any("non_finite" in f for f in feeder.input_faults()),
-             what="NaN odometry named in diagnostics")
+    nan_at = feeder.drive(1.0, nan_odometry_set=3,
+                          until=lambda: any("non_finite" in f for f in feeder.input_faults()),
+                          what="NaN odometry named in diagnostics")
     recovered_after = time.monotonic()
-    feeder.drive(3.0)
+    feeder.drive(3.0, until=lambda: feeder.valid_paths(after=recovered_after),
+                 what="recovery after NaN")
     t0s = [stamp_to_seconds(m.header.stamp) for _, m in feeder.valid_paths()]
     # a window at t0 >= nan_at + 0.07 needs odometry past nan_at (extrapolation limit 0.06 s),
     # so its 1.5 s ego history spans the NaN sample up to t0 = nan_at + 1.5
     assert not [t for t in t0s if nan_at + 0.07 <= t <= nan_at + 1.45], \
         f"planned from a window spanning the NaN odometry at {nan_at}: {sorted(set(t0s))}"
-    wait_for(lambda: feeder.valid_paths(after=recovered_after), what="recovery after NaN")
 
     assert node.set_parameters([Parameter("max_plan_age_s", value=1.0)])[0].successful
     silent_from = time.monotonic()
-    feeder.drive(2.0, skip_camera=3)
-    wait_for(lambda: any(f.startswith("silent") and "1 publisher(s) on" in f
-                         for f in feeder.input_faults()),
-             what="silent camera named in diagnostics")
-    with feeder.lock:
-        invalid = [t for t, m in feeder.paths if t > silent_from + 1.5 and not m.poses]
-    assert invalid, "a stale plan was still published as valid"
+    feeder.drive(2.0, skip_camera=3,
+                 until=lambda: any(f.startswith("silent") and "1 publisher(s) on" in f
+                                   for f in feeder.input_faults()),
+                 what="silent camera named in diagnostics")
+
+    def stale_plan_withdrawn():
+        with feeder.lock:
+            return any(t > silent_from + 1.5 and not m.poses for t, m in feeder.paths)
+
+    feeder.drive(skip_camera=3, until=stale_plan_withdrawn,
+                 what="an empty Path once the plan went stale "
+                      "(a stale plan was still published as valid)")
     assert node.set_parameters([Parameter("max_plan_age_s", value=3.0)])[0].successful
     resumed = time.monotonic()
-    feeder.drive(2.5)
-    wait_for(lambda: feeder.valid_paths(after=resumed), what="recovery after silent camera")
+    feeder.drive(2.5, until=lambda: feeder.valid_paths(after=resumed),
+                 what="recovery after silent camera")
+
+    def backwards_named_and_counted():
+        statuses = feeder.planner_statuses()
+        counted = statuses and int({kv.key: kv.value for kv in statuses[-1].values}.get(
+            "rejected.time_backwards", 0)) >= 1
+        return counted and any("time_backwards" in f for f in feeder.input_faults())
 
     backwards_from = time.monotonic()
-    feeder.drive(0.3, stamp_offset=-0.6)
-    feeder.drive(2.5)
-    wait_for(lambda: any("time_backwards" in f for f in feeder.input_faults()),
-             what="stamps going backwards named in diagnostics")
-    last = {kv.key: kv.value for kv in feeder.planner_statuses()[-1].values}
-    assert int(last["rejected.time_backwards"]) >= 1
-    wait_for(lambda: feeder.valid_paths(after=backwards_from + 0.5),
-             what="recovery after stamps went backwards")
+    feeder.drive(0.3, rewind_s=0.6)
+    feeder.drive(2.5, until=backwards_named_and_counted,
+                 what="stamps going backwards named in diagnostics and counted as rejections")
+    feeder.drive(until=lambda: feeder.valid_paths(after=backwards_from + 0.5),
+                 what="recovery after stamps went backwards")
 
     assert feeder.transition(Transition.TRANSITION_DEACTIVATE)
     wait_for(lambda: all(p.get_subscription_count() == 0 for p in feeder.images),
@@ -262,8 +292,8 @@ def test_configure_activate_plan_and_recover_from_faults(graph):
     wait_for(lambda: all(p.get_subscription_count() >= 1 for p in feeder.images),
              what="subscriptions after re-activation")
     reactivated = time.monotonic()
-    feeder.drive(2.5)
-    wait_for(lambda: feeder.valid_paths(after=reactivated), what="plans after re-activation")
+    feeder.drive(2.5, until=lambda: feeder.valid_paths(after=reactivated),
+                 what="plans after re-activation")
     assert feeder.transition(Transition.TRANSITION_DEACTIVATE)
     assert feeder.transition(Transition.TRANSITION_CLEANUP)
     assert feeder.state() == State.PRIMARY_STATE_UNCONFIGURED

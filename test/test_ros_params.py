@@ -115,3 +115,15 @@ def test_out_of_range_override_fails_declaration(context):
             declare_parameters(node)
     finally:
         node.destroy_node()
+
+
+def test_cpu_threads_default_leaves_a_core_to_the_callbacks():
+    from flashdrive_ros.ros.node import cpu_thread_count
+
+    assert cpu_thread_count(0, 2) == 1
+    assert cpu_thread_count(0, 16) == 15
+    assert cpu_thread_count(0, 1) == 1
+    assert cpu_thread_count(0, None) == 1
+    assert cpu_thread_count(3, 2) == 3
+    with pytest.raises(ParameterError, match="cpu_threads"):
+        DriveParams(cpu_threads=-1)

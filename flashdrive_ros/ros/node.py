@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import gc
+import os
 import sys
 import time
 from pathlib import Path
@@ -40,6 +41,13 @@ def resolve_device(device: str) -> str:
     return "cuda" if torch.cuda.is_available() else "cpu"
 
 
+def cpu_thread_count(requested: int, cores: int | None) -> int:
+    """Intra-op threads for torch: `requested`, or with 0 every core but one (at least 1)."""
+    if requested > 0:
+        return requested
+    return max(1, (cores or 1) - 1)
+
+
 def engine_config(params: DriveParams, device: str) -> EngineConfig:
     """EngineConfig from the node parameters; in baseline mode the shortcut switches are
     ignored (every shortcut is off) and CUDA graphs are used only on a CUDA device."""
@@ -50,6 +58,12 @@ def engine_config(params: DriveParams, device: str) -> EngineConfig:
     return EngineConfig(streaming=params.streaming, speculative=params.speculative,
                         cached_velocity=params.cached_velocity,
                         cuda_graphs=params.cuda_graphs and device.startswith("cuda"), **common)
+
+
+def set_torch_threads(count: int) -> None:
+    import torch
+
+    torch.set_num_threads(count)
 
 
 def free_device_memory() -> None:
@@ -102,6 +116,8 @@ class DriveNode(LifecycleNode):
             self._validation = add_validation_callback(self, self._on_parameters_accepted)
         try:
             device = resolve_device(params.device)
+            threads = cpu_thread_count(params.cpu_threads, os.cpu_count())
+            set_torch_threads(threads)
             config = engine_config(params, device)
             engine = load_engine(params.resolved_model_dir, config)
         except Exception as exc:
@@ -124,7 +140,8 @@ class DriveNode(LifecycleNode):
         self.engine = engine
         self.outputs = OutputPublishers(self, params)
         self.get_logger().info(f"configured: model {params.resolved_model_dir}, "
-                               f"{config.mode} on {device}, {len(params.camera_names)} cameras")
+                               f"{config.mode} on {device} ({threads} CPU threads), "
+                               f"{len(params.camera_names)} cameras")
         return TransitionCallbackReturn.SUCCESS
 
     def on_activate(self, state: LifecycleState) -> TransitionCallbackReturn:
