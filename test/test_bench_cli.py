@@ -6,7 +6,8 @@ import torch
 from flashdrive_ros.bench.cli import main
 from flashdrive_ros.engine.types import STAGES
 
-ENGINE_VARIANTS = ("baseline", "streaming", "speculative", "cached_velocity", "flashdrive")
+ENGINE_VARIANTS = ("baseline", "streaming", "speculative", "cached_velocity", "flashdrive",
+                   "flashdrive_prerope_keys")
 SAMPLES = ("1", "6")
 
 
@@ -66,7 +67,7 @@ def test_engine_variants_decode_the_forced_coc_and_stream(run):
 
 
 def test_decode_section_pairs_speculative_with_autoregressive(run):
-    assert set(run["decode"]) == {"speculative", "flashdrive"}
+    assert set(run["decode"]) == {"speculative", "flashdrive", "flashdrive_prerope_keys"}
     d = run["decode"]["speculative"]
     assert d["autoregressive_variant"] == "baseline"
     labels = [i["label"] for i in d["implied"]]

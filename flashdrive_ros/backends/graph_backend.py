@@ -73,7 +73,7 @@ class GraphBackbone:
             raise ValueError(f"slots outside the cache capacity {cache.capacity}")
         length = max(cache.length, int(slots.max()) + 1)
         mask = self._mask(attn_mask, slots, length, cache.capacity)
-        cache.set_positions(slots, positions)
+        cache.write_positions(slots, positions)
         cache.advance_to(length)
         dense = inputs_embeds.new_zeros(self.levels, 1, t, hidden)  # [Ld, 1, T, H]
         for level, features in enumerate(deepstack or []):

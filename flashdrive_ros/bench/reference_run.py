@@ -129,7 +129,7 @@ class ReferenceRunner:
         start = int(prompt.max()) + 1
         generated = text_positions(start, slots - prompt.shape[2])
         positions = torch.cat([prompt, generated], dim=2).to(self.device)
-        cache.set_positions(torch.arange(slots, device=self.device), positions)
+        cache.write_positions(torch.arange(slots, device=self.device), positions)
         cache.advance_to(slots)
         return cache
 

@@ -8,14 +8,17 @@ from flashdrive_ros.model.config import ConfigError
 REFERENCE = "reference"
 BASELINE = "baseline"
 ALL = "flashdrive"
+ALL_PRE_ROPE = "flashdrive_prerope_keys"
 ALL_OFF = {name: False for name in SHORTCUTS}
 
 
 def variant_overrides(device: str) -> tuple[dict[str, dict], dict[str, str]]:
     """({variant: EngineConfig overrides}, {variant: why it is skipped}), baseline and all
     shortcuts first. `flashdrive` takes every shortcut at its mode default (CUDA graphs on
-    where the device is CUDA)."""
-    variants: dict[str, dict] = {BASELINE: {"mode": "baseline"}, ALL: {"mode": "flashdrive"}}
+    where the device is CUDA); `flashdrive_prerope_keys` is the same with keys rotated at
+    every attention call instead of kept after RoPE."""
+    variants: dict[str, dict] = {BASELINE: {"mode": "baseline"}, ALL: {"mode": "flashdrive"},
+                                 ALL_PRE_ROPE: {"mode": "flashdrive", "rotated_keys": False}}
     skipped: dict[str, str] = {}
     for name in SHORTCUTS:
         overrides = {"mode": "flashdrive", **ALL_OFF, name: True}

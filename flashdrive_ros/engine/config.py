@@ -21,7 +21,9 @@ class EngineConfig:
     """`mode="baseline"` turns every shortcut off (full window encode and prefill,
     autoregressive decoding, plain Euler with `baseline_flow_steps`); in flashdrive mode each
     shortcut defaults to on (CUDA graphs only on CUDA) and can be switched off alone.
-    A shortcut left as None takes its mode's default."""
+    A shortcut left as None takes its mode's default. `rotated_keys` (the cache also keeps
+    keys after RoPE, rotated once per write or move instead of at every attention call) is
+    on by default in flashdrive mode with the torch backend."""
 
     mode: str = "flashdrive"
     streaming: bool | None = None
@@ -39,6 +41,7 @@ class EngineConfig:
     dtype: str = "float32"
     seed: int = 0
     backend: str = "torch"
+    rotated_keys: bool | None = None
 
     def __post_init__(self) -> None:
         if self.mode not in MODES:
@@ -56,6 +59,14 @@ class EngineConfig:
             elif value and self.mode == "baseline":
                 raise ConfigError(f"mode 'baseline' runs every shortcut off; {name}=True "
                                   f"needs mode 'flashdrive'")
+        if self.rotated_keys is None:
+            self.rotated_keys = self.mode == "flashdrive" and self.backend == "torch"
+        elif not isinstance(self.rotated_keys, bool):
+            raise ConfigError(f"rotated_keys must be true, false or null, got "
+                              f"{self.rotated_keys!r}")
+        if self.rotated_keys and self.backend != "torch":
+            raise ConfigError("rotated_keys keeps post-RoPE keys in the torch backend's cache; "
+                              "set rotated_keys false with backend 'tensorrt'")
         if self.cuda_graphs and not self.device.startswith("cuda"):
             raise ConfigError(f"cuda_graphs needs a CUDA device, got device={self.device!r}")
         self.reuse_steps = tuple(self.reuse_steps)

@@ -85,7 +85,7 @@ class Engine:
         capacity = required_capacity(self.frame_layout.prompt_length, self.stop, block)
         text = mcfg.text
         cache = KVCache(text.num_hidden_layers, 1, text.num_key_value_heads, capacity,
-                        text.head_dim, self.dtype, self.device)
+                        text.head_dim, self.dtype, self.device, rotated_keys=cfg.rotated_keys)
         self.stream = StreamingKVCache(cache, streaming=cfg.streaming)
         self.backend = backend or make_backend(cfg.backend, model, self.shapes)
         self.target = Target(self.backend.backbone, vlm.lm_head, feature_layers)

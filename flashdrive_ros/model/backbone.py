@@ -3,6 +3,8 @@
 Module names match Hugging Face's `Qwen3VLTextModel` so checkpoint keys load unchanged.
 Keys go into the cache after k_norm and before RoPE; at attention time the cached keys are
 rotated with the cache's per-slot 3D positions and the queries with their own positions.
+A cache with rotated keys also keeps the keys after RoPE: new keys are rotated once when
+written and moved slots once per move, and attention reads them as they are.
 """
 
 from __future__ import annotations
@@ -70,10 +72,17 @@ class TextAttention(nn.Module):
         q = self.q_norm(self.q_proj(x).view(b, t, self.num_heads, self.head_dim))
         k = self.k_norm(self.k_proj(x).view(b, t, self.num_kv_heads, self.head_dim))
         v = self.v_proj(x).view(b, t, self.num_kv_heads, self.head_dim)
-        cache.write(self.layer_index, slots, k.transpose(1, 2), v.transpose(1, 2))
-        keys, values, _ = cache.layer_view(self.layer_index, rotary.length)  # keys: [B,Hkv,S,D]
+        k = k.transpose(1, 2)  # k: [B, Hkv, T, D]
         q = apply_rotary(q.transpose(1, 2), rotary.query_cos, rotary.query_sin)  # q: [B,Hq,T,D]
-        keys = apply_rotary(keys.to(q.dtype), rotary.key_cos, rotary.key_sin)
+        if cache.k_rot is None:
+            cache.write(self.layer_index, slots, k, v.transpose(1, 2))
+            keys, values, _ = cache.layer_view(self.layer_index, rotary.length)  # [B,Hkv,S,D]
+            keys = apply_rotary(keys.to(q.dtype), rotary.key_cos, rotary.key_sin)
+        else:
+            k_rotated = apply_rotary(k.to(q.dtype), rotary.query_cos, rotary.query_sin)
+            cache.write(self.layer_index, slots, k, v.transpose(1, 2), k_rotated)
+            keys, values = cache.rotated_view(self.layer_index, rotary.length)  # [B,Hkv,S,D]
+            keys = keys.to(q.dtype)
         group = self.num_heads // self.num_kv_heads
         q = q.reshape(b, self.num_kv_heads, group * t, self.head_dim)  # q: [B, Hkv, G*T, D]
         out = F.scaled_dot_product_attention(q, keys, values.to(q.dtype), attn_mask=mask)
@@ -97,12 +106,13 @@ class TextDecoderLayer(nn.Module):
 
 @dataclass
 class RotaryTables:
-    """cos/sin for the new queries ([B, T, D]) and for all cached keys ([B, S, D])."""
+    """cos/sin for the new queries and keys ([B, T, D]) and, unless the cache keeps rotated
+    keys, for all cached keys ([B, S, D])."""
 
     query_cos: torch.Tensor
     query_sin: torch.Tensor
-    key_cos: torch.Tensor
-    key_sin: torch.Tensor
+    key_cos: torch.Tensor | None
+    key_sin: torch.Tensor | None
     length: int
 
 
@@ -145,11 +155,12 @@ class TextBackbone(nn.Module):
         length = max(cache.length, int(slots.max()) + 1)
         mask = self._grouped_mask(
             self._attention_mask(attn_mask, slots, inputs_embeds.shape[0], length))
-        cache.set_positions(slots, positions)
+        cache.write_positions(slots, positions)
         cache.advance_to(length)
         dtype = inputs_embeds.dtype
+        self.rotate_moved_keys(cache, dtype)
         query_cos, query_sin = self.rotary_cos_sin(positions, dtype)
-        key_cos, key_sin = self.rotary_cos_sin(cache.positions[:, :, :length], dtype)
+        key_cos, key_sin = self._key_cos_sin(cache, length, dtype)
         rotary = RotaryTables(query_cos, query_sin, key_cos, key_sin, length)
         return self._run_layers(inputs_embeds, rotary, cache, slots, mask, visual_mask,
                                 deepstack or [], output_layers)
@@ -165,16 +176,38 @@ class TextBackbone(nn.Module):
         at or after slots[0] (decode and verify). The caller checks the slots against the
         capacity and advances `cache.length` (host bookkeeping) itself.
         """
+        if cache.has_moved:
+            raise ValueError("cache slots were moved: run `forward` (or rotate_moved_keys) "
+                             "before a static step")
         capacity = cache.capacity
         key_slots = torch.arange(capacity, device=slots.device)
         mask = self._grouped_mask((key_slots[None, :] <= slots[:, None])[None, None])
-        cache.set_positions(slots, positions)
+        cache.write_positions(slots, positions)
         dtype = inputs_embeds.dtype
         query_cos, query_sin = self.rotary_cos_sin(positions, dtype)
-        key_cos, key_sin = self.rotary_cos_sin(cache.positions, dtype)
+        key_cos, key_sin = self._key_cos_sin(cache, capacity, dtype)
         rotary = RotaryTables(query_cos, query_sin, key_cos, key_sin, capacity)
         return self._run_layers(inputs_embeds, rotary, cache, slots, mask, None, [],
                                 output_layers)
+
+    def rotate_moved_keys(self, cache: KVCache, dtype: torch.dtype) -> None:
+        """Re-rotates the rotated keys of the slots moved since the last forward (every
+        layer at once per move; a no-op without rotated keys or moves)."""
+        moved = cache.take_moved() if cache.k_rot is not None else None
+        if moved is None:
+            return
+        cos, sin = self.rotary_cos_sin(cache.positions.index_select(2, moved), dtype)
+        for layer in range(cache.num_layers):
+            keys = cache.k[layer].index_select(2, moved).to(dtype)  # keys: [B, Hkv, M, D]
+            cache.k_rot[layer].index_copy_(2, moved,
+                                           apply_rotary(keys, cos, sin).to(cache.k_rot.dtype))
+
+    def _key_cos_sin(self, cache: KVCache, length: int, dtype: torch.dtype
+                     ) -> tuple[torch.Tensor | None, torch.Tensor | None]:
+        """cos, sin [B, S, D] of the cached keys' positions; None with rotated keys."""
+        if cache.k_rot is not None:
+            return None, None
+        return self.rotary_cos_sin(cache.positions[:, :, :length], dtype)
 
     def _run_layers(self, x: torch.Tensor, rotary: RotaryTables, cache: KVCache,
                     slots: torch.Tensor, mask: torch.Tensor | None,

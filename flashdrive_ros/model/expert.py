@@ -137,7 +137,11 @@ class ActionExpert(nn.Module):
 
     def rotated_prefix(self, cache: KVCache, prefix_len: int, dtype: torch.dtype
                        ) -> list[tuple[torch.Tensor, torch.Tensor]]:
-        """Per layer (keys with RoPE applied, values): [1, Hkv, prefix_len, D] each."""
+        """Per layer (keys with RoPE applied, values): [1, Hkv, prefix_len, D] each; read as
+        they are from a cache that keeps rotated keys."""
+        if cache.k_rot is not None and not cache.has_moved:
+            return [tuple(t.to(dtype) for t in cache.rotated_view(i, prefix_len))
+                    for i in range(len(self.layers))]
         p_cos, p_sin = mrope_cos_sin(cache.positions[:, :, :prefix_len], self.inv_freq,
                                      self.mrope_section, self.mrope_interleaved, dtype=dtype)
         out = []
