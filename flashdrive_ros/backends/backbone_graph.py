@@ -29,6 +29,7 @@ class _StepCache:
         hit = slots[:, None] == torch.arange(capacity, device=slots.device)[None, :]  # [T, C]
         self.placement = hit.to(k_cache.dtype).transpose(0, 1)  # [C, T]
         self.written = hit.any(dim=0)[None, None, :, None]  # [1, 1, C, 1]
+        self.k_rot = None
         self.new_k: list[torch.Tensor] = []
         self.new_v: list[torch.Tensor] = []
         self.keys: list[torch.Tensor] = []
