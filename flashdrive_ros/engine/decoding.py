@@ -133,6 +133,11 @@ class Target:
         embeds = self.embed_tokens(ids)  # embeds: [1, T, H]
         return self.run_embeds(embeds, positions, cache, slots)
 
+    def run_token_tensor(self, token_ids: torch.Tensor, cache: KVCache, start_position: int
+                         ) -> TargetStep:
+        """`run_tokens` for ids already on the device ([T] long, e.g. drafts)."""
+        return self.run_tokens(token_ids.tolist(), cache, start_position)
+
 
 @dataclass
 class DecodeState:

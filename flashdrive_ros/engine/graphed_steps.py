@@ -54,13 +54,23 @@ class GraphedTarget(Target):
         if not token_ids or min(token_ids) < 0 or max(token_ids) >= self.vocab_size:
             raise ValueError(f"token ids {token_ids} outside the vocabulary [0, "
                              f"{self.vocab_size})")
-        start, count = cache.length, len(token_ids)
+        ids = torch.tensor(token_ids, dtype=torch.long, device=cache.k.device)
+        return self.run_token_tensor(ids, cache, start_position)
+
+    def run_token_tensor(self, token_ids: torch.Tensor, cache: KVCache, start_position: int
+                         ) -> TargetStep:
+        """token_ids: [T] long on the device, not read back (no host sync)."""
+        if cache is not self.cache:
+            raise ValueError("a GraphedTarget runs on the cache it was built for")
+        start, count = cache.length, token_ids.shape[0]
         if start + count > cache.capacity:
             raise ValueError(f"cache capacity {cache.capacity} cannot hold {count} more "
                              f"tokens after {start}")
-        inputs = torch.tensor([token_ids, list(range(start, start + count)),
-                               list(range(start_position, start_position + count))],
-                              dtype=torch.long, device=cache.k.device)
+        device = cache.k.device
+        inputs = torch.stack([token_ids.to(device),
+                              torch.arange(start, start + count, device=device),
+                              torch.arange(start_position, start_position + count,
+                                           device=device)])  # inputs: [3, T]
         logits, features = self.step(inputs)
         cache.advance_to(start + count)
         return TargetStep(logits.clone(), None if features is None else features.clone())

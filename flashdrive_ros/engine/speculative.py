@@ -119,18 +119,27 @@ def propose_block(proposer: Proposer, state: DecodeState, sampling: Sampling | N
 
 
 def verify_block(target: Target, state: DecodeState, proposal: Proposal) -> Verification:
+    """One target forward over [pending, drafts]; the drafts stay on the device."""
     start = state.cache.length
-    block = [state.pending] + [int(t) for t in proposal.tokens.tolist()]
+    drafts = proposal.tokens
+    pending = torch.full((1,), state.pending, dtype=torch.long, device=drafts.device)
+    block = torch.cat([pending, drafts.to(torch.long)])  # block: [K]
     state.target_forwards += 1
-    return Verification(target.run_tokens(block, state.cache, state.pending_position), start)
+    return Verification(target.run_token_tensor(block, state.cache, state.pending_position),
+                        start)
 
 
-def accept_greedy(drafts: torch.Tensor, target_logits: torch.Tensor) -> tuple[int, int]:
-    """drafts: [K - 1]; target_logits: [K, V] -> (accepted drafts, the target's next token)."""
+def accept_greedy(drafts: torch.Tensor, target_logits: torch.Tensor
+                  ) -> tuple[int, int, list[int]]:
+    """drafts: [K - 1]; target_logits: [K, V] -> (accepted drafts, the target's next token,
+    the drafts as ints), with one read from the device."""
     choice = torch.argmax(target_logits, dim=-1)  # choice: [K]
-    matches = (drafts == choice[:-1]).long().cumprod(dim=0)
-    accepted = int(matches.sum())
-    return accepted, int(choice[accepted])
+    values = torch.cat([drafts.to(choice.dtype), choice]).tolist()
+    drafted, chosen = values[:drafts.shape[0]], values[drafts.shape[0]:]
+    accepted = 0
+    while accepted < len(drafted) and drafted[accepted] == chosen[accepted]:
+        accepted += 1
+    return accepted, chosen[accepted], drafted
 
 
 def accept_sampled(drafts: torch.Tensor, draft_probs: torch.Tensor | None,
@@ -166,12 +175,13 @@ def commit(state: DecodeState, proposal: Proposal, verification: Verification,
     logits = verification.step.logits
     drafts = proposal.tokens.to(logits.device)
     if sampling is None:
-        accepted, nxt = accept_greedy(drafts, logits)
+        accepted, nxt, drafted = accept_greedy(drafts, logits)
     else:
         probs = None if proposal.probs is None else proposal.probs.to(logits.device)
         accepted, nxt = accept_sampled(drafts, probs, sampling_probs(logits, sampling),
                                        generator)
-    kept = commit_tokens(state, drafts[:accepted].tolist() + [nxt], stop)
+        drafted = drafts.tolist()
+    kept = commit_tokens(state, drafted[:accepted] + [nxt], stop)
     start = verification.block_start_slot
     state.cache.rollback(start + kept)
     if verification.step.features is not None:
