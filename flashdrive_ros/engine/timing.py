@@ -33,6 +33,10 @@ class StageTimer:
         if name in self._order:
             raise ValueError(f"stage {name!r} timed twice in one step")
         self._order.append(name)
+        with torch.profiler.record_function(f"stage:{name}"):
+            yield from self._timed(name)
+
+    def _timed(self, name: str) -> Iterator[None]:
         if self.use_cuda:
             start = torch.cuda.Event(enable_timing=True)
             end = torch.cuda.Event(enable_timing=True)

@@ -1,0 +1,96 @@
+"""Where one engine variant's time goes: torch.profiler over sliding windows at a bench shape.
+
+Prints the per-stage wall time (profiler ranges `stage:*`, CPU side) and the CUDA kernels
+that take the most device time, for every combination of the `--graphs` and
+`--rotated-keys` values given (one model build). With CUDA graphs on, kernels inside graphs
+appear as graph launches; profile with `--graphs off` to see them.
+
+    python -m flashdrive_ros.bench.profile --shape alpamayo-1.5-10b --device cuda \
+        --graphs off,on --rotated-keys on,off
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+
+from torch.profiler import ProfilerActivity, profile
+
+from flashdrive_ros.bench.shapes import SHAPES, build_parts
+from flashdrive_ros.bench.windows import SlidingWindows
+from flashdrive_ros.engine.config import DTYPES, EngineConfig
+from flashdrive_ros.engine.engine import Engine
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--shape", choices=SHAPES, default="tiny")
+    parser.add_argument("--device", default="cpu")
+    parser.add_argument("--dtype", choices=sorted(DTYPES), default=None,
+                        help="default: bfloat16 on CUDA, float32 on the CPU")
+    parser.add_argument("--mode", choices=("flashdrive", "baseline"), default="flashdrive")
+    parser.add_argument("--graphs", type=switch_values, default=["off"],
+                        help="on, off or on,off")
+    parser.add_argument("--rotated-keys", type=switch_values, default=["on"],
+                        help="on, off or on,off")
+    parser.add_argument("--coc-tokens", type=int, default=16)
+    parser.add_argument("--warmup", type=int, default=3)
+    parser.add_argument("--windows", type=int, default=3)
+    parser.add_argument("--top", type=int, default=25)
+    return parser.parse_args(argv)
+
+
+def switch_values(text: str) -> list[str]:
+    values = text.split(",")
+    if not values or any(v not in ("on", "off") for v in values):
+        raise argparse.ArgumentTypeError(f"expected on, off or on,off; got {text!r}")
+    return values
+
+
+def engine_config(args: argparse.Namespace, dtype: str, graphs: str, rotated: str
+                  ) -> EngineConfig:
+    common = dict(mode=args.mode, device=args.device, dtype=dtype,
+                  max_coc_tokens=args.coc_tokens)
+    if args.mode == "baseline":
+        return EngineConfig(**common)
+    return EngineConfig(cuda_graphs=graphs == "on", rotated_keys=rotated == "on", **common)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    dtype = args.dtype or ("bfloat16" if args.device.startswith("cuda") else "float32")
+    parts = build_parts(args.shape, args.device, DTYPES[dtype])
+    for graphs, rotated in itertools.product(args.graphs, args.rotated_keys):
+        profile_variant(args, parts, engine_config(args, dtype, graphs, rotated))
+    return 0
+
+
+def profile_variant(args: argparse.Namespace, parts, cfg: EngineConfig) -> None:
+    engine = Engine(parts.model, parts.tokenizer, parts.drafter, cfg)
+    drive = SlidingWindows(parts.cfg)
+    for window in drive.take(args.warmup):
+        engine.step(window)
+    activities = [ProfilerActivity.CPU]
+    if args.device.startswith("cuda"):
+        activities.append(ProfilerActivity.CUDA)
+    plans = []
+    with profile(activities=activities) as prof:
+        for window in drive.take(args.windows):
+            plans.append(engine.step(window))
+    events = prof.key_averages()
+    print(f"\n{args.shape} {cfg.mode} cuda_graphs={cfg.cuda_graphs} "
+          f"rotated_keys={cfg.rotated_keys} {cfg.dtype} on {args.device}, {args.windows} "
+          f"windows after {args.warmup}")
+    for name in ("encode", "prefill", "decode", "action", "total"):
+        values = sorted(p.timings_ms[name] for p in plans)
+        print(f"  {name:8s} median {values[len(values) // 2]:9.2f} ms")
+    print(f"  rounds per window {sum(len(p.accepted_lengths) for p in plans) / len(plans):.1f}")
+    stages = [e for e in events if e.key.startswith("stage:")]
+    for e in sorted(stages, key=lambda e: e.key):
+        print(f"  {e.key:16s} cpu {e.cpu_time_total / 1e3 / args.windows:9.2f} ms/window")
+    sort = "self_cuda_time_total" if args.device.startswith("cuda") else "self_cpu_time_total"
+    print(events.table(sort_by=sort, row_limit=args.top, max_name_column_width=60), flush=True)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
