@@ -16,17 +16,12 @@ import torch
 
 from flashdrive_ros.engine.config import EngineConfig
 from flashdrive_ros.engine.engine import Engine
-from flashdrive_ros.eval.bag import BagReader
-from flashdrive_ros.eval.offline import OfflineReplay, ReplaySettings
-from flashdrive_ros.eval.summary import summarize
-from flashdrive_ros.eval.topics import TopicMapping
+from flashdrive_ros.eval.held_out import held_out_bags, replay_planners
 from flashdrive_ros.model.alpamayo import AlpamayoModel
 from flashdrive_ros.model.drafter import Drafter
 from flashdrive_ros.model.tokenizer import TextTokenizer
 from flashdrive_ros.model.weights import TOKENIZER_FILE
 from flashdrive_ros.paths import default_model_dir
-from flashdrive_ros.sim.bag import write_bag
-from flashdrive_ros.train.seeds import eval_seeds
 
 MROPE_DRAFTER_FILE = "drafter_mrope.safetensors"
 VARIANTS = {
@@ -61,21 +56,8 @@ def planners(model_dir: Path, num_samples: int) -> dict[str, Engine]:
 
 def run(model_dir: Path, out: Path, drives: int, seconds: float, num_samples: int) -> dict:
     engines = planners(model_dir, num_samples)
-    merged: dict[str, list] = {name: [] for name in engines}
-    skipped = {}
-    for seed in eval_seeds(drives):
-        bag = out / f"drive_seed{seed}_{seconds:g}s"
-        if not (bag / "metadata.yaml").is_file():
-            write_bag(bag, seconds, seed)
-        for engine in engines.values():
-            engine.reset()
-        with BagReader(bag, TopicMapping()) as reader:
-            replay = OfflineReplay(reader, engines, engines["baseline"].model.cfg,
-                                   ReplaySettings(progress=False)).run()
-        for name in engines:
-            merged[name].extend(replay.results[name])
-            skipped[name] = replay.skipped[name]
-    return {name: summarize(results, skipped[name], 10.0) for name, results in merged.items()}
+    return replay_planners(engines, engines["baseline"].model.cfg,
+                           held_out_bags(out, drives, seconds))
 
 
 def table(blocks: dict) -> str:
