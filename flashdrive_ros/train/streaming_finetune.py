@@ -32,9 +32,10 @@ from flashdrive_ros.eval.held_out import held_out_bags
 from flashdrive_ros.eval.model_compare import (CompareSettings, comparison_table,
                                                evaluate_model, gap_table, streaming_gaps)
 from flashdrive_ros.model.alpamayo import AlpamayoModel
-from flashdrive_ros.model.config import ActionConfig
+from flashdrive_ros.model.config import ActionConfig, ModelConfig
+from flashdrive_ros.model.manifest import verify_manifest
 from flashdrive_ros.model.tokenizer import TextTokenizer
-from flashdrive_ros.model.weights import TOKENIZER_FILE
+from flashdrive_ros.model.weights import CONFIG_FILE, TOKENIZER_FILE
 from flashdrive_ros.paths import default_model_dir
 from flashdrive_ros.train.dataset import TrainSet
 from flashdrive_ros.train.finetune_recipe import FinetuneRecipe, smoke
@@ -55,6 +56,17 @@ def action_stats(action: ActionConfig) -> dict[str, float]:
     """The model's action normalization, so training targets use the model's own space."""
     return {name: getattr(action, name)
             for name in ("accel_mean", "accel_std", "curvature_mean", "curvature_std")}
+
+
+def training_windows(cfg: ModelConfig, tokenizer: TextTokenizer, train_list: list[int],
+                     eval_list: list[int], seconds: float, device: torch.device,
+                     workers: int | None) -> tuple[TrainSet, TrainSet]:
+    """Training and held-out windows of freshly simulated drives, in the model's action
+    space."""
+    drives = generate_drives(train_list + eval_list, seconds, cfg, workers)
+    stats = action_stats(cfg.action)
+    return (TrainSet.build(cfg, tokenizer, drives[:len(train_list)], stats, device),
+            TrainSet.build(cfg, tokenizer, drives[len(train_list):], stats, device))
 
 
 def headline(blocks: dict[str, dict]) -> dict[str, float | None]:
@@ -119,9 +131,9 @@ def run(model_dir: Path, out: Path, recipe: FinetuneRecipe, minutes_budget: floa
                 else contextlib.nullcontext())
 
     cache_dtype = torch.bfloat16 if cuda else torch.float32
-    model = AlpamayoModel.from_dir(model_dir, device, torch.float32)
+    verify_manifest(model_dir)
+    cfg = ModelConfig.load(model_dir / CONFIG_FILE)
     tokenizer = TextTokenizer.from_file(model_dir / TOKENIZER_FILE)
-    cfg = model.cfg
     settings = CompareSettings(num_samples=recipe.eval_samples, device=str(device),
                                max_windows=recipe.eval_max_windows,
                                cuda_graphs=False if eval_eager else None)
@@ -138,13 +150,9 @@ def run(model_dir: Path, out: Path, recipe: FinetuneRecipe, minutes_budget: floa
     with tempfile.TemporaryDirectory(prefix="flashdrive_eval_") as work:
         bags = held_out_bags(Path(work), recipe.eval_drives, recipe.eval_seconds,
                              workers or os.cpu_count())
-        drives = generate_drives(train_list + eval_list, recipe.drive_seconds, cfg, workers)
-        stats = action_stats(cfg.action)
-        data = TrainSet.build(cfg, tokenizer, drives[:len(train_list)], stats=stats,
-                              device=device)
-        eval_data = TrainSet.build(cfg, tokenizer, drives[len(train_list):], stats=stats,
-                                   device=device)
-        del drives
+        data, eval_data = training_windows(cfg, tokenizer, train_list, eval_list,
+                                           recipe.drive_seconds, device, workers)
+        model = AlpamayoModel.from_dir(model_dir, device, torch.float32)
         summary.update(train_windows=len(data), eval_windows=len(eval_data))
         log.write("data", 0, train_windows=len(data), eval_windows=len(eval_data),
                   bags=len(bags), seconds=round(time.monotonic() - start, 1))
@@ -227,17 +235,22 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--smoke", action="store_true",
                         help="one short drive, a few steps, two windows per evaluation (CPU)")
     parser.add_argument("--train-drives", type=int, default=None)
+    parser.add_argument("--lr", type=float, default=None,
+                        help="peak learning rate of the streaming-aware stage")
     parser.add_argument("--no-intermediate-eval", action="store_true",
                         help="skip evaluating the model between the two stages")
     parser.add_argument("--eval-eager", action="store_true",
                         help="evaluate without CUDA graphs (the engine default on CUDA)")
     args = parser.parse_args(argv)
     recipe = smoke() if args.smoke else FinetuneRecipe()
+    changes: dict = {}
     if args.train_drives is not None:
-        recipe.train_drives = args.train_drives
+        changes["train_drives"] = args.train_drives
     if args.no_intermediate_eval:
-        recipe.eval_intermediate = False
-    recipe.__post_init__()
+        changes["eval_intermediate"] = False
+    if args.lr is not None:
+        changes["backbone"] = dataclasses.replace(recipe.backbone, lr=args.lr)
+    recipe = dataclasses.replace(recipe, **changes)
     model_dir = args.model_dir or default_model_dir()
     result = run(model_dir, args.out, recipe, args.minutes_budget, torch.device(args.device),
                  args.seed, args.workers, args.eval_eager)
