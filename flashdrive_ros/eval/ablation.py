@@ -16,12 +16,16 @@ import torch
 
 from flashdrive_ros.engine.config import EngineConfig
 from flashdrive_ros.engine.engine import Engine
-from flashdrive_ros.eval.held_out import held_out_bags, replay_planners
+from flashdrive_ros.eval.bag import BagReader
+from flashdrive_ros.eval.held_out import replay_planners
+from flashdrive_ros.eval.topics import TopicMapping
 from flashdrive_ros.model.alpamayo import AlpamayoModel
 from flashdrive_ros.model.drafter import Drafter
 from flashdrive_ros.model.tokenizer import TextTokenizer
 from flashdrive_ros.model.weights import TOKENIZER_FILE
 from flashdrive_ros.paths import default_model_dir
+from flashdrive_ros.sim.bag import write_bag
+from flashdrive_ros.train.seeds import eval_seeds
 
 MROPE_DRAFTER_FILE = "drafter_mrope.safetensors"
 VARIANTS = {
@@ -54,10 +58,21 @@ def planners(model_dir: Path, num_samples: int) -> dict[str, Engine]:
     return out
 
 
+def held_out_bags(directory: Path, drives: int, seconds: float) -> list[Path]:
+    """Bags of the first `drives` evaluation seeds under `directory` (written when absent)."""
+    bags = []
+    for seed in eval_seeds(drives):
+        bag = directory / f"drive_seed{seed}_{seconds:g}s"
+        if not (bag / "metadata.yaml").is_file():
+            write_bag(bag, seconds, seed)
+        bags.append(bag)
+    return bags
+
+
 def run(model_dir: Path, out: Path, drives: int, seconds: float, num_samples: int) -> dict:
     engines = planners(model_dir, num_samples)
-    return replay_planners(engines, engines["baseline"].model.cfg,
-                           held_out_bags(out, drives, seconds))
+    readers = [BagReader(bag, TopicMapping()) for bag in held_out_bags(out, drives, seconds)]
+    return replay_planners(engines, engines["baseline"].model.cfg, readers)
 
 
 def table(blocks: dict) -> str:

@@ -3,12 +3,14 @@ and prefill on the same windows: minADE, decision match, accepted length, CoC to
 
 from __future__ import annotations
 
+from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from pathlib import Path
 
 from flashdrive_ros.engine.config import EngineConfig
 from flashdrive_ros.engine.engine import DRAFTER_FILE, Engine
 from flashdrive_ros.eval.held_out import replay_planners
+from flashdrive_ros.eval.records import RecordSource
 
 PREFILLS = {"full prefill": False, "streaming": True}
 COLUMNS = [("minADE1 @6.4 s (m)", "minade1_6s"), ("minADE6 @6.4 s (m)", "minade6_6s"),
@@ -40,13 +42,13 @@ class CompareSettings:
                             cuda_graphs=self.cuda_graphs, device=self.device)
 
 
-def evaluate_model(model_dir: Path, bags: list[Path], settings: CompareSettings
-                   ) -> dict[str, dict]:
-    """{prefill: summary block without per-window rows} over the bags."""
+def evaluate_model(model_dir: Path, drives: list[AbstractContextManager[RecordSource]],
+                   settings: CompareSettings) -> dict[str, dict]:
+    """{prefill: summary block without per-window rows} over the drives."""
     engines = {name: Engine.load(model_dir, settings.engine_config(model_dir, streaming))
                for name, streaming in PREFILLS.items()}
     model_cfg = next(iter(engines.values())).model.cfg
-    blocks = replay_planners(engines, model_cfg, bags, settings.max_windows)
+    blocks = replay_planners(engines, model_cfg, drives, settings.max_windows)
     for block in blocks.values():
         block.pop("per_window", None)
     return blocks

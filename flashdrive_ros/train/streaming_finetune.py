@@ -22,13 +22,13 @@ import dataclasses
 import json
 import os
 import sys
-import tempfile
 import time
 from pathlib import Path
 
 import torch
 
-from flashdrive_ros.eval.held_out import held_out_bags
+from flashdrive_ros.eval.held_out import held_out_drives
+from flashdrive_ros.eval.sim_source import SimDriveSource
 from flashdrive_ros.eval.model_compare import (CompareSettings, comparison_table,
                                                evaluate_model, gap_table, streaming_gaps)
 from flashdrive_ros.model.alpamayo import AlpamayoModel
@@ -78,10 +78,10 @@ class Evaluations:
     """Held-out evaluations of this run; every result is written to OUT at once, so a run
     stopped later keeps what it measured. Falls back to eager engines if CUDA graphs fail."""
 
-    def __init__(self, out: Path, bags: list[Path], settings: CompareSettings,
+    def __init__(self, out: Path, drives: list[SimDriveSource], settings: CompareSettings,
                  log: TrainLog, summary: dict, report: dict) -> None:
         self.out = out
-        self.bags = bags
+        self.drives = drives
         self.settings = settings
         self.log = log
         self.summary = summary
@@ -91,13 +91,13 @@ class Evaluations:
     def run(self, name: str, model_dir: Path) -> None:
         started = time.monotonic()
         try:
-            blocks = evaluate_model(model_dir, self.bags, self.settings)
+            blocks = evaluate_model(model_dir, self.drives, self.settings)
         except RuntimeError as exc:
             if self.settings.cuda_graphs is False:
                 raise
             self.log.write("eval_fallback", 0, model=name, error=str(exc)[:500])
             self.settings = dataclasses.replace(self.settings, cuda_graphs=False)
-            blocks = evaluate_model(model_dir, self.bags, self.settings)
+            blocks = evaluate_model(model_dir, self.drives, self.settings)
         seconds = time.monotonic() - started
         self.longest_seconds = max(self.longest_seconds, seconds)
         self.report["results"][name] = blocks
@@ -147,42 +147,41 @@ def run(model_dir: Path, out: Path, recipe: FinetuneRecipe, minutes_budget: floa
                     "seeds": eval_list, "num_samples": recipe.eval_samples,
                     "max_windows_per_drive": recipe.eval_max_windows, "device": str(device),
                     "engines": {}, "results": {}}
-    with tempfile.TemporaryDirectory(prefix="flashdrive_eval_") as work:
-        bags = held_out_bags(Path(work), recipe.eval_drives, recipe.eval_seconds,
-                             workers or os.cpu_count())
-        data, eval_data = training_windows(cfg, tokenizer, train_list, eval_list,
-                                           recipe.drive_seconds, device, workers)
-        model = AlpamayoModel.from_dir(model_dir, device, torch.float32)
-        summary.update(train_windows=len(data), eval_windows=len(eval_data))
-        log.write("data", 0, train_windows=len(data), eval_windows=len(eval_data),
-                  bags=len(bags), seconds=round(time.monotonic() - start, 1))
-        evaluations = Evaluations(out, bags, settings, log, summary, report)
-        evaluations.run("before", model_dir)
+    drives = held_out_drives(recipe.eval_drives, recipe.eval_seconds,
+                             workers or os.cpu_count() or 1)
+    data, eval_data = training_windows(cfg, tokenizer, train_list, eval_list,
+                                       recipe.drive_seconds, device, workers)
+    model = AlpamayoModel.from_dir(model_dir, device, torch.float32)
+    summary.update(train_windows=len(data), eval_windows=len(eval_data))
+    log.write("data", 0, train_windows=len(data), eval_windows=len(eval_data),
+              held_out_drives=len(drives), seconds=round(time.monotonic() - start, 1))
+    evaluations = Evaluations(out, drives, settings, log, summary, report)
+    evaluations.run("before", model_dir)
 
-        def seconds_left(evaluations_to_come: int) -> float:
-            spent = time.monotonic() - start
-            return (budget - spent - recipe.reserve_seconds - evaluations_to_come
-                    * evaluations.longest_seconds * recipe.eval_time_margin)
+    def seconds_left(evaluations_to_come: int) -> float:
+        spent = time.monotonic() - start
+        return (budget - spent - recipe.reserve_seconds - evaluations_to_come
+                * evaluations.longest_seconds * recipe.eval_time_margin)
 
-        train_seconds = seconds_left(recipe.evaluations_after_training)
-        backbone_seconds = max(train_seconds * (1 - recipe.expert_share),
-                               recipe.min_stage_seconds)
-        with tf32(cuda):
-            summary["backbone"] = train_backbone_streaming(
-                model, data, eval_data, recipe.backbone, backbone_seconds, seed, log, device,
-                autocast, cache_dtype)
-        if recipe.eval_intermediate:
-            path = write_derived_model_dir(model, tokenizer, model_dir, out / BACKBONE_SUBDIR)
-            evaluations.run("backbone stage", path)
-        expert_seconds = max(seconds_left(1), recipe.min_stage_seconds)
-        with tf32(cuda):
-            summary["expert"] = streaming_tune(
-                model, tokenizer, data, eval_data, recipe.expert_steps, expert_seconds,
-                recipe.expert_max_windows, recipe.expert_sequences, recipe.expert_samples,
-                recipe.expert_lr, seed, log, device, autocast, recipe.expert_eval_sequences)
-        after = write_derived_model_dir(model, tokenizer, model_dir, out / MODEL_SUBDIR)
-        evaluations.write()
-        evaluations.run("after", after)
+    train_seconds = seconds_left(recipe.evaluations_after_training)
+    backbone_seconds = max(train_seconds * (1 - recipe.expert_share),
+                           recipe.min_stage_seconds)
+    with tf32(cuda):
+        summary["backbone"] = train_backbone_streaming(
+            model, data, eval_data, recipe.backbone, backbone_seconds, seed, log, device,
+            autocast, cache_dtype)
+    if recipe.eval_intermediate:
+        path = write_derived_model_dir(model, tokenizer, model_dir, out / BACKBONE_SUBDIR)
+        evaluations.run("backbone stage", path)
+    expert_seconds = max(seconds_left(1), recipe.min_stage_seconds)
+    with tf32(cuda):
+        summary["expert"] = streaming_tune(
+            model, tokenizer, data, eval_data, recipe.expert_steps, expert_seconds,
+            recipe.expert_max_windows, recipe.expert_sequences, recipe.expert_samples,
+            recipe.expert_lr, seed, log, device, autocast, recipe.expert_eval_sequences)
+    after = write_derived_model_dir(model, tokenizer, model_dir, out / MODEL_SUBDIR)
+    evaluations.write()
+    evaluations.run("after", after)
     summary["seconds"] = round(time.monotonic() - start, 1)
     log.write("done", 0, seconds=summary["seconds"])
     log.close()
