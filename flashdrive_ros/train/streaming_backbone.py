@@ -173,7 +173,7 @@ def train_backbone_streaming(model: AlpamayoModel, data: TrainSet, eval_data: Tr
     rows_per_step = cfg.streaming_sequences + cfg.full_prefill_windows
     first: dict[str, float] = {}
     last: dict[str, float] = {}
-    sequences = windows_streamed = 0
+    sequences = windows_prefilled = 0
     started = time.monotonic()
     model.train()
     while not progress.done():
@@ -197,7 +197,7 @@ def train_backbone_streaming(model: AlpamayoModel, data: TrainSet, eval_data: Tr
         step = progress.step
         progress.step += 1
         sequences += cfg.streaming_sequences
-        windows_streamed += cfg.streaming_sequences * length + cfg.full_prefill_windows
+        windows_prefilled += cfg.streaming_sequences * length + cfg.full_prefill_windows
         if step % cfg.log_every == 0 or progress.done():
             last = dict(record)
             first = first or dict(last)
@@ -215,7 +215,7 @@ def train_backbone_streaming(model: AlpamayoModel, data: TrainSet, eval_data: Tr
                                  f"finite: {after}")
     return {"steps": progress.step, "streaming_sequences": sequences,
             "full_prefill_windows": progress.step * cfg.full_prefill_windows,
-            "windows_prefilled": windows_streamed,
+            "windows_prefilled": windows_prefilled,
             "full_prefill_share": cfg.full_prefill_share,
             "seconds": round(time.monotonic() - started, 1),
             **{f"first_{k}": v for k, v in first.items()},

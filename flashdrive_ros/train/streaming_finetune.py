@@ -28,9 +28,9 @@ from pathlib import Path
 import torch
 
 from flashdrive_ros.eval.held_out import held_out_drives
-from flashdrive_ros.eval.sim_source import SimDriveSource
 from flashdrive_ros.eval.model_compare import (CompareSettings, comparison_table,
                                                evaluate_model, gap_table, streaming_gaps)
+from flashdrive_ros.eval.sim_source import SimDriveSource
 from flashdrive_ros.model.alpamayo import AlpamayoModel
 from flashdrive_ros.model.config import ActionConfig, ModelConfig
 from flashdrive_ros.model.manifest import verify_manifest
