@@ -10,7 +10,8 @@ from rosbags.rosbag2 import Reader
 from flashdrive_ros.sim.bag import write_bag
 from flashdrive_ros.sim.cameras import rig
 from flashdrive_ros.sim.labels import DECISIONS
-from flashdrive_ros.sim.messages import SIM_EPOCH_NS, TYPESTORE
+from flashdrive_ros.sim.clock import SIM_EPOCH_NS
+from flashdrive_ros.sim.messages import TYPESTORE
 from flashdrive_ros.sim.topics import (CAMERA_NAMES, LABELS_TOPIC, ODOMETRY_TOPIC,
                                        TF_STATIC_TOPIC, camera_image_topic,
                                        camera_info_topic)

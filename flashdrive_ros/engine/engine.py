@@ -22,8 +22,8 @@ from flashdrive_ros.engine.decoding import (DecodeResult, PrefillOutput, Samplin
 from flashdrive_ros.engine.flow_cached import euler_cached
 from flashdrive_ros.engine.graphed_steps import GraphedSteps
 from flashdrive_ros.engine.speculative import DFlashProposer, speculative_decode
-from flashdrive_ros.engine.streaming import (FrameLayout, PrefillPlan, StreamingKVCache,
-                                             encode_frames, run_prefill)
+from flashdrive_ros.engine.streaming import (PrefillPlan, StreamingKVCache, encode_frames,
+                                             prompt_geometry, run_prefill)
 from flashdrive_ros.engine.timing import StageTimer
 from flashdrive_ros.engine.types import Plan, Window
 from flashdrive_ros.model.alpamayo import AlpamayoModel
@@ -32,7 +32,6 @@ from flashdrive_ros.model.drafter import Drafter
 from flashdrive_ros.model.flow import initial_noise
 from flashdrive_ros.model.history import HistoryTokenizer
 from flashdrive_ros.model.kv_cache import KVCache
-from flashdrive_ros.model.positions import prompt_positions
 from flashdrive_ros.model.prompt import PromptBuilder
 from flashdrive_ros.model.tokenizer import TextTokenizer
 from flashdrive_ros.model.unicycle import fit_v0
@@ -80,7 +79,9 @@ class Engine:
         feature_layers = self.drafter.cfg.target_layer_ids if self.drafter else ()
         self.proposer = (DFlashProposer(self.drafter, vlm.language_model.embed_tokens,
                                         vlm.lm_head) if self.drafter else None)
-        self.frame_layout, self.prompt_positions = self._prompt_geometry()
+        self.frame_layout, positions = prompt_geometry(self.prompt_builder, self.image_token_id,
+                                                       mcfg.vision, self.image_size)
+        self.prompt_positions = positions.to(self.device)  # [3, 1, N]
         block = self.drafter.cfg.block_size if self.drafter else 1
         capacity = required_capacity(self.frame_layout.prompt_length, self.stop, block)
         text = mcfg.text
@@ -234,18 +235,3 @@ class Engine:
         history = torch.as_tensor(window.ego_history, dtype=torch.float64)
         v0 = fit_v0(history[:, :3], history[:, 3], a.history_dt)
         return self.model.trajectories(actions, v0.to(actions.device)).cpu().numpy()
-
-    def _prompt_geometry(self) -> tuple[FrameLayout, torch.Tensor]:
-        """Frame layout and [3, 1, N] positions of the prompt (fixed for a prompt builder)."""
-        layout = self.prompt_builder.layout
-        ids = self.prompt_builder.build().token_ids
-        blocks = [[(span.block.start, span.block.stop) for span in row]
-                  for row in layout.images]
-        frame_layout = FrameLayout.from_token_ids(ids, self.image_token_id, blocks,
-                                                  layout.tail.start)
-        v = self.model.cfg.vision
-        grid = [1, self.image_size[0] // v.patch_size, self.image_size[1] // v.patch_size]
-        grid_thw = torch.tensor([grid] * (frame_layout.num_views * frame_layout.num_frames))
-        positions = prompt_positions(torch.tensor([ids]), grid_thw, self.image_token_id,
-                                     v.spatial_merge_size)
-        return frame_layout, positions.to(self.device)

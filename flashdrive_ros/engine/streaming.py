@@ -31,8 +31,11 @@ import torch
 
 from flashdrive_ros.engine.decoding import PrefillOutput, Target, prefill
 from flashdrive_ros.engine.masks import slot_mask
+from flashdrive_ros.model.config import VisionConfig
 from flashdrive_ros.model.kv_cache import KVCache
+from flashdrive_ros.model.positions import prompt_positions
 from flashdrive_ros.model.preprocess import preprocess_images
+from flashdrive_ros.model.prompt import PromptBuilder
 from flashdrive_ros.model.vlm import VLM
 
 Span = tuple[int, int]
@@ -128,6 +131,21 @@ class FrameLayout:
         parts = [torch.arange(*row[-1]) for row in self.block_spans]
         parts.append(torch.arange(self.tail_start, self.prompt_length))
         return torch.cat(parts)
+
+
+def prompt_geometry(builder: PromptBuilder, image_token_id: int, vision: VisionConfig,
+                    image_size: tuple[int, int]) -> tuple[FrameLayout, torch.Tensor]:
+    """Frame layout and [3, 1, N] positions (CPU) of the builder's prompt; both are fixed for
+    a prompt builder (history tokens change ids, not positions)."""
+    layout = builder.layout
+    ids = builder.build().token_ids
+    blocks = [[(span.block.start, span.block.stop) for span in row] for row in layout.images]
+    frame_layout = FrameLayout.from_token_ids(ids, image_token_id, blocks, layout.tail.start)
+    grid = [1, image_size[0] // vision.patch_size, image_size[1] // vision.patch_size]
+    grid_thw = torch.tensor([grid] * (frame_layout.num_views * frame_layout.num_frames))
+    positions = prompt_positions(torch.tensor([ids]), grid_thw, image_token_id,
+                                 vision.spatial_merge_size)
+    return frame_layout, positions
 
 
 @dataclass(frozen=True)

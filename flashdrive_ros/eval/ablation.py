@@ -17,8 +17,7 @@ import torch
 from flashdrive_ros.engine.config import EngineConfig
 from flashdrive_ros.engine.engine import Engine
 from flashdrive_ros.eval.bag import BagReader
-from flashdrive_ros.eval.offline import OfflineReplay, ReplaySettings
-from flashdrive_ros.eval.summary import summarize
+from flashdrive_ros.eval.held_out import replay_planners
 from flashdrive_ros.eval.topics import TopicMapping
 from flashdrive_ros.model.alpamayo import AlpamayoModel
 from flashdrive_ros.model.drafter import Drafter
@@ -59,23 +58,21 @@ def planners(model_dir: Path, num_samples: int) -> dict[str, Engine]:
     return out
 
 
-def run(model_dir: Path, out: Path, drives: int, seconds: float, num_samples: int) -> dict:
-    engines = planners(model_dir, num_samples)
-    merged: dict[str, list] = {name: [] for name in engines}
-    skipped = {}
+def held_out_bags(directory: Path, drives: int, seconds: float) -> list[Path]:
+    """Bags of the first `drives` evaluation seeds under `directory` (written when absent)."""
+    bags = []
     for seed in eval_seeds(drives):
-        bag = out / f"drive_seed{seed}_{seconds:g}s"
+        bag = directory / f"drive_seed{seed}_{seconds:g}s"
         if not (bag / "metadata.yaml").is_file():
             write_bag(bag, seconds, seed)
-        for engine in engines.values():
-            engine.reset()
-        with BagReader(bag, TopicMapping()) as reader:
-            replay = OfflineReplay(reader, engines, engines["baseline"].model.cfg,
-                                   ReplaySettings(progress=False)).run()
-        for name in engines:
-            merged[name].extend(replay.results[name])
-            skipped[name] = replay.skipped[name]
-    return {name: summarize(results, skipped[name], 10.0) for name, results in merged.items()}
+        bags.append(bag)
+    return bags
+
+
+def run(model_dir: Path, out: Path, drives: int, seconds: float, num_samples: int) -> dict:
+    engines = planners(model_dir, num_samples)
+    readers = [BagReader(bag, TopicMapping()) for bag in held_out_bags(out, drives, seconds)]
+    return replay_planners(engines, engines["baseline"].model.cfg, readers)
 
 
 def table(blocks: dict) -> str:

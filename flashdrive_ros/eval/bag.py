@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterator
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -21,36 +20,12 @@ from rosbags.typesys import Stores, get_typestore
 from flashdrive_ros.eval.errors import (BagError, BagNotFound, CorruptBag, EmptyBag,
                                         ImageDecodeError, MissingTopics, UnknownMessageType)
 from flashdrive_ros.eval.images import IMAGE_TYPES, decode_image
+from flashdrive_ros.eval.records import ImageRecord, LabelRecord, OdometryRecord, Record
 from flashdrive_ros.eval.topics import TopicMapping
 
 ODOMETRY_TYPE = "nav_msgs/msg/Odometry"
 LABELS_TYPE = "std_msgs/msg/String"
 STORAGE_SUFFIXES = (".mcap", ".db3")
-
-
-@dataclass(frozen=True)
-class ImageRecord:
-    camera: int
-    stamp: float
-    rgb: np.ndarray | None
-    error: str | None = None
-
-
-@dataclass(frozen=True)
-class OdometryRecord:
-    stamp: float
-    position: np.ndarray  # [3] world
-    quaternion: np.ndarray  # [4] xyzw, world from body
-    linear_velocity: np.ndarray  # [3]
-
-
-@dataclass(frozen=True)
-class LabelRecord:
-    stamp: float
-    values: dict = field(default_factory=dict)
-
-
-Record = ImageRecord | OdometryRecord | LabelRecord
 
 
 def header_seconds(msg: Any) -> float:

@@ -7,7 +7,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from flashdrive_ros.eval.bag import OdometryRecord
+from flashdrive_ros.eval.records import OdometryRecord
 from flashdrive_ros.eval.errors import EmptyBag
 
 

@@ -16,10 +16,11 @@ from tqdm import tqdm
 
 from flashdrive_ros.engine.types import Plan, Window
 from flashdrive_ros.engine.window import WindowBuilder, WindowRejection
-from flashdrive_ros.eval.bag import BagReader, ImageRecord, LabelRecord, OdometryRecord
 from flashdrive_ros.eval.errors import ReplayError, TopicsConfigError
 from flashdrive_ros.eval.ground_truth import OdometryTrack
 from flashdrive_ros.eval.metrics import nearest_decision, window_metrics, words
+from flashdrive_ros.eval.records import (ImageRecord, LabelRecord, OdometryRecord,
+                                         RecordSource)
 from flashdrive_ros.eval.summary import SkipCounter, WindowResult
 from flashdrive_ros.eval.topics import TopicMapping
 from flashdrive_ros.model.config import ModelConfig
@@ -96,7 +97,7 @@ def check_camera_count(model: ModelConfig, topics: TopicMapping) -> None:
 
 
 class OfflineReplay:
-    def __init__(self, bag: BagReader, planners: dict[str, Planner], model: ModelConfig,
+    def __init__(self, bag: RecordSource, planners: dict[str, Planner], model: ModelConfig,
                  settings: ReplaySettings | None = None) -> None:
         if not planners:
             raise ValueError("need at least one planner")

@@ -2,8 +2,8 @@
 
 Topics (names in flashdrive_ros.sim.topics): per camera a CompressedImage (JPEG) and a
 CameraInfo at 10 Hz, Odometry at 50 Hz, /sim/labels (std_msgs/String JSON) at 10 Hz and one
-/tf_static message with the camera mounts. Header stamps are sim time from SIM_EPOCH_NS; bag
-timestamps equal header stamps.
+/tf_static message with the camera mounts. Header stamps are sim time from SIM_EPOCH_NS
+(sim/clock.py); bag timestamps equal header stamps.
 """
 
 from __future__ import annotations
@@ -18,6 +18,7 @@ from rosbags.rosbag2 import StoragePlugin, Writer
 
 from flashdrive_ros.sim import messages as M
 from flashdrive_ros.sim.cameras import rig
+from flashdrive_ros.sim.clock import stamp_ns
 from flashdrive_ros.sim.drive import SUBSTEPS, simulate
 from flashdrive_ros.sim.frames import render_frames
 from flashdrive_ros.sim.labels import label_drive
@@ -76,19 +77,19 @@ def write_bag(out: str | Path, seconds: float, seed: int, fmt: str = "mcap",
         def put(connection, t_ns, msg):
             writer.write(connection, t_ns, M.TYPESTORE.serialize_cdr(msg, connection.msgtype))
 
-        t0 = M.stamp_ns(0.0)
+        t0 = stamp_ns(0.0)
         put(tf_conn, t0, M.camera_tf_static(t0, specs))
         frames = render_frames(log, width, height, jpeg=True, workers=workers)
         last_step = int(round(seconds * SUBSTEPS * 10))
         for k, jpegs in enumerate(frames):
-            t_ns = M.stamp_ns(log.scenes[k].t)
+            t_ns = stamp_ns(log.scenes[k].t)
             for spec, c_img, c_info, data in zip(specs, img_conns, info_conns, jpegs):
                 put(c_img, t_ns, M.compressed_image(t_ns, spec.name, data))
                 put(c_info, t_ns, M.camera_info(t_ns, spec, width, height))
             put(label_conn, t_ns, M.label_message(labels[k]))
             for i in range(k * SUBSTEPS, min((k + 1) * SUBSTEPS, last_step + 1)):
                 t, x, y, yaw, v, yaw_rate, _ = log.ego[i]
-                put(odom_conn, M.stamp_ns(t), M.odometry(M.stamp_ns(t), x, y, yaw, v, yaw_rate))
+                put(odom_conn, stamp_ns(t), M.odometry(stamp_ns(t), x, y, yaw, v, yaw_rate))
                 n_odom += 1
     topics = (TF_STATIC_TOPIC, *(c.topic for c in img_conns), *(c.topic for c in info_conns),
               ODOMETRY_TOPIC, LABELS_TOPIC)

@@ -12,13 +12,7 @@ from flashdrive_ros.sim.labels import Label
 from flashdrive_ros.sim.topics import BASE_FRAME, ODOM_FRAME, camera_frame
 
 TYPESTORE = get_typestore(Stores.ROS2_JAZZY)
-SIM_EPOCH_NS = 1_700_000_000 * 1_000_000_000
 _T = TYPESTORE.types
-
-
-def stamp_ns(t: float) -> int:
-    """Bag / header time of sim time t (seconds from the start of the drive)."""
-    return SIM_EPOCH_NS + int(round(t * 1e9))
 
 
 def header(t_ns: int, frame_id: str):

@@ -9,6 +9,7 @@ positions for the backbone.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -138,12 +139,23 @@ class TrainSet:
     def pixels(self, rows: torch.Tensor, device: torch.device | str
                ) -> tuple[torch.Tensor, torch.Tensor]:
         """(pixel_patches, grid_thw) of the windows' images in prompt (view-major) order."""
-        images = self.images(rows).to(device)
-        b, v, f, h, w, _ = images.shape
+        p = self.cfg.prompt
+        every = [(v, f) for v in range(len(p.camera_names)) for f in range(p.num_frames)]
+        return self.frame_pixels(rows, every, device)
+
+    def frame_pixels(self, rows: torch.Tensor, frames: Sequence[tuple[int, int]],
+                     device: torch.device | str) -> tuple[torch.Tensor, torch.Tensor]:
+        """(pixel_patches, grid_thw) of the (view, frame) images `frames` of every window,
+        window-major, each window's images in `frames` order."""
+        stored = self.images(rows)  # stored: [B, V, F, H, W, 3]
+        views = torch.tensor([v for v, _ in frames], device=stored.device)
+        slots = torch.tensor([f for _, f in frames], device=stored.device)
+        images = stored[:, views, slots].to(device)  # images: [B, n, H, W, 3]
+        b, n, h, w, _ = images.shape
         size = (self.cfg.prompt.image_height, self.cfg.prompt.image_width)
         if (h, w) != size:
             raise ValueError(f"frames are {h}x{w}, the model takes {size[0]}x{size[1]}")
-        pixels = images.reshape(b * v * f, h, w, 3).permute(0, 3, 1, 2).float()
+        pixels = images.reshape(b * n, h, w, 3).permute(0, 3, 1, 2).float()
         patches, grid = patchify(normalize(pixels), self.cfg.vision)
         return patches, grid.to(device)
 

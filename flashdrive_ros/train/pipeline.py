@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import copy
 import dataclasses
 import json
 import random
@@ -39,6 +38,7 @@ from flashdrive_ros.train.drafter_data import DraftCorpus
 from flashdrive_ros.train.drafter_train import train_drafter
 from flashdrive_ros.train.generate import generate_drives
 from flashdrive_ros.train.log import TrainLog
+from flashdrive_ros.train.model_dir import half_copy
 from flashdrive_ros.train.recipe import Recipe, smoke
 from flashdrive_ros.train.dataset import TrainSet
 from flashdrive_ros.train.seeds import eval_seeds, train_seeds
@@ -66,14 +66,6 @@ def seed_everything(seed: int) -> None:
     random.seed(seed)
     np.random.seed(seed)
     torch.manual_seed(seed)
-
-
-def half_copy(module: torch.nn.Module) -> torch.nn.Module:
-    """fp16 parameters for storage; buffers (action-space statistics) stay float32."""
-    out = copy.deepcopy(module).cpu()
-    for p in out.parameters():
-        p.data = p.data.to(torch.float16)
-    return out
 
 
 def run(out: Path, recipe: Recipe, minutes_budget: float, device: torch.device, seed: int,

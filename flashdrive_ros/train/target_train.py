@@ -54,12 +54,19 @@ def coc_loss(model: AlpamayoModel, hidden: torch.Tensor, labels: torch.Tensor
 
 def flow_loss(model: AlpamayoModel, cache, batch: TrainBatch, generator: torch.Generator
               ) -> torch.Tensor:
-    x1 = batch.actions
+    return flow_matching_loss(model, cache, batch.actions, batch.seq_lens, generator)
+
+
+def flow_matching_loss(model: AlpamayoModel, cache, actions: torch.Tensor,
+                       prefix_lens: torch.Tensor, generator: torch.Generator) -> torch.Tensor:
+    """actions: [B, N_wp, 2] normalized targets; row b's expert reads cache row b's first
+    prefix_lens[b] slots ([B] long); one noise draw and time per row."""
+    x1 = actions
     x0 = torch.randn(x1.shape, generator=generator, device=x1.device, dtype=x1.dtype)
     t = torch.rand(x1.shape[0], generator=generator, device=x1.device, dtype=x1.dtype)
     x_t, target = interpolate(x1, x0, t)
     v = batched_velocity(model.expert, model.action_in_proj, model.action_out_proj, x_t, t,
-                         cache, batch.seq_lens)
+                         cache, prefix_lens)
     return F.mse_loss(v.float(), target.float())
 
 
