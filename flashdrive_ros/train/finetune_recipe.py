@@ -1,4 +1,5 @@
-"""Sizes of a streaming fine-tune run: the GPU recipe and the CPU smoke recipe."""
+"""Sizes of a streaming fine-tune run: the GPU recipe, a 2-core CPU recipe and the CPU smoke
+recipe."""
 
 from __future__ import annotations
 
@@ -79,3 +80,14 @@ def smoke() -> FinetuneRecipe:
                                          log_every=1),
         expert_steps=1, expert_max_windows=2, expert_sequences=1, expert_samples=2,
         expert_eval_sequences=1, reserve_seconds=0.0)
+
+
+def cpu() -> FinetuneRecipe:
+    """A run sized for a 2-core CPU within about an hour: fewer, shorter streamed sequences
+    and smaller batches (more optimizer steps for the time), one held-out drive of 20 s."""
+    return FinetuneRecipe(
+        train_drives=8, eval_drives=1, eval_seconds=20.0, eval_intermediate=False,
+        backbone=BackboneStreamingConfig(streaming_sequences=6, full_prefill_windows=6,
+                                         min_windows=2, max_windows=8, eval_rows=16,
+                                         eval_length=6, eval_batch=8, log_every=5),
+        expert_steps=200, expert_sequences=2, expert_eval_sequences=8)

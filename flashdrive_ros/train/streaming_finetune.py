@@ -38,7 +38,7 @@ from flashdrive_ros.model.tokenizer import TextTokenizer
 from flashdrive_ros.model.weights import CONFIG_FILE, TOKENIZER_FILE
 from flashdrive_ros.paths import default_model_dir
 from flashdrive_ros.train.dataset import TrainSet
-from flashdrive_ros.train.finetune_recipe import FinetuneRecipe, smoke
+from flashdrive_ros.train.finetune_recipe import FinetuneRecipe, cpu, smoke
 from flashdrive_ros.train.generate import generate_drives
 from flashdrive_ros.train.log import TrainLog
 from flashdrive_ros.train.model_dir import write_derived_model_dir
@@ -231,8 +231,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--workers", type=int, default=None)
-    parser.add_argument("--smoke", action="store_true",
-                        help="one short drive, a few steps, two windows per evaluation (CPU)")
+    parser.add_argument("--recipe", choices=("gpu", "cpu", "smoke"), default="gpu",
+                        help="gpu: one H200 in ~8 min; cpu: a 2-core CPU in ~an hour; "
+                        "smoke: one short drive, a few steps, two windows per evaluation")
+    parser.add_argument("--smoke", action="store_true", help="the same as --recipe smoke")
     parser.add_argument("--train-drives", type=int, default=None)
     parser.add_argument("--lr", type=float, default=None,
                         help="peak learning rate of the streaming-aware stage")
@@ -241,7 +243,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--eval-eager", action="store_true",
                         help="evaluate without CUDA graphs (the engine default on CUDA)")
     args = parser.parse_args(argv)
-    recipe = smoke() if args.smoke else FinetuneRecipe()
+    name = "smoke" if args.smoke else args.recipe
+    recipe = {"gpu": FinetuneRecipe, "cpu": cpu, "smoke": smoke}[name]()
     changes: dict = {}
     if args.train_drives is not None:
         changes["train_drives"] = args.train_drives
