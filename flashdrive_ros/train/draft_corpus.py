@@ -1,4 +1,5 @@
-"""The drafter's training corpus: the trained target's own greedy CoC on training windows."""
+"""The drafter's training corpus: the trained target's own greedy CoC on training windows,
+with the features of the last min(context_len, prompt length) prompt tokens."""
 
 from __future__ import annotations
 
@@ -20,8 +21,8 @@ def build_draft_corpus(model: AlpamayoModel, data: TrainSet, rows: torch.Tensor,
                        autocast: Callable[[], contextlib.AbstractContextManager],
                        batch_size: int, feature_dtype: torch.dtype) -> DraftCorpus:
     model.eval()
-    c = drafter.context_len
     n = data.prompt_len
+    c = min(drafter.context_len, n)
     cot_end = data.tokenizer.token_id("cot_end")
     max_new = model.cfg.prompt.max_coc_tokens
     ids, feats, pos, lens = [], [], [], []
@@ -43,4 +44,4 @@ def build_draft_corpus(model: AlpamayoModel, data: TrainSet, rows: torch.Tensor,
         raise RuntimeError("the target ends every CoC at once: no drafter training blocks")
     return DraftCorpus(torch.cat(ids)[keep], torch.cat(feats)[keep],
                        torch.cat(pos, dim=1)[:, keep], lengths[keep], prompt_len=n,
-                       context_len=c)
+                       context_len=c, windows=rows.to(keep.device)[keep])
