@@ -19,12 +19,14 @@ from flashdrive_ros.train.greedy_corpus import greedy_rows
 def build_draft_corpus(model: AlpamayoModel, data: TrainSet, rows: torch.Tensor,
                        drafter: DrafterConfig, device: torch.device,
                        autocast: Callable[[], contextlib.AbstractContextManager],
-                       batch_size: int, feature_dtype: torch.dtype) -> DraftCorpus:
+                       batch_size: int, feature_dtype: torch.dtype,
+                       max_new_tokens: int | None = None) -> DraftCorpus:
+    """max_new_tokens: CoC cap of the greedy decode (None: the model's max_coc_tokens)."""
     model.eval()
     n = data.prompt_len
     c = min(drafter.context_len, n)
     cot_end = data.tokenizer.token_id("cot_end")
-    max_new = model.cfg.prompt.max_coc_tokens
+    max_new = max_new_tokens or model.cfg.prompt.max_coc_tokens
     ids, feats, pos, lens = [], [], [], []
     for start in range(0, len(rows), batch_size):
         batch = data.batch(rows[start:start + batch_size], device, with_coc=False)

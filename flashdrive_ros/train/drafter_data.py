@@ -64,6 +64,23 @@ class DraftBatch:
     def positions_for(self, rotary: str) -> torch.Tensor:
         return self.flat_positions if rotary == "flat" else self.mrope_positions
 
+    def select(self, index: torch.Tensor) -> DraftBatch:
+        """The blocks `index` ([B'] long) of this batch."""
+        return DraftBatch(self.context[index], self.block_ids[index], self.labels[index],
+                          self.flat_positions[index], self.mrope_positions[:, index],
+                          self.context_ids[index], self.context_mask[index], self.rows[index],
+                          self.anchors[index])
+
+
+def concat_corpora(a: DraftCorpus, b: DraftCorpus) -> DraftCorpus:
+    """The rows of `a` then those of `b` (windows dropped: they index different sets)."""
+    if a.ids.shape[1] != b.ids.shape[1] or a.context_len != b.context_len:
+        raise ValueError(f"draft corpora differ: widths {a.ids.shape[1]} vs {b.ids.shape[1]}, "
+                         f"context {a.context_len} vs {b.context_len}")
+    return DraftCorpus(torch.cat([a.ids, b.ids]), torch.cat([a.features, b.features]),
+                       torch.cat([a.positions, b.positions], dim=1),
+                       torch.cat([a.lengths, b.lengths]), a.prompt_len, a.context_len)
+
 
 def sample_blocks(corpus: DraftCorpus, rows: torch.Tensor, block_size: int, mask_id: int,
                   generator: torch.Generator, context_len: int | None = None) -> DraftBatch:
