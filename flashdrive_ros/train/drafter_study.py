@@ -26,7 +26,9 @@ import json
 import sys
 import time
 import traceback
+from collections.abc import Callable
 from pathlib import Path
+from typing import TypeVar
 
 import torch
 
@@ -52,6 +54,7 @@ from flashdrive_ros.train.seeds import eval_seeds, train_seeds
 from flashdrive_ros.train.study_config import StudyConfig, smoke
 from flashdrive_ros.train.study_report import markdown
 
+T = TypeVar("T")
 SHIPPED = "shipped"
 SFT_NAMES = ("flat", "mrope", "eagle")
 ACTION_STATS = ("accel_mean", "accel_std", "curvature_mean", "curvature_std")
@@ -131,7 +134,7 @@ class Study:
     def mcfg(self) -> ModelConfig:
         return self.model.cfg
 
-    def data(self) -> None:
+    def simulate_drives(self) -> None:
         cfg = self.cfg
         train_list = train_seeds(cfg.train_drives)
         eval_list = eval_seeds(cfg.eval_drives)
@@ -148,7 +151,7 @@ class Study:
         self.log.write("data", 0, drives=len(drives), train_windows=len(self.train_data),
                        eval_windows=len(self.eval_data), seconds=round(self.elapsed, 1))
 
-    def corpus(self) -> None:
+    def build_corpus(self) -> None:
         cfg = self.cfg
         context = self.train_data.prompt_len + self.mcfg.prompt.max_coc_tokens
         self.configs = study_drafter_configs(self.mcfg.drafter, context)
@@ -176,22 +179,22 @@ class Study:
                     - cfg.reserve_seconds)
         self.training_seconds = max(training, 5.0)
 
-    def offline(self, drafter: AnyDrafter) -> dict[str, float]:
+    def offline_acceptance(self, drafter: AnyDrafter) -> dict[str, float]:
         return {str(k): evaluate_drafter(drafter, self.merged, self.eval_rows, self.embed,
                                          self.head, self.seed + 1, self.autocast,
                                          k)["accept_len"] for k in self.cfg.block_sizes}
 
-    def keep(self, name: str, drafter: AnyDrafter, training: dict) -> None:
+    def keep_drafter(self, name: str, drafter: AnyDrafter, training: dict) -> None:
         """Rounds the drafter to fp16 values, saves it and records its held-out offline
         acceptance per block size (of the rounded weights)."""
         round_to_half(drafter)
         save_half(drafter, self.out / f"drafter_{name}.safetensors")
         self.drafters[name] = drafter
         self.result["drafters"][name] = {**describe(drafter), "training": training,
-                                         "offline": self.offline(drafter),
+                                         "offline": self.offline_acceptance(drafter),
                                          "file": f"drafter_{name}.safetensors"}
 
-    def sft(self, name: str) -> None:
+    def train_sft(self, name: str) -> None:
         cfg = self.cfg
         seed_everything(self.seed)
         drafter = build_drafter(self.configs[name], self.mcfg.text).to(self.device)
@@ -200,9 +203,9 @@ class Study:
                                  self.seed, self.log, f"sft_{name}", self.autocast,
                                  seconds=cfg.sft_share * self.training_seconds,
                                  log_every=cfg.log_every, block_sizes=cfg.block_sizes)
-        self.keep(name, drafter, training)
+        self.keep_drafter(name, drafter, training)
 
-    def rl(self, anchor: str) -> None:
+    def train_rl(self, anchor: str) -> None:
         cfg = self.cfg
         smallest = str(cfg.block_sizes[0])
         sft = {n: self.result["drafters"][n]["offline"][smallest] for n in SFT_NAMES
@@ -223,16 +226,16 @@ class Study:
                                       log_every=cfg.log_every)
         self.result["rl"][f"rl_{anchor}"] = {"base": base, **dataclasses.asdict(rl_cfg),
                                              **stats}
-        self.keep(f"rl_{anchor}", policy, stats)
+        self.keep_drafter(f"rl_{anchor}", policy, stats)
 
-    def shipped(self) -> None:
+    def load_shipped(self) -> None:
         path = self.model_dir / "drafter.safetensors"
-        drafter = load_drafter(path, self.mcfg.text, self.mcfg.drafter)
-        self.drafters[SHIPPED] = drafter.to(self.device).eval()
+        drafter = load_drafter(path, self.mcfg.text, self.mcfg.drafter).to(self.device).eval()
+        self.drafters[SHIPPED] = drafter
         self.result["drafters"][SHIPPED] = {**describe(drafter), "file": str(path),
-                                            "offline": self.offline(self.drafters[SHIPPED])}
+                                            "offline": self.offline_acceptance(drafter)}
 
-    def budgets(self) -> None:
+    def measure_attention_budgets(self) -> None:
         layout = self.train_data.builder.layout
         for name, drafter in self.drafters.items():
             if not isinstance(drafter, Drafter):
@@ -242,7 +245,7 @@ class Study:
                 self.train_data.prompt_len, self.train_data.image_token_id, layout.history,
                 self.seed + 2, self.autocast, self.cfg.block_sizes[0])
 
-    def settings(self) -> list[Setting]:
+    def engine_settings(self) -> list[Setting]:
         smallest = self.cfg.block_sizes[0]
         full = [Setting(f"{name}@{k}", name, k, False) for name in self.drafters
                 for k in self.cfg.block_sizes]
@@ -250,19 +253,22 @@ class Study:
                      for name in SFT_NAMES if name in self.drafters]
         return full + streaming
 
-    def engine(self) -> None:
+    def measure_in_engine(self) -> None:
         torch.backends.cuda.matmul.allow_tf32 = False
         torch.backends.cudnn.allow_tf32 = False
         drives = heldout_windows(self.eval_data, self.cfg.eval_windows_per_drive)
-        settings = self.settings()
+        settings = self.engine_settings()
         results = []
         left = self.total_seconds - self.elapsed - self.cfg.reserve_seconds
         end = self.elapsed + min(self.cfg.eval_seconds, left)
         for index, setting in enumerate(settings):
             seconds = max((end - self.elapsed) / (len(settings) - index), 0.5)
-            result = measure_setting(self.model, self.tokenizer, self.drafters[setting.drafter],
-                                     setting, drives, self.device, seconds,
-                                     self.cfg.warmup_windows, self.cfg.eval_max_coc_tokens)
+            result = self.run_stage(f"engine {setting.name}", lambda setting=setting: (
+                measure_setting(self.model, self.tokenizer, self.drafters[setting.drafter],
+                                setting, drives, self.device, seconds,
+                                self.cfg.warmup_windows, self.cfg.eval_max_coc_tokens)))
+            if result is None:
+                continue
             results.append(result)
             self.log.write("engine", index, setting=setting.name, windows=result["windows"],
                            accepted_length=result["accepted_length"],
@@ -271,21 +277,24 @@ class Study:
                                      for r in results]
             self.result["same_cocs"] = {
                 mode: same_cocs([r for r in results if r["streaming"] == streaming])
-                for mode, streaming in (("full prefill", False), ("streaming", True))}
-            self.write()
+                for mode, streaming in (("full prefill", False), ("streaming", True))
+                if any(r["streaming"] == streaming for r in results)}
 
-    def run_stage(self, name: str, stage) -> None:
-        """Runs `stage`; a failure is recorded (and printed) and the next stages still run.
-        study.json and study.md are rewritten after every stage."""
+    def run_stage(self, name: str, stage: Callable[[], T]) -> T | None:
+        """Runs `stage` and returns its value; a failure is recorded (and printed), None is
+        returned and the next stages still run. study.json and study.md are rewritten after
+        every stage."""
+        value = None
         try:
-            stage()
+            value = stage()
         except Exception:
             self.result["errors"].append({"stage": name, "traceback": traceback.format_exc()})
             self.log.write("error", 0, stage=name)
             print(traceback.format_exc(), file=sys.stderr, flush=True)
-        self.write()
+        self.write_results()
+        return value
 
-    def write(self) -> None:
+    def write_results(self) -> None:
         self.result["seconds"] = round(self.elapsed, 1)
         (self.out / "study.json").write_text(json.dumps(self.result, indent=2) + "\n")
         (self.out / "study.md").write_text(markdown(self.result))
@@ -295,16 +304,16 @@ def run(model_dir: Path, out: Path, cfg: StudyConfig, minutes_budget: float,
         device: torch.device, seed: int) -> dict:
     seed_everything(seed)
     study = Study(model_dir, out, cfg, minutes_budget, device, seed)
-    study.data()
-    study.corpus()
+    study.simulate_drives()
+    study.build_corpus()
     for name in SFT_NAMES:
-        study.run_stage(f"sft_{name}", lambda name=name: study.sft(name))
+        study.run_stage(f"sft_{name}", lambda name=name: study.train_sft(name))
     for anchor in ("static", "policy"):
-        study.run_stage(f"rl_{anchor}", lambda anchor=anchor: study.rl(anchor))
-    study.run_stage("shipped", study.shipped)
-    study.run_stage("attention_budget", study.budgets)
-    study.run_stage("engine", study.engine)
-    study.write()
+        study.run_stage(f"rl_{anchor}", lambda anchor=anchor: study.train_rl(anchor))
+    study.run_stage("shipped", study.load_shipped)
+    study.run_stage("attention_budget", study.measure_attention_budgets)
+    study.measure_in_engine()
+    study.write_results()
     study.log.write("done", 0, seconds=study.result["seconds"])
     study.log.close()
     return study.result

@@ -144,8 +144,6 @@ def measure_setting(model: AlpamayoModel, tokenizer: TextTokenizer, drafter: Any
 
 def same_cocs(results: list[dict]) -> bool:
     """Whether every result's CoCs agree on the windows all of them measured."""
-    if not results:
-        return True
     common = min(len(r["cocs"]) for r in results)
     first = results[0]["cocs"][:common]
     return all(r["cocs"][:common] == first for r in results[1:])
