@@ -5,7 +5,8 @@ import pytest
 import torch
 
 from flashdrive_ros.engine.config import EngineConfig
-from flashdrive_ros.engine.engine import DRAFTER_FILE, Engine
+from flashdrive_ros.engine.config import DRAFTER_FILE
+from flashdrive_ros.engine.engine import Engine
 from flashdrive_ros.engine.timing import StageTimer
 from flashdrive_ros.engine.types import STAGES, Window
 from flashdrive_ros.model.alpamayo import AlpamayoModel

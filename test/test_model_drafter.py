@@ -199,3 +199,41 @@ def test_safetensors_round_trip(tmp_path):
     wrong["drafter.fc.weight"] = wrong["drafter.fc.weight"][:, :-1]
     with pytest.raises(ValueError, match="shape"):
         other.load_weights(wrong)
+
+
+@pytest.mark.parametrize("masked", [False, True])
+def test_first_layer_attention_weights_reproduce_the_layer(masked):
+    drafter, embed, _ = _drafter("mrope")
+    features, ids, flat = _inputs(drafter)
+    pos = torch.stack([flat, flat // 2, flat % 3])
+    mask = torch.ones(2, C, dtype=torch.bool)
+    if masked:
+        mask[0, :2] = False
+    with torch.no_grad():
+        block = drafter.embed_block(ids, embed)
+        weights = drafter.first_layer_attention(features, block, pos, mask)
+        layer = drafter.layers[0]
+        attn = layer.self_attn
+        x = layer.input_layernorm(block)
+        context = drafter.context_vectors(features)
+        cos, sin = drafter.rotary_cos_sin(pos, x.dtype)
+        _, _, v = attn.projections(x, context, cos, sin)
+        v = v.repeat_interleave(attn.num_heads // attn.num_kv_heads, dim=1)
+        out = attn.o_proj((weights @ v).transpose(1, 2).reshape(2, K, -1))
+        torch.testing.assert_close(out, attn(x, context, cos, sin, mask), atol=1e-5, rtol=1e-5)
+    assert weights.shape == (2, CFG.drafter.num_attention_heads, K, C + K)
+    torch.testing.assert_close(weights.sum(-1), torch.ones(2, weights.shape[1], K))
+    assert bool((weights[0, :, :, :2] == 0).all()) == masked
+
+
+def test_context_mask_equals_a_shorter_context():
+    drafter, embed, head = _drafter("flat")
+    features, ids, flat = _inputs(drafter, batch=1)
+    mask = torch.ones(1, C, dtype=torch.bool)
+    mask[0, :3] = False
+    with torch.no_grad():
+        padded = drafter.propose_logits(features, ids, flat, embed, head, mask)
+        short = drafter.propose_logits(features[:, 3:], ids, flat[:, 3:], embed, head)
+    torch.testing.assert_close(padded, short, atol=1e-5, rtol=1e-5)
+    with pytest.raises(ValueError, match="context_mask"):
+        drafter.propose_logits(features, ids, flat, embed, head, mask[:, 1:])

@@ -4,7 +4,7 @@ import dataclasses
 
 import torch
 
-from flashdrive_ros.engine.engine import DRAFTER_FILE
+from flashdrive_ros.engine.config import DRAFTER_FILE
 from flashdrive_ros.model.alpamayo import AlpamayoModel
 from flashdrive_ros.model.config import tiny
 from flashdrive_ros.model.drafter import Drafter

@@ -65,3 +65,41 @@ def test_drafter_training_lowers_loss(tmp_path):
     assert out["final_loss"] < 0.7 * out["first_loss"]
     assert out["eval_accept_len"] >= 1.0
     assert read_log(tmp_path / "log.jsonl")[-1]["stage"] == "drafter_flat_eval"
+
+
+def test_longer_context_is_padded_at_the_front():
+    corpus = _corpus(context=8)
+    gen = torch.Generator().manual_seed(2)
+    rows = torch.arange(len(corpus))
+    batch = sample_blocks(corpus, rows, 4, mask_id=999, generator=gen, context_len=20)
+    assert batch.context.shape[:2] == (len(corpus), 20)
+    for b in range(len(corpus)):
+        anchor = int(batch.anchors[b])
+        first = 20 - anchor
+        assert not batch.context_mask[b, :first].any() and batch.context_mask[b, first:].all()
+        assert torch.equal(batch.context_ids[b, first:], corpus.ids[b, :anchor])
+        torch.testing.assert_close(batch.context[b, first:], corpus.features[b, :anchor])
+        assert int(batch.block_ids[b, 0]) == int(corpus.ids[b, anchor])
+
+
+def test_eagle_training_lowers_loss_at_both_block_sizes(tmp_path):
+    import dataclasses
+
+    from flashdrive_ros.model.eagle_drafter import EagleDrafter
+
+    torch.manual_seed(0)
+    cfg = tiny(vocab_size=60)
+    drafter = EagleDrafter(dataclasses.replace(cfg.drafter, kind="eagle3", num_hidden_layers=1,
+                                               context_len=12), cfg.text)
+    embed = torch.nn.Embedding(60, cfg.text.hidden_size).requires_grad_(False)
+    head = torch.nn.Linear(cfg.text.hidden_size, 60, bias=False).requires_grad_(False)
+    corpus = _corpus()
+    log = TrainLog(tmp_path / "log.jsonl", echo=False)
+    rows = torch.arange(len(corpus))
+    out = train_drafter(drafter, corpus, rows[:20], rows[20:], embed, head, steps=40,
+                        batch_size=16, lr=3e-3, seed=0, log=log, stage="drafter_eagle",
+                        autocast=contextlib.nullcontext, block_sizes=(4, 8))
+    log.close()
+    assert out["final_loss"] < 0.7 * out["first_loss"]
+    assert {"eval_accept_len_block4", "eval_accept_len_block8"} <= set(out)
+    assert out["eval_accept_len"] == out["eval_accept_len_block8"]

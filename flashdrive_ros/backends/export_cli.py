@@ -24,8 +24,8 @@ from flashdrive_ros.backends.op_check import tensorrt_problems
 from flashdrive_ros.backends.specs import GraphSpec
 from flashdrive_ros.backends.tensorrt_import import TensorRTUnavailable, require_tensorrt
 from flashdrive_ros.backends.trt_builder import build_plan, engine_key
-from flashdrive_ros.engine.config import DTYPES, EngineConfig
-from flashdrive_ros.engine.engine import DRAFTER_FILE, Engine
+from flashdrive_ros.engine.config import DRAFTER_FILE, DTYPES, EngineConfig
+from flashdrive_ros.engine.engine import Engine
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:

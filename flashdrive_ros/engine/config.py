@@ -14,6 +14,7 @@ MODES = ("flashdrive", "baseline")
 BACKENDS = ("torch", "tensorrt")
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 SHORTCUTS = ("streaming", "speculative", "cached_velocity", "cuda_graphs")
+DRAFTER_FILE = "drafter.safetensors"
 
 
 @dataclass
@@ -23,7 +24,9 @@ class EngineConfig:
     shortcut defaults to on (CUDA graphs only on CUDA) and can be switched off alone.
     A shortcut left as None takes its mode's default. `rotated_keys` (the cache also keeps
     keys after RoPE, rotated once per write or move instead of at every attention call) is
-    on by default in flashdrive mode with the torch backend."""
+    on by default in flashdrive mode with the torch backend. `drafter_file` names the drafter
+    weights in the model directory that speculative decoding loads (DFlash or EAGLE-3, as
+    the file's stored config says)."""
 
     mode: str = "flashdrive"
     streaming: bool | None = None
@@ -42,6 +45,7 @@ class EngineConfig:
     seed: int = 0
     backend: str = "torch"
     rotated_keys: bool | None = None
+    drafter_file: str = DRAFTER_FILE
 
     def __post_init__(self) -> None:
         if self.mode not in MODES:
@@ -96,6 +100,9 @@ class EngineConfig:
         if self.backend == "tensorrt" and not self.device.startswith("cuda"):
             raise ConfigError(f"backend 'tensorrt' needs a CUDA device, got "
                               f"device={self.device!r}")
+        if "/" in self.drafter_file or not self.drafter_file.endswith(".safetensors"):
+            raise ConfigError(f"drafter_file must be a .safetensors file name in the model "
+                              f"directory, got {self.drafter_file!r}")
         if self.backend == "tensorrt" and self.cuda_graphs:
             raise ConfigError("cuda_graphs captures the torch backend's steps; set "
                               "cuda_graphs false with backend 'tensorrt'")

@@ -142,7 +142,8 @@ class Target:
 @dataclass
 class DecodeState:
     """Committed tokens (the last pending), where the next text position is, and the target
-    features of the last `context_len` cached tokens (for a drafter)."""
+    features of the last `context_len` cached tokens (for a drafter), with their cache slots
+    and, where known, their token ids."""
 
     cache: KVCache
     generated: list[int]
@@ -150,6 +151,7 @@ class DecodeState:
     context_len: int = 0
     features: torch.Tensor | None = None  # [C', L * H], oldest first
     feature_slots: torch.Tensor | None = None  # [C'] cache slots of `features`
+    feature_ids: torch.Tensor | None = None  # [C'] token ids at `feature_slots`
     accepted_lengths: list[int] = field(default_factory=list)
     target_forwards: int = 0
 
@@ -164,15 +166,20 @@ class DecodeState:
     def done(self, stop: StopRule) -> bool:
         return self.pending == stop.cot_end_id or len(self.generated) >= stop.max_new_tokens
 
-    def append_features(self, features: torch.Tensor | None, slots: torch.Tensor) -> None:
-        """features: [T, L * H] of the tokens newly kept at cache `slots` ([T])."""
+    def append_features(self, features: torch.Tensor | None, slots: torch.Tensor,
+                        ids: torch.Tensor | None = None) -> None:
+        """features: [T, L * H] of the tokens newly kept at cache `slots` ([T]); ids: [T]
+        their token ids (None: unknown, and then for every later token too)."""
         if self.context_len == 0 or features is None:
             return
         if self.features is not None:
             features = torch.cat([self.features, features])
             slots = torch.cat([self.feature_slots, slots])
+            ids = None if (ids is None or self.feature_ids is None) else torch.cat(
+                [self.feature_ids, ids.to(self.feature_ids.device)])
         self.features = features[-self.context_len:]
         self.feature_slots = slots[-self.context_len:]
+        self.feature_ids = None if ids is None else ids[-self.context_len:]
 
 
 @dataclass
@@ -181,6 +188,7 @@ class PrefillOutput:
     next_position: int  # the prompt's max position + 1
     features: torch.Tensor | None  # [C', L * H] of the last prompt tokens
     feature_slots: torch.Tensor | None  # [C']
+    feature_ids: torch.Tensor | None = None  # [C'] their token ids, when the prefill had them
 
 
 @dataclass
@@ -201,12 +209,13 @@ class DecodeResult:
 def prefill(target: Target, inputs_embeds: torch.Tensor, positions: torch.Tensor,
             cache: KVCache, slots: torch.Tensor | None = None,
             attn_mask: torch.Tensor | None = None, visual_mask: torch.Tensor | None = None,
-            deepstack: list[torch.Tensor] | None = None, context_len: int = 0
-            ) -> PrefillOutput:
+            deepstack: list[torch.Tensor] | None = None, context_len: int = 0,
+            token_ids: torch.Tensor | None = None) -> PrefillOutput:
     """Run the prompt (or, streaming, its recomputed part ending with the prompt's last token).
 
     slots None: a full prefill at slots [0, T) of an emptied cache. The cache must then hold
-    exactly the prompt (length = max slot + 1). `context_len` last tokens keep features.
+    exactly the prompt (length = max slot + 1). `context_len` last tokens keep features;
+    token_ids ([T], optional) are the ids of the T tokens run (image tokens: the image pad).
     """
     t = inputs_embeds.shape[1]
     if slots is None:
@@ -221,7 +230,12 @@ def prefill(target: Target, inputs_embeds: torch.Tensor, positions: torch.Tensor
     keep = min(context_len, t)
     features = step.features[t - keep:] if (step.features is not None and keep) else None
     feature_slots = slots[t - keep:] if features is not None else None
-    return PrefillOutput(step.logits[-1], next_position, features, feature_slots)
+    feature_ids = None
+    if features is not None and token_ids is not None:
+        if token_ids.shape != (t,):
+            raise ValueError(f"token_ids must be [{t}], got {tuple(token_ids.shape)}")
+        feature_ids = token_ids[t - keep:].to(slots.device)
+    return PrefillOutput(step.logits[-1], next_position, features, feature_slots, feature_ids)
 
 
 def start_state(prefill_out: PrefillOutput, cache: KVCache, sampling: Sampling | None,
@@ -229,7 +243,8 @@ def start_state(prefill_out: PrefillOutput, cache: KVCache, sampling: Sampling |
     first = choose_token(prefill_out.logits, sampling, generator)
     state = DecodeState(cache, [first], prefill_out.next_position, context_len)
     if prefill_out.features is not None:
-        state.append_features(prefill_out.features, prefill_out.feature_slots)
+        state.append_features(prefill_out.features, prefill_out.feature_slots,
+                              prefill_out.feature_ids)
     return state
 
 

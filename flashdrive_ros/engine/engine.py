@@ -21,14 +21,16 @@ from flashdrive_ros.engine.decoding import (DecodeResult, PrefillOutput, Samplin
                                             Target, autoregressive_decode, required_capacity)
 from flashdrive_ros.engine.flow_cached import euler_cached
 from flashdrive_ros.engine.graphed_steps import GraphedSteps
-from flashdrive_ros.engine.speculative import DFlashProposer, speculative_decode
+from flashdrive_ros.engine.proposers import make_proposer
+from flashdrive_ros.engine.slot_features import SlotFeatures
+from flashdrive_ros.engine.speculative import speculative_decode
 from flashdrive_ros.engine.streaming import (PrefillPlan, StreamingKVCache, encode_frames,
                                              prompt_geometry, run_prefill)
 from flashdrive_ros.engine.timing import StageTimer
 from flashdrive_ros.engine.types import Plan, Window
 from flashdrive_ros.model.alpamayo import AlpamayoModel
 from flashdrive_ros.model.config import ConfigError
-from flashdrive_ros.model.drafter import Drafter
+from flashdrive_ros.model.drafter_file import AnyDrafter, load_drafter
 from flashdrive_ros.model.flow import initial_noise
 from flashdrive_ros.model.history import HistoryTokenizer
 from flashdrive_ros.model.kv_cache import KVCache
@@ -37,12 +39,12 @@ from flashdrive_ros.model.tokenizer import TextTokenizer
 from flashdrive_ros.model.unicycle import fit_v0
 from flashdrive_ros.model.weights import TOKENIZER_FILE
 
-DRAFTER_FILE = "drafter.safetensors"
 MAX_ASPECT_DISTORTION = 0.2
 
 
 class Engine:
-    def __init__(self, model: AlpamayoModel, tokenizer: TextTokenizer, drafter: Drafter | None,
+    def __init__(self, model: AlpamayoModel, tokenizer: TextTokenizer,
+                 drafter: AnyDrafter | None,
                  cfg: EngineConfig, backend: Backend | None = None) -> None:
         """backend: runs the encoder and backbone steps; None = `cfg.backend`."""
         mcfg = model.cfg
@@ -77,8 +79,8 @@ class Engine:
         self.sampling = Sampling(cfg.temperature, cfg.top_p) if cfg.temperature > 0 else None
         vlm = model.vlm
         feature_layers = self.drafter.cfg.target_layer_ids if self.drafter else ()
-        self.proposer = (DFlashProposer(self.drafter, vlm.language_model.embed_tokens,
-                                        vlm.lm_head) if self.drafter else None)
+        self.proposer = (make_proposer(self.drafter, vlm.language_model.embed_tokens,
+                                       vlm.lm_head) if self.drafter else None)
         self.frame_layout, positions = prompt_geometry(self.prompt_builder, self.image_token_id,
                                                        mcfg.vision, self.image_size)
         self.prompt_positions = positions.to(self.device)  # [3, 1, N]
@@ -87,7 +89,11 @@ class Engine:
         text = mcfg.text
         cache = KVCache(text.num_hidden_layers, 1, text.num_key_value_heads, capacity,
                         text.head_dim, self.dtype, self.device, rotated_keys=cfg.rotated_keys)
-        self.stream = StreamingKVCache(cache, streaming=cfg.streaming)
+        features = None
+        if self.drafter is not None:
+            features = SlotFeatures(capacity, len(feature_layers) * text.hidden_size, self.dtype,
+                                    self.device)
+        self.stream = StreamingKVCache(cache, streaming=cfg.streaming, features=features)
         self.backend = backend or make_backend(cfg.backend, model, self.shapes)
         self.target = Target(self.backend.backbone, vlm.lm_head, feature_layers)
         self.graphs = self.graphed_steps() if cfg.cuda_graphs else None
@@ -95,18 +101,18 @@ class Engine:
     @classmethod
     def load(cls, model_dir: str | Path, cfg: EngineConfig) -> Engine:
         """Model (config.json + safetensors), tokenizer.json and, when speculative decoding is
-        on, the drafter's `drafter.safetensors` from `model_dir`."""
+        on, the drafter file `cfg.drafter_file` from `model_dir` (a DFlash or EAGLE-3 drafter
+        as the file's stored config says; files without one take config.json's drafter)."""
         model_dir = Path(model_dir)
         model = AlpamayoModel.from_dir(model_dir, cfg.device, cfg.torch_dtype)
         tokenizer = TextTokenizer.from_file(model_dir / TOKENIZER_FILE)
         drafter = None
         if cfg.speculative:
-            drafter_path = model_dir / DRAFTER_FILE
-            if model.cfg.drafter is None or not drafter_path.is_file():
-                raise ConfigError(f"speculative decoding needs a drafter config in "
-                                  f"config.json and {drafter_path}; set speculative false")
-            drafter = Drafter(model.cfg.drafter, model.cfg.text)
-            drafter.load_safetensors(drafter_path)
+            drafter_path = model_dir / cfg.drafter_file
+            if not drafter_path.is_file():
+                raise ConfigError(f"speculative decoding needs the drafter file "
+                                  f"{drafter_path}; set speculative false")
+            drafter = load_drafter(drafter_path, model.cfg.text, model.cfg.drafter)
             drafter = drafter.to(device=cfg.device, dtype=cfg.torch_dtype).eval()
         return cls(model, tokenizer, drafter, cfg)
 

@@ -1,6 +1,6 @@
-"""The engine's fixed-shape steps as CUDA graphs: per-view encode, drafter block proposal,
-verify block / decode-one (one graph per token count) and the whole Euler loop of the action
-expert.
+"""The engine's fixed-shape steps as CUDA graphs: per-view encode, DFlash block proposal
+(one graph per context length), verify block / decode-one (one graph per token count) and the
+whole Euler loop of the action expert. An EAGLE-3 proposer runs eagerly.
 
 Each step is a capture-safe function of device tensors (no host reads, shapes fixed by its
 inputs) wrapped in a `GraphedStep`; with `enabled=False`, or on the CPU, the same functions
@@ -17,6 +17,7 @@ import torch
 
 from flashdrive_ros.backends.cuda_graphs import GraphedStep
 from flashdrive_ros.engine.decoding import Target, TargetStep
+from flashdrive_ros.engine.eagle_proposer import EagleProposer
 from flashdrive_ros.engine.flow_cached import FlowSchedule, euler_cached
 from flashdrive_ros.engine.speculative import DFlashProposer, Proposal, ProposalRequest
 from flashdrive_ros.model.alpamayo import AlpamayoModel
@@ -173,19 +174,21 @@ class GraphedFlow:
 class GraphedSteps:
     """Every graphed step of one engine, built over its model, target, proposer and cache."""
 
-    def __init__(self, model: AlpamayoModel, target: Target, proposer: DFlashProposer | None,
-                 cache: KVCache, image_size: tuple[int, int], schedule: FlowSchedule,
+    def __init__(self, model: AlpamayoModel, target: Target,
+                 proposer: DFlashProposer | EagleProposer | None, cache: KVCache,
+                 image_size: tuple[int, int], schedule: FlowSchedule,
                  enabled: bool = True) -> None:
         weight = model.action_out_proj.weight
         self.encoder = GraphedEncoder(model.vlm.visual, image_size, weight.dtype,
                                       weight.device, enabled)
         self.target = GraphedTarget(target, cache, enabled)
-        self.proposer = GraphedProposer(proposer, enabled) if proposer else None
+        self.proposer = (GraphedProposer(proposer, enabled)
+                         if isinstance(proposer, DFlashProposer) else proposer)
         self.flow = GraphedFlow(model, cache, schedule, enabled)
 
     @property
     def captured_graphs(self) -> int:
         steps = [self.encoder.step, self.target.step, self.flow.step]
-        if self.proposer is not None:
+        if isinstance(self.proposer, GraphedProposer):
             steps.append(self.proposer.step)
         return sum(step.captured_shapes for step in steps)

@@ -29,8 +29,9 @@ from flashdrive_ros.model.positions import text_positions
 @dataclass
 class ProposalRequest:
     """What a proposer may read: the pending token (block position 0), all committed tokens,
-    the target features of the last cached tokens with their cache slots and 3D positions,
-    and where the block starts (cache slot and text position of the pending token)."""
+    the target features of the last cached tokens with their cache slots, 3D positions and
+    (where known) token ids, and where the block starts (cache slot and text position of the
+    pending token)."""
 
     pending_token: int
     generated: list[int]
@@ -41,6 +42,7 @@ class ProposalRequest:
     block_start_position: int
     sampling: Sampling | None
     generator: torch.Generator | None
+    feature_ids: torch.Tensor | None = None  # [C] long
 
 
 @dataclass
@@ -89,18 +91,26 @@ class DFlashProposer:
         device = request.features.device
         ids = torch.full((1, k), self.drafter.mask_token_id, dtype=torch.long, device=device)
         ids[0, 0] = request.pending_token
-        block_slots = torch.arange(request.block_start_slot, request.block_start_slot + k,
-                                   device=device)
-        if self.drafter.cfg.rotary == "flat":
-            return ids, torch.cat([request.feature_slots, block_slots])[None]  # [1, C + K]
-        block = text_positions(request.block_start_position, k, device=device)
-        return ids, torch.cat([request.feature_positions, block], dim=2)  # [3, 1, C + K]
+        return ids, proposal_positions(request, self.drafter.cfg.rotary, k)
+
+
+def proposal_positions(request: ProposalRequest, rotary: str, block_size: int) -> torch.Tensor:
+    """Rotary positions of [context ; block]: cache slots [1, C + K] for "flat", the target's
+    3D positions [3, 1, C + K] for "mrope" (the block continues as text)."""
+    device = request.features.device
+    start = request.block_start_slot
+    if rotary == "flat":
+        block_slots = torch.arange(start, start + block_size, device=device)
+        return torch.cat([request.feature_slots, block_slots])[None]
+    block = text_positions(request.block_start_position, block_size, device=device)
+    return torch.cat([request.feature_positions, block], dim=2)
 
 
 @dataclass
 class Verification:
     step: TargetStep  # logits [K, V], features [K, L * H]
     block_start_slot: int
+    block: torch.Tensor  # [K] long: pending token and drafts, written from block_start_slot
 
 
 def propose_block(proposer: Proposer, state: DecodeState, sampling: Sampling | None = None,
@@ -110,7 +120,7 @@ def propose_block(proposer: Proposer, state: DecodeState, sampling: Sampling | N
         positions = state.cache.positions[:, :, state.feature_slots]
     request = ProposalRequest(state.pending, list(state.generated), state.features,
                               state.feature_slots, positions, state.cache.length,
-                              state.pending_position, sampling, generator)
+                              state.pending_position, sampling, generator, state.feature_ids)
     proposal = proposer.propose(request)
     if proposal.tokens.ndim != 1 or proposal.tokens.shape[0] != proposer.block_size - 1:
         raise ValueError(f"proposer returned {tuple(proposal.tokens.shape)} drafts, block size "
@@ -126,7 +136,7 @@ def verify_block(target: Target, state: DecodeState, proposal: Proposal) -> Veri
     block = torch.cat([pending, drafts.to(torch.long)])  # block: [K]
     state.target_forwards += 1
     return Verification(target.run_token_tensor(block, state.cache, state.pending_position),
-                        start)
+                        start, block)
 
 
 def accept_greedy(drafts: torch.Tensor, target_logits: torch.Tensor
@@ -186,7 +196,8 @@ def commit(state: DecodeState, proposal: Proposal, verification: Verification,
     state.cache.rollback(start + kept)
     if verification.step.features is not None:
         slots = torch.arange(start, start + kept, device=state.cache.k.device)
-        state.append_features(verification.step.features[:kept], slots)
+        ids = verification.block[:kept].to(slots.device)
+        state.append_features(verification.step.features[:kept], slots, ids)
     state.accepted_lengths.append(kept)
     return kept
 

@@ -19,10 +19,15 @@ A full prefill (identity layout) runs on the first window, after `reset()`, afte
 step, when streaming is switched off, on a time-base reset, when the frames are not the
 previous window's frames shifted by exactly one (camera loss, dropped or repeated frames,
 time jumps) and when the prompt before the tail or its layout changes.
+
+With a `SlotFeatures` store the drafter context may reach reused frames: every prefill writes
+the features and ids of the tokens it runs at their slots, and the context of the last
+`context_len` prompt slots is read from the store (see slot_features.py).
 """
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
@@ -31,6 +36,7 @@ import torch
 
 from flashdrive_ros.engine.decoding import PrefillOutput, Target, prefill
 from flashdrive_ros.engine.masks import slot_mask
+from flashdrive_ros.engine.slot_features import SlotFeatures
 from flashdrive_ros.model.config import VisionConfig
 from flashdrive_ros.model.kv_cache import KVCache
 from flashdrive_ros.model.positions import prompt_positions
@@ -176,14 +182,18 @@ class StreamingKVCache:
     three). A window whose prefill did not finish makes the next one a full prefill.
     """
 
-    def __init__(self, cache: KVCache, streaming: bool = True) -> None:
+    def __init__(self, cache: KVCache, streaming: bool = True,
+                 features: SlotFeatures | None = None) -> None:
         self.cache = cache
         self.streaming = streaming
+        self.features = features
         self.slot_order = torch.arange(cache.capacity, device=cache.k.device)  # [C]
         self.reset()
 
     def reset(self) -> None:
         self.cache.reset()
+        if self.features is not None:
+            self.features.reset()
         self.slot_order.copy_(torch.arange(self.cache.capacity, device=self.slot_order.device))
         self.layout: FrameLayout | None = None
         self.shift = 0
@@ -242,6 +252,8 @@ class StreamingKVCache:
         self.slot_order[n:] = torch.arange(n, self.cache.capacity, device=device)
         if plan.full:
             self.cache.reset()
+            if self.features is not None:
+                self.features.reset()
         else:
             self.cache.rollback(min(self.cache.length, layout.tail_start))
         kept = torch.arange(n, device=device)
@@ -315,15 +327,24 @@ def run_prefill(target: Target, vlm: VLM, state: StreamingKVCache, plan: Prefill
 
     input_ids: [1, N] and positions: [3, 1, N] of the full prompt in prompt order;
     image_embeds / deepstack: the encoded `plan.frames_to_encode`. Returns the logits at the
-    prompt's last token and the target features of its last `context_len` tokens.
+    prompt's last token and the target features (and ids) of its last `context_len` tokens:
+    of the tokens run, or, with a feature store, of the last `context_len` prompt slots.
     """
     order = plan.query_order.to(input_ids.device)
+    slots = plan.query_slots.to(input_ids.device)
     embeds, visual_mask, deepstack = vlm.place_images(input_ids[:, order], image_embeds,
                                                       deepstack, image_token_id)
+    store = state.features
+    run_context = order.shape[0] if (store is not None and context_len) else context_len
     state.begin(plan, positions)
-    out = prefill(target, embeds, positions[:, :, order], state.cache,
-                  plan.query_slots.to(input_ids.device),
+    out = prefill(target, embeds, positions[:, :, order], state.cache, slots,
                   state.attention_mask(plan, input_ids.shape[0]), visual_mask, deepstack,
-                  context_len)
+                  run_context, input_ids[0, order])
     state.finish(plan)
-    return out
+    if store is None or out.features is None:
+        return out
+    store.write(slots, out.features, out.feature_ids)
+    n = plan.layout.prompt_length
+    keep = torch.arange(max(0, n - context_len), n, device=slots.device)
+    features, ids = store.read(keep)
+    return dataclasses.replace(out, features=features, feature_slots=keep, feature_ids=ids)

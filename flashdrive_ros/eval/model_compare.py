@@ -8,7 +8,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from flashdrive_ros.engine.config import EngineConfig
-from flashdrive_ros.engine.engine import DRAFTER_FILE, Engine
+from flashdrive_ros.engine.config import DRAFTER_FILE
+from flashdrive_ros.engine.engine import Engine
 from flashdrive_ros.eval.held_out import replay_planners
 from flashdrive_ros.eval.records import RecordSource
 

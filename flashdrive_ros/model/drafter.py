@@ -18,7 +18,11 @@ Rotary: the target's inverse frequencies (same head_dim and rope_theta). `rotary
 takes 1D positions [B, C + K] (sequence index = cache slot, FlatRoPE); `rotary="mrope"`
 takes the target's 3D positions [3, B, C + K] with its mrope_section.
 
-Weights live under `drafter.` in safetensors: fc.weight, hidden_norm.weight, mask_embedding,
+An optional context_mask [B, C] (True = real token) hides padded context entries, for
+batches whose rows have different context lengths.
+
+Weights live under `drafter.` in safetensors (the file's metadata holds the DrafterConfig):
+fc.weight, hidden_norm.weight, mask_embedding,
 layers.{i}.{input_layernorm,post_attention_layernorm}.weight,
 layers.{i}.self_attn.{q,k,v,o}_proj.weight, layers.{i}.self_attn.{q,k}_norm.weight,
 layers.{i}.mlp.{gate,up,down}_proj.weight, norm.weight.
@@ -35,10 +39,9 @@ from torch import nn
 
 from flashdrive_ros.model.backbone import RMSNorm
 from flashdrive_ros.model.config import DrafterConfig, TextConfig
-from flashdrive_ros.model.rope import (apply_rotary, flat_cos_sin, inverse_frequencies,
-                                       mrope_cos_sin)
-
-WEIGHT_PREFIX = "drafter."
+from flashdrive_ros.model.drafter_weights import (WEIGHT_PREFIX, load_prefixed,
+                                                  read_drafter_file, save_drafter_file)
+from flashdrive_ros.model.rope import apply_rotary, drafter_cos_sin, inverse_frequencies
 
 
 class DrafterMLP(nn.Module):
@@ -65,24 +68,43 @@ class DrafterAttention(nn.Module):
         self.q_norm = RMSNorm(self.head_dim, cfg.rms_norm_eps)
         self.k_norm = RMSNorm(self.head_dim, cfg.rms_norm_eps)
 
-    def forward(self, x: torch.Tensor, context: torch.Tensor, cos: torch.Tensor,
-                sin: torch.Tensor) -> torch.Tensor:
-        """x: [B, K, H] block; context: [B, C, H]; cos, sin: [B, C + K, D] -> [B, K, H]."""
+    def projections(self, x: torch.Tensor, context: torch.Tensor, cos: torch.Tensor,
+                    sin: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """Rotated q [B, Hq, K, D], rotated k and v [B, Hkv, C + K, D]."""
         b, k_len, _ = x.shape
         both = torch.cat([context, x], dim=1)  # both: [B, C + K, H]
         s = both.shape[1]
         q = self.q_norm(self.q_proj(x).view(b, k_len, self.num_heads, self.head_dim))
         k = self.k_norm(self.k_proj(both).view(b, s, self.num_kv_heads, self.head_dim))
         v = self.v_proj(both).view(b, s, self.num_kv_heads, self.head_dim)
-        q = apply_rotary(q.transpose(1, 2), cos[:, -k_len:], sin[:, -k_len:])  # q: [B,Hq,K,D]
-        k = apply_rotary(k.transpose(1, 2), cos, sin)  # k: [B, Hkv, C + K, D]
-        v = v.transpose(1, 2)  # v: [B, Hkv, C + K, D]
+        q = apply_rotary(q.transpose(1, 2), cos[:, -k_len:], sin[:, -k_len:])
+        k = apply_rotary(k.transpose(1, 2), cos, sin)
+        return q, k, v.transpose(1, 2)
+
+    def forward(self, x: torch.Tensor, context: torch.Tensor, cos: torch.Tensor,
+                sin: torch.Tensor, context_mask: torch.Tensor | None = None) -> torch.Tensor:
+        """x: [B, K, H] block; context: [B, C, H]; cos, sin: [B, C + K, D];
+        context_mask: [B, C] bool or None -> [B, K, H]."""
+        b, k_len, _ = x.shape
+        q, k, v = self.projections(x, context, cos, sin)
         if torch.onnx.is_in_onnx_export():
             out = self.grouped_attention(q, k, v)
         else:
-            out = F.scaled_dot_product_attention(q, k, v,
+            out = F.scaled_dot_product_attention(q, k, v, attn_mask=key_mask(context_mask, k_len),
                                                  enable_gqa=self.num_heads != self.num_kv_heads)
         return self.o_proj(out.transpose(1, 2).reshape(b, k_len, -1))
+
+    def attention_weights(self, x: torch.Tensor, context: torch.Tensor, cos: torch.Tensor,
+                          sin: torch.Tensor, context_mask: torch.Tensor | None = None
+                          ) -> torch.Tensor:
+        """The softmax weights of `forward`: [B, Hq, K, C + K] float32, keys = [context; block]."""
+        q, k, _ = self.projections(x, context, cos, sin)
+        k = k.repeat_interleave(self.num_heads // self.num_kv_heads, dim=1)  # [B, Hq, C+K, D]
+        scores = q.float() @ k.float().transpose(-1, -2) / self.head_dim ** 0.5
+        mask = key_mask(context_mask, x.shape[1])
+        if mask is not None:
+            scores = scores.masked_fill(~mask, float("-inf"))
+        return torch.softmax(scores, dim=-1)
 
     def grouped_attention(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor
                           ) -> torch.Tensor:
@@ -91,6 +113,15 @@ class DrafterAttention(nn.Module):
         b, heads, k_len, dim = q.shape
         grouped = q.reshape(b, self.num_kv_heads, heads // self.num_kv_heads * k_len, dim)
         return F.scaled_dot_product_attention(grouped, k, v).reshape(b, heads, k_len, dim)
+
+
+def key_mask(context_mask: torch.Tensor | None, block_len: int) -> torch.Tensor | None:
+    """context_mask [B, C] -> attention mask [B, 1, 1, C + K] over [context; block]."""
+    if context_mask is None:
+        return None
+    block = torch.ones(context_mask.shape[0], block_len, dtype=torch.bool,
+                       device=context_mask.device)
+    return torch.cat([context_mask, block], dim=1)[:, None, None, :]
 
 
 class DrafterLayer(nn.Module):
@@ -102,9 +133,28 @@ class DrafterLayer(nn.Module):
         self.post_attention_layernorm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
 
     def forward(self, x: torch.Tensor, context: torch.Tensor, cos: torch.Tensor,
-                sin: torch.Tensor) -> torch.Tensor:
-        x = x + self.self_attn(self.input_layernorm(x), context, cos, sin)
+                sin: torch.Tensor, context_mask: torch.Tensor | None = None) -> torch.Tensor:
+        x = x + self.self_attn(self.input_layernorm(x), context, cos, sin, context_mask)
         return x + self.mlp(self.post_attention_layernorm(x))
+
+
+def check_drafter_config(cfg: DrafterConfig, text_cfg: TextConfig, kind: str) -> None:
+    """A drafter of `kind` over the target `text_cfg` can be built from `cfg`."""
+    if cfg.kind != kind:
+        raise ValueError(f"this drafter implements kind {kind!r}, config asks for {cfg.kind!r}")
+    if cfg.hidden_size != text_cfg.hidden_size:
+        raise ValueError(f"drafter hidden_size {cfg.hidden_size} must equal the target's "
+                         f"{text_cfg.hidden_size} (it reuses embed_tokens and lm_head)")
+    if cfg.head_dim != text_cfg.head_dim:
+        raise ValueError(f"drafter head_dim {cfg.head_dim} must equal the target's "
+                         f"{text_cfg.head_dim} (shared rotary frequencies)")
+    if cfg.num_attention_heads % cfg.num_key_value_heads:
+        raise ValueError("drafter num_attention_heads must be a multiple of "
+                         "num_key_value_heads")
+    bad = [i for i in cfg.target_layer_ids if not 0 <= i < text_cfg.num_hidden_layers]
+    if bad:
+        raise ValueError(f"drafter target_layer_ids {bad} outside the target's "
+                         f"{text_cfg.num_hidden_layers} layers")
 
 
 class Drafter(nn.Module):
@@ -112,21 +162,7 @@ class Drafter(nn.Module):
 
     def __init__(self, cfg: DrafterConfig, text_cfg: TextConfig) -> None:
         super().__init__()
-        if cfg.kind != "dflash":
-            raise ValueError(f"Drafter implements kind 'dflash', config asks for {cfg.kind!r}")
-        if cfg.hidden_size != text_cfg.hidden_size:
-            raise ValueError(f"drafter hidden_size {cfg.hidden_size} must equal the target's "
-                             f"{text_cfg.hidden_size} (it reuses embed_tokens and lm_head)")
-        if cfg.head_dim != text_cfg.head_dim:
-            raise ValueError(f"drafter head_dim {cfg.head_dim} must equal the target's "
-                             f"{text_cfg.head_dim} (shared rotary frequencies)")
-        if cfg.num_attention_heads % cfg.num_key_value_heads:
-            raise ValueError("drafter num_attention_heads must be a multiple of "
-                             "num_key_value_heads")
-        bad = [i for i in cfg.target_layer_ids if not 0 <= i < text_cfg.num_hidden_layers]
-        if bad:
-            raise ValueError(f"drafter target_layer_ids {bad} outside the target's "
-                             f"{text_cfg.num_hidden_layers} layers")
+        check_drafter_config(cfg, text_cfg, "dflash")
         self.cfg = cfg
         self.text_cfg = text_cfg
         self.vocab_size = text_cfg.vocab_size
@@ -168,34 +204,52 @@ class Drafter(nn.Module):
     def rotary_cos_sin(self, positions: torch.Tensor, dtype: torch.dtype
                        ) -> tuple[torch.Tensor, torch.Tensor]:
         """positions: [B, S] (flat) or [3, B, S] (mrope) -> cos, sin: [B, S, D]."""
-        if self.cfg.rotary == "flat":
-            return flat_cos_sin(positions, self.inv_freq, dtype)
-        return mrope_cos_sin(positions, self.inv_freq, self.text_cfg.mrope_section,
-                             self.text_cfg.mrope_interleaved, dtype)
+        return drafter_cos_sin(self.cfg.rotary, positions, self.inv_freq,
+                               self.text_cfg.mrope_section, self.text_cfg.mrope_interleaved,
+                               dtype)
+
+    def context_vectors(self, context_features: torch.Tensor) -> torch.Tensor:
+        """[B, C, L*H_t] -> [B, C, H]: fc + RMSNorm."""
+        return self.hidden_norm(self.fc(context_features.to(self.fc.weight.dtype)))
 
     def forward(self, context_features: torch.Tensor, block_embeds: torch.Tensor,
-                positions: torch.Tensor) -> torch.Tensor:
+                positions: torch.Tensor, context_mask: torch.Tensor | None = None
+                ) -> torch.Tensor:
         """context_features: [B, C, L*H_t]; block_embeds: [B, K, H] -> hidden [B, K, H] (normed).
 
         positions: [B, C + K] for rotary "flat", [3, B, C + K] for "mrope".
         """
-        self._check(context_features, block_embeds, positions)
-        context = self.hidden_norm(self.fc(context_features.to(self.fc.weight.dtype)))
+        self._check(context_features, block_embeds, positions, context_mask)
+        context = self.context_vectors(context_features)
         x = block_embeds.to(context.dtype)
         cos, sin = self.rotary_cos_sin(positions, x.dtype)
         for layer in self.layers:
-            x = layer(x, context, cos, sin)
+            x = layer(x, context, cos, sin, context_mask)
         return self.norm(x)
+
+    def first_layer_attention(self, context_features: torch.Tensor, block_embeds: torch.Tensor,
+                              positions: torch.Tensor, context_mask: torch.Tensor | None = None
+                              ) -> torch.Tensor:
+        """Attention weights of layer 0: [B, Hq, K, C + K], keys = [context; block]."""
+        self._check(context_features, block_embeds, positions, context_mask)
+        context = self.context_vectors(context_features)
+        x = block_embeds.to(context.dtype)
+        cos, sin = self.rotary_cos_sin(positions, x.dtype)
+        layer = self.layers[0]
+        return layer.self_attn.attention_weights(layer.input_layernorm(x), context, cos, sin,
+                                                 context_mask)
 
     def propose_logits(self, context_features: torch.Tensor, block_ids: torch.Tensor,
                        positions: torch.Tensor, embed_tokens: nn.Embedding,
-                       lm_head: nn.Module) -> torch.Tensor:
+                       lm_head: nn.Module, context_mask: torch.Tensor | None = None
+                       ) -> torch.Tensor:
         """block_ids: [B, K] (committed token, then masks) -> draft logits [B, K - 1, V]."""
-        hidden = self(context_features, self.embed_block(block_ids, embed_tokens), positions)
+        hidden = self(context_features, self.embed_block(block_ids, embed_tokens), positions,
+                      context_mask)
         return lm_head(hidden[:, 1:])
 
     def _check(self, context_features: torch.Tensor, block_embeds: torch.Tensor,
-               positions: torch.Tensor) -> None:
+               positions: torch.Tensor, context_mask: torch.Tensor | None = None) -> None:
         if context_features.ndim != 3 or context_features.shape[-1] != self.feature_size:
             raise ValueError(f"context_features must be [B, C, {self.feature_size}], got "
                              f"{tuple(context_features.shape)}")
@@ -209,33 +263,19 @@ class Drafter(nn.Module):
         if tuple(positions.shape) != want:
             raise ValueError(f"{self.cfg.rotary} drafter positions must be {list(want)}, got "
                              f"{list(positions.shape)}")
+        if context_mask is not None and (context_mask.shape != (b, c)
+                                         or context_mask.dtype != torch.bool):
+            raise ValueError(f"context_mask must be bool [{b}, {c}], got {context_mask.dtype} "
+                             f"{tuple(context_mask.shape)}")
 
     def load_weights(self, tensors: Mapping[str, torch.Tensor],
                      prefix: str = WEIGHT_PREFIX) -> None:
         """Load `prefix`-named tensors (extra keys without the prefix are ignored)."""
-        own = {name[len(prefix):]: t for name, t in tensors.items() if name.startswith(prefix)}
-        expected = self.state_dict()
-        missing = sorted(set(expected) - set(own))
-        unexpected = sorted(set(own) - set(expected))
-        if missing or unexpected:
-            raise ValueError(f"drafter weights do not match: missing {missing[:8]}, "
-                             f"unexpected {unexpected[:8]}")
-        for name, tensor in own.items():
-            if tuple(tensor.shape) != tuple(expected[name].shape):
-                raise ValueError(f"drafter weight {prefix}{name} has shape "
-                                 f"{tuple(tensor.shape)}, expected {tuple(expected[name].shape)}")
-        self.load_state_dict(own)
+        load_prefixed(self, tensors, prefix)
 
     def load_safetensors(self, path: str | Path, prefix: str = WEIGHT_PREFIX) -> None:
         """Only a complete safetensors file is read (WeightsError otherwise)."""
-        from safetensors.torch import load_file
-
-        from flashdrive_ros.model.weights import check_safetensors_file
-
-        check_safetensors_file(path)
-        self.load_weights(load_file(str(path)), prefix)
+        self.load_weights(read_drafter_file(path)[0], prefix)
 
     def save_safetensors(self, path: str | Path, prefix: str = WEIGHT_PREFIX) -> None:
-        from safetensors.torch import save_file
-        save_file({prefix + name: t.detach().contiguous()
-                   for name, t in self.state_dict().items()}, str(path))
+        save_drafter_file(self, self.cfg, path, prefix)

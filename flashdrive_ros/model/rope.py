@@ -57,3 +57,12 @@ def apply_rotary(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch
     cos = cos.unsqueeze(1)
     sin = sin.unsqueeze(1)
     return x * cos + rotate_half(x) * sin
+
+
+def drafter_cos_sin(rotary: str, positions: torch.Tensor, inv_freq: torch.Tensor,
+                    mrope_section: tuple[int, int, int], interleaved: bool,
+                    dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
+    """rotary "flat": positions [B, S]; "mrope": [3, B, S] -> cos, sin: [B, S, D]."""
+    if rotary == "flat":
+        return flat_cos_sin(positions, inv_freq, dtype)
+    return mrope_cos_sin(positions, inv_freq, mrope_section, interleaved, dtype)

@@ -1,4 +1,5 @@
-"""The drafter's training corpus: the trained target's own greedy CoC on training windows."""
+"""The drafter's training corpus: the trained target's own greedy CoC on training windows,
+with the features of the last min(context_len, prompt length) prompt tokens."""
 
 from __future__ import annotations
 
@@ -18,12 +19,14 @@ from flashdrive_ros.train.greedy_corpus import greedy_rows
 def build_draft_corpus(model: AlpamayoModel, data: TrainSet, rows: torch.Tensor,
                        drafter: DrafterConfig, device: torch.device,
                        autocast: Callable[[], contextlib.AbstractContextManager],
-                       batch_size: int, feature_dtype: torch.dtype) -> DraftCorpus:
+                       batch_size: int, feature_dtype: torch.dtype,
+                       max_new_tokens: int | None = None) -> DraftCorpus:
+    """max_new_tokens: CoC cap of the greedy decode (None: the model's max_coc_tokens)."""
     model.eval()
-    c = drafter.context_len
     n = data.prompt_len
+    c = min(drafter.context_len, n)
     cot_end = data.tokenizer.token_id("cot_end")
-    max_new = model.cfg.prompt.max_coc_tokens
+    max_new = max_new_tokens or model.cfg.prompt.max_coc_tokens
     ids, feats, pos, lens = [], [], [], []
     for start in range(0, len(rows), batch_size):
         batch = data.batch(rows[start:start + batch_size], device, with_coc=False)
@@ -43,4 +46,4 @@ def build_draft_corpus(model: AlpamayoModel, data: TrainSet, rows: torch.Tensor,
         raise RuntimeError("the target ends every CoC at once: no drafter training blocks")
     return DraftCorpus(torch.cat(ids)[keep], torch.cat(feats)[keep],
                        torch.cat(pos, dim=1)[:, keep], lengths[keep], prompt_len=n,
-                       context_len=c)
+                       context_len=c, windows=rows.to(keep.device)[keep])

@@ -1,9 +1,13 @@
-"""Supervised DFlash drafter training on cached target features (target frozen).
+"""Supervised drafter training on cached target features (target frozen).
 
-The drafter reuses the target's frozen `embed_tokens` and `lm_head`; only its own weights
-learn. Cross-entropy on the K - 1 drafted positions of each block. The metric reported
-besides the loss is the block acceptance length (1 + leading correct drafts, as greedy
-verification would accept) on held-out rows.
+The drafter (DFlash or EAGLE-3) reuses the target's frozen `embed_tokens` and `lm_head`; only
+its own weights learn. Cross-entropy on the K - 1 drafted positions of each block: DFlash
+drafts them in one forward from [anchor, masks]; the EAGLE-3 chain is fed the known tokens
+with its own hidden states (training-time test), so its leading correct drafts are those of
+its greedy chain. With several block sizes, each step draws one (DFlash); the EAGLE-3 chain,
+causal, always trains at the largest. The metric reported besides the loss is the block
+acceptance length (1 + leading correct drafts, as greedy verification would accept) on
+held-out rows, per block size.
 """
 
 from __future__ import annotations
@@ -15,17 +19,31 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from flashdrive_ros.model.drafter import Drafter
+from flashdrive_ros.model.drafter_file import AnyDrafter
+from flashdrive_ros.model.eagle_drafter import EagleDrafter
 from flashdrive_ros.train.drafter_data import IGNORE, DraftBatch, DraftCorpus, sample_blocks
 from flashdrive_ros.train.log import TrainLog
 from flashdrive_ros.train.schedule import Progress
 
+Autocast = Callable[[], contextlib.AbstractContextManager]
 
-def draft_logits(drafter: Drafter, batch: DraftBatch, embed_tokens: nn.Embedding,
+
+def block_filler_id(drafter: AnyDrafter) -> int:
+    """Block ids after the anchor: the DFlash mask token (id = vocabulary size); the EAGLE-3
+    chain reads only the anchor, the same id serves."""
+    return drafter.vocab_size
+
+
+def draft_logits(drafter: AnyDrafter, batch: DraftBatch, embed_tokens: nn.Embedding,
                  lm_head: nn.Module) -> torch.Tensor:
-    positions = batch.flat_positions if drafter.cfg.rotary == "flat" else batch.mrope_positions
+    """Teacher-forced draft logits [B, K - 1, V]."""
+    positions = batch.positions_for(drafter.cfg.rotary)
+    if isinstance(drafter, EagleDrafter):
+        return drafter.teacher_forced_logits(batch.context, batch.context_ids,
+                                             batch.block_ids[:, 0], batch.labels, positions,
+                                             embed_tokens, lm_head, batch.context_mask)
     return drafter.propose_logits(batch.context, batch.block_ids, positions, embed_tokens,
-                                  lm_head)  # [B, K - 1, V]
+                                  lm_head, batch.context_mask)
 
 
 def block_loss(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
@@ -38,18 +56,25 @@ def acceptance_length(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tenso
     return 1 + hit.long().cumprod(dim=1).sum(dim=1)
 
 
+def draft_batch(drafter: AnyDrafter, corpus: DraftCorpus, rows: torch.Tensor, block_size: int,
+                generator: torch.Generator) -> DraftBatch:
+    return sample_blocks(corpus, rows, block_size, block_filler_id(drafter), generator,
+                         drafter.cfg.context_len)
+
+
 @torch.no_grad()
-def evaluate_drafter(drafter: Drafter, corpus: DraftCorpus, rows: torch.Tensor,
+def evaluate_drafter(drafter: AnyDrafter, corpus: DraftCorpus, rows: torch.Tensor,
                      embed_tokens: nn.Embedding, lm_head: nn.Module, seed: int,
-                     autocast: Callable[[], contextlib.AbstractContextManager],
-                     repeats: int = 4, batch_size: int = 256) -> dict[str, float]:
+                     autocast: Autocast, block_size: int | None = None, repeats: int = 4,
+                     batch_size: int = 256) -> dict[str, float]:
     drafter.eval()
+    block_size = block_size or drafter.cfg.block_size
     gen = torch.Generator(device=corpus.ids.device).manual_seed(seed)
     losses, accepted = [], []
     for _ in range(repeats):
         for start in range(0, len(rows), batch_size):
-            batch = sample_blocks(corpus, rows[start:start + batch_size],
-                                  drafter.cfg.block_size, drafter.mask_token_id, gen)
+            batch = draft_batch(drafter, corpus, rows[start:start + batch_size], block_size,
+                                gen)
             with autocast():
                 logits = draft_logits(drafter, batch, embed_tokens, lm_head)
             losses.append(float(block_loss(logits, batch.labels)))
@@ -59,13 +84,17 @@ def evaluate_drafter(drafter: Drafter, corpus: DraftCorpus, rows: torch.Tensor,
             "accept_len": float(torch.cat(accepted).mean()) if accepted else 0.0}
 
 
-def train_drafter(drafter: Drafter, corpus: DraftCorpus, train_rows: torch.Tensor,
+def train_drafter(drafter: AnyDrafter, corpus: DraftCorpus, train_rows: torch.Tensor,
                   eval_rows: torch.Tensor, embed_tokens: nn.Embedding, lm_head: nn.Module,
                   steps: int, batch_size: int, lr: float, seed: int, log: TrainLog,
-                  stage: str, autocast: Callable[[], contextlib.AbstractContextManager],
-                  seconds: float | None = None, log_every: int = 50) -> dict[str, float]:
-    """Returns {"first_loss", "final_loss", "eval_loss", "eval_accept_len"}."""
+                  stage: str, autocast: Autocast, seconds: float | None = None,
+                  log_every: int = 50, block_sizes: tuple[int, ...] | None = None
+                  ) -> dict[str, float]:
+    """Returns {"steps", "first_loss", "final_loss", "eval_loss", "eval_accept_len"} (eval at
+    the config's block size) and "eval_accept_len_block{K}" for every K in block_sizes."""
     device = corpus.ids.device
+    sizes = tuple(block_sizes or (drafter.cfg.block_size,))
+    sizes_for_steps = (max(sizes),) if isinstance(drafter, EagleDrafter) else sizes
     gen = torch.Generator(device=device).manual_seed(seed)
     opt = torch.optim.AdamW(drafter.parameters(), lr=lr, weight_decay=0.01, betas=(0.9, 0.95))
     progress = Progress(steps, seconds)
@@ -76,8 +105,9 @@ def train_drafter(drafter: Drafter, corpus: DraftCorpus, train_rows: torch.Tenso
             group["lr"] = lr * progress.lr_factor()
         step = progress.step
         pick = torch.randint(len(train_rows), (batch_size,), generator=gen, device=device)
-        batch = sample_blocks(corpus, train_rows.to(device)[pick], drafter.cfg.block_size,
-                              drafter.mask_token_id, gen)
+        size = sizes_for_steps[int(torch.randint(len(sizes_for_steps), (1,), generator=gen,
+                                                 device=device))]
+        batch = draft_batch(drafter, corpus, train_rows.to(device)[pick], size, gen)
         with autocast():
             logits = draft_logits(drafter, batch, embed_tokens, lm_head)
         loss = block_loss(logits, batch.labels)
@@ -90,10 +120,15 @@ def train_drafter(drafter: Drafter, corpus: DraftCorpus, train_rows: torch.Tenso
         first = last if step == 0 else first
         if step % log_every == 0 or progress.done():
             acc = float(acceptance_length(logits.detach(), batch.labels).float().mean())
-            log.write(stage, step, loss=last, accept_len=acc, lr=opt.param_groups[0]["lr"])
-    metrics = evaluate_drafter(drafter, corpus, eval_rows, embed_tokens, lm_head, seed + 1,
-                               autocast)
-    log.write(f"{stage}_eval", progress.step, loss=metrics["loss"],
-              accept_len=metrics["accept_len"])
-    return {"steps": progress.step, "first_loss": first, "final_loss": last,
-            "eval_loss": metrics["loss"], "eval_accept_len": metrics["accept_len"]}
+            log.write(stage, step, loss=last, accept_len=acc, block=size,
+                      lr=opt.param_groups[0]["lr"])
+    out = {"steps": progress.step, "first_loss": first, "final_loss": last}
+    for size in dict.fromkeys((drafter.cfg.block_size, *sizes)):
+        metrics = evaluate_drafter(drafter, corpus, eval_rows, embed_tokens, lm_head, seed + 1,
+                                   autocast, size)
+        log.write(f"{stage}_eval", progress.step, block=size, loss=metrics["loss"],
+                  accept_len=metrics["accept_len"])
+        if size == drafter.cfg.block_size:
+            out.update(eval_loss=metrics["loss"], eval_accept_len=metrics["accept_len"])
+        out[f"eval_accept_len_block{size}"] = metrics["accept_len"]
+    return out

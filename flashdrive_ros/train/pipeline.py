@@ -34,7 +34,7 @@ from flashdrive_ros.model.tokenizer import (ALPAMAYO_SPECIAL_NAMES, QWEN_SPECIAL
 from flashdrive_ros.model.manifest import write_manifest
 from flashdrive_ros.model.weights import save_model_dir
 from flashdrive_ros.train.draft_corpus import build_draft_corpus
-from flashdrive_ros.train.drafter_data import DraftCorpus
+from flashdrive_ros.train.drafter_data import concat_corpora
 from flashdrive_ros.train.drafter_train import train_drafter
 from flashdrive_ros.train.generate import generate_drives
 from flashdrive_ros.train.log import TrainLog
@@ -176,20 +176,12 @@ def run(out: Path, recipe: Recipe, minutes_budget: float, device: torch.device, 
 
 def _train_drafter_on(drafter, corpus, eval_corpus, embed, head, recipe: Recipe, seed: int,
                       log: TrainLog, rotary: str, autocast, seconds: float) -> dict:
-    merged = _concat_corpora(corpus, eval_corpus)
+    merged = concat_corpora(corpus, eval_corpus)
     train_rows = torch.arange(len(corpus))
     eval_rows = torch.arange(len(corpus), len(merged))
     return train_drafter(drafter, merged, train_rows, eval_rows, embed, head, recipe.draft_steps,
                          recipe.draft_batch, recipe.draft_lr, seed, log, f"drafter_{rotary}",
                          autocast, seconds=seconds)
-
-
-def _concat_corpora(a: DraftCorpus, b: DraftCorpus) -> DraftCorpus:
-    if a.ids.shape[1] != b.ids.shape[1]:
-        raise ValueError(f"draft corpora widths differ: {a.ids.shape[1]} vs {b.ids.shape[1]}")
-    return DraftCorpus(torch.cat([a.ids, b.ids]), torch.cat([a.features, b.features]),
-                       torch.cat([a.positions, b.positions], dim=1),
-                       torch.cat([a.lengths, b.lengths]), a.prompt_len, a.context_len)
 
 
 def main(argv: list[str] | None = None) -> int:
