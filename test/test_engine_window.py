@@ -298,3 +298,12 @@ def test_random_event_streams_never_crash(events, step, prefed):
             if isinstance(result, Window):
                 assert np.isfinite(result.ego_history).all()
                 assert np.isfinite(result.speed)
+
+
+def test_late_message_within_max_reorder_is_dropped_without_a_reset():
+    b = WindowBuilder(CAMS)
+    _feed(b, 10.0)
+    b.add_image(0, 9.75, np.zeros((8, 12, 3), np.uint8))
+    b.add_odometry(9.7, [0, 0, 0], [0, 0, 0, 1], [0, 0, 0])
+    assert b.late_dropped == 2 and not b.time_base_reset_pending
+    assert isinstance(b.build(10.0), Window)
