@@ -39,9 +39,10 @@ class WindowSpan:
 
 def fault_row(fault: Fault, path: str, run: FaultRun, clean: FaultRun, stream: FaultedStream,
               span: WindowSpan, odometry_topic: str) -> dict:
+    made = [t0 for t0, _, _ in run.plans]
     spoiled_plans = sum(any(span.uses(t0, stamp, topic == odometry_topic)
-                            for topic, stamp in stream.spoiled) for t0 in run.published_t0)
-    after = [t0 for t0 in run.published_t0 if t0 >= stream.fault_end_stamp]
+                            for topic, stamp in stream.spoiled) for t0 in made)
+    after = [t0 for t0 in made if t0 >= stream.fault_end_stamp]
     prefills = {r: n for r, n in run.full_prefills.items() if r not in IGNORED_PREFILLS}
     expected = EXPECTED_NAMES[fault.name]
     return {

@@ -105,3 +105,5 @@ class NodeObserver:
                     o.inputs[part[len("input "):]] = values
                     if values.get("last_fault", "none") != "none":
                         o.named_faults.add(fault_name(values["last_fault"]))
+                    if status.message != "ok":
+                        o.named_faults.add(fault_name(status.message))
