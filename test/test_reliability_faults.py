@@ -127,7 +127,6 @@ def clean(messages, engine):
 
 @pytest.mark.parametrize("name, value, names", [
     ("nonfinite_odom", 0.3, {"non_finite", "nonfinite"}),
-    ("wrong_size", 0.3, {"image_size"}),
     ("corrupt_jpeg", 0.3, {"corrupt_payload"}),
     ("time_jump", 2.0, {"time_backwards"}),
 ])
