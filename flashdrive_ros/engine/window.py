@@ -15,7 +15,9 @@ REJECTION_CODES = (
     "odometry_short", "odometry_gap", "nonfinite", "image_size", "time_backwards",
     "time_jump",
 )
-MAX_ODOMETRY_MAGNITUDE = 1e7
+# largest |odometry position or velocity component| (m, m/s) taken as valid: float64 still
+# resolves 0.2 mm there, so map-scale and epoch-scale coordinates pass and overflow cannot
+MAX_ODOMETRY_MAGNITUDE = 1e12
 
 
 @dataclass(frozen=True)
