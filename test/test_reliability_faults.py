@@ -24,7 +24,7 @@ from flashdrive_ros.sim.bag import write_bag
 PARAMS = DriveParams(num_samples=1, overlay_camera="")
 CAMERAS = PARAMS.camera_topics
 ODOMETRY = PARAMS.odom_topic
-START_S, DURATION_S = 2.0, 1.5
+START_S, DURATION_S = 2.0, 1.0
 
 
 @pytest.fixture(scope="module")

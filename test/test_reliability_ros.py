@@ -50,11 +50,13 @@ def test_plans_failing_the_checks_become_the_flagged_stop_trajectory(bag, tmp_pa
 
 
 def test_bag_loop_through_ros_resets_names_and_recovers(bag, tmp_path):
+    """max_plan_age_s is long so that recovery is judged on the plans themselves, not on how
+    fast a shared CPU makes them."""
     messages = read_stream(bag, list(TOPICS))
     fault = parse_faults("time_jump=3.0", start_s=2.5)[0]
     stream = apply_fault(messages, fault, 0, PARAMS.camera_topics, PARAMS.odom_topic)
     run = run_through_ros(stream, "drive_node_faulted", node_parameters(
-        default_model_dir()), TOPICS, tmp_path)
+        default_model_dir(), max_plan_age_s=5.0), TOPICS, tmp_path)
     print(run)
     assert run.stayed_up and not run.error
     assert "time_backwards" in run.named and run.rejections.get("time_backwards", 0) >= 1
