@@ -11,8 +11,9 @@ import torch
 from flashdrive_ros.engine.config import EngineConfig
 from flashdrive_ros.engine.engine import Engine
 from flashdrive_ros.paths import default_model_dir
-from flashdrive_ros.reliability.fault_run import run_offline
-from flashdrive_ros.reliability.fault_table import WindowSpan, fault_row, markdown_table
+from flashdrive_ros.reliability.fault_run import PlanMade, run_offline
+from flashdrive_ros.reliability.fault_table import (WindowSpan, after_fault, fault_row,
+                                                    markdown_table)
 from flashdrive_ros.reliability.faults import (Fault, FaultedStream, FaultSpecError,
                                                apply_fault, parse_faults)
 from flashdrive_ros.reliability.stream import NS_PER_S, looped, read_stream
@@ -102,6 +103,21 @@ def test_spoiling_faults_make_unusable_messages(messages):
     _, nonfinite = faulted(messages, "nonfinite_odom", 0.5)
     xs = [m.message().pose.pose.position.x for m in nonfinite.messages if m.topic == ODOMETRY]
     assert any(math.isnan(x) for x in xs) and any(math.isinf(x) for x in xs)
+
+
+def plans_made(*t0_and_time_base):
+    return [PlanMade(t0, False, "", base) for t0, base in t0_and_time_base]
+
+
+def test_plans_after_a_fault_are_those_of_windows_past_it():
+    gap = FaultedStream([], fault_start_stamp=102.0, fault_end_stamp=103.0)
+    made = plans_made((101.5, 0), (102.5, 0), (103.0, 0), (103.1, 0))
+    assert after_fault(made, Fault("odom_gap", 1.0), gap) == [103.0, 103.1]
+    loop = FaultedStream([], fault_start_stamp=102.5, fault_end_stamp=97.5)
+    jump = Fault("time_jump", 5.0)
+    made = plans_made((101.5, 0), (102.4, 0), (99.1, 1), (101.6, 1))
+    assert after_fault(made, jump, loop) == [99.1, 101.6]
+    assert after_fault(made[:2], jump, loop) == []
 
 
 def test_looped_stream_runs_forward(messages):

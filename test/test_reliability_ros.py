@@ -6,6 +6,7 @@ import pytest
 
 from flashdrive_ros.paths import default_model_dir
 from flashdrive_ros.reliability.fault_run import run_through_ros
+from flashdrive_ros.reliability.fault_table import after_fault
 from flashdrive_ros.reliability.faults import apply_fault, parse_faults
 from flashdrive_ros.reliability.session import node_session
 from flashdrive_ros.reliability.soak import SoakSettings, run_soak
@@ -51,7 +52,8 @@ def test_plans_failing_the_checks_become_the_flagged_stop_trajectory(bag, tmp_pa
 
 def test_bag_loop_through_ros_resets_names_and_recovers(bag, tmp_path):
     """max_plan_age_s is long so that recovery is judged on the plans themselves, not on how
-    fast a shared CPU makes them."""
+    fast a shared CPU makes them. The drive after the loop outlasts every stamp before it, so
+    its last plan cannot be mistaken for one of the old time base."""
     messages = read_stream(bag, list(TOPICS))
     fault = parse_faults("time_jump=3.0", start_s=2.5)[0]
     stream = apply_fault(messages, fault, 0, PARAMS.camera_topics, PARAMS.odom_topic)
@@ -61,7 +63,9 @@ def test_bag_loop_through_ros_resets_names_and_recovers(bag, tmp_path):
     assert run.stayed_up and not run.error
     assert "time_backwards" in run.named and run.rejections.get("time_backwards", 0) >= 1
     assert run.full_prefills.get("time base reset", 0) >= 1
-    assert [t0 for t0 in run.published_t0 if t0 >= stream.fault_end_stamp]
+    after = after_fault(run.plans, fault, stream)
+    assert after and after[-1] >= stream.fault_start_stamp
+    assert run.published_t0[-1] == after[-1]
 
 
 def test_short_soak_has_no_thread_growth_and_bounded_memory(bag, tmp_path):

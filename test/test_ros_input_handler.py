@@ -103,9 +103,10 @@ def test_bag_loop_restarts_the_time_base_and_plans_again():
     handler, loop = handler_and_loop()
     drive(handler, loop, 100.0, 20)
     planned = loop.health()[0].windows_planned
+    assert loop.latest().time_base == 0
     drive(handler, loop, 98.0, 20)
     planner, _ = loop.health()
     assert planner.rejections_by_code.get("time_backwards", 0) >= 1
     assert input_fault(loop, handler.params.camera_names[0]).startswith("time_backwards")
     assert planner.windows_planned > planned
-    assert loop.latest().plan.t0 == pytest.approx(99.9)
+    assert loop.latest().plan.t0 == pytest.approx(99.9) and loop.latest().time_base == 1

@@ -16,13 +16,24 @@ DRAIN_QUIET_S = 3.0
 DRAIN_TIMEOUT_S = 60.0
 
 
+@dataclass(frozen=True)
+class PlanMade:
+    """time_base: how many time-base restarts came before the plan's window."""
+
+    t0: float
+    full_prefill: bool
+    prefill_reason: str
+    time_base: int
+
+
 @dataclass
 class FaultRun:
-    """plans: (t0, full prefill, prefill reason) of each plan made (through ROS: each plan
-    the diagnostics reported; `plans_made` counts them all); rejections: rejected windows by
-    code; named: every fault or rejection name the diagnostics carried."""
+    """plans: each plan made, in order (through ROS: each plan the diagnostics reported;
+    `plans_made` counts them all); published_t0: t0 of each valid plan published, in order;
+    rejections: rejected windows by code; named: every fault or rejection name the
+    diagnostics carried."""
 
-    plans: list[tuple[float, bool, str]] = field(default_factory=list)
+    plans: list[PlanMade] = field(default_factory=list)
     plans_made: int = 0
     published_t0: list[float] = field(default_factory=list)
     rejections: dict[str, int] = field(default_factory=dict)
@@ -63,7 +74,8 @@ def run_offline(stream: FaultedStream, engine, builder, params: DriveParams,
         if record is not None and record.serial != serial:
             serial = record.serial
             plan = record.plan
-            run.plans.append((plan.t0, plan.full_prefill, plan.prefill_reason))
+            run.plans.append(PlanMade(plan.t0, plan.full_prefill, plan.prefill_reason,
+                                      record.time_base))
             run.published_t0.append(plan.t0)
     planner, inputs = loop.health()
     run.plans_made = planner.windows_planned
@@ -101,10 +113,11 @@ def run_through_ros(stream: FaultedStream, name: str, parameters: dict, topics: 
         stayed_up = session.node.alive()
     values = observation.planner
     run = FaultRun(stayed_up=stayed_up)
-    run.plans = [(p.plan_t0, p.full_prefill, "") for p in observation.plans]
+    run.plans = [PlanMade(p.plan_t0, p.full_prefill, p.prefill_reason, p.time_base)
+                 for p in observation.plans]
     run.plans_made = int(values.get("windows_planned", 0))
-    run.published_t0 = sorted({t.stamp for t in observation.trajectories
-                               if t.poses and not t.stop})
+    valid = [t.stamp for t in observation.trajectories if t.poses and not t.stop]
+    run.published_t0 = [t0 for i, t0 in enumerate(valid) if i == 0 or t0 != valid[i - 1]]
     run.rejections = {k.split(".", 1)[1]: int(v) for k, v in values.items()
                       if k.startswith("rejected.")}
     run.full_prefills = {k.split(".", 1)[1].replace("_", " "): int(v)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from flashdrive_ros.reliability.fault_run import FaultRun
+from flashdrive_ros.reliability.fault_run import FaultRun, PlanMade
 from flashdrive_ros.reliability.faults import Fault, FaultedStream
 
 EXPECTED_NAMES = {
@@ -37,12 +37,20 @@ class WindowSpan:
         return t0 - self.image_span - self.tolerance <= stamp <= t0 + self.tolerance
 
 
+def after_fault(plans: list[PlanMade], fault: Fault, stream: FaultedStream) -> list[float]:
+    """The t0s (in the order made) of plans from windows after the fault: from its end stamp
+    on, and after a time jump in a later time base."""
+    later_base = fault.name == "time_jump"
+    return [p.t0 for p in plans
+            if p.t0 >= stream.fault_end_stamp and (p.time_base > 0 or not later_base)]
+
+
 def fault_row(fault: Fault, path: str, run: FaultRun, clean: FaultRun, stream: FaultedStream,
               span: WindowSpan, odometry_topic: str) -> dict:
-    made = [t0 for t0, _, _ in run.plans]
+    made = [p.t0 for p in run.plans]
     spoiled_plans = sum(any(span.uses(t0, stamp, topic == odometry_topic)
                             for topic, stamp in stream.spoiled) for t0 in made)
-    after = [t0 for t0 in made if t0 >= stream.fault_end_stamp]
+    after = after_fault(run.plans, fault, stream)
     prefills = {r: n for r, n in run.full_prefills.items() if r not in IGNORED_PREFILLS}
     expected = EXPECTED_NAMES[fault.name]
     return {

@@ -34,6 +34,8 @@ class PlanEvent:
     plan_t0: float
     latency_ms: float
     full_prefill: bool
+    prefill_reason: str
+    time_base: int
 
 
 @dataclass
@@ -95,7 +97,9 @@ class NodeObserver:
                         o.plans.append(PlanEvent(
                             time.monotonic(), float(values["plan_t0"]),
                             float(values.get("latency_ms.total", "nan")),
-                            values.get("full_prefill") == "True"))
+                            values.get("full_prefill") == "True",
+                            values.get("prefill_reason", ""),
+                            int(values.get("plan_time_base", 0))))
                     o.planner = {**values, "message": status.message}
                     o.named_faults.update(k.split(".", 1)[1] for k in values
                                           if k.startswith("rejected."))

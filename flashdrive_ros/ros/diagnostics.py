@@ -31,6 +31,7 @@ class InputHealth:
 @dataclass
 class PlannerHealth:
     plan: Plan | None = None
+    plan_time_base: int = 0
     plan_age_s: float | None = None
     plan_valid: bool = False
     ticks: int = 0
@@ -81,7 +82,8 @@ def planner_status(node_name: str, health: PlannerHealth) -> DiagnosticStatus:
                    _kv("mode", plan.mode),
                    _kv("full_prefill", plan.full_prefill),
                    _kv("prefill_reason", plan.prefill_reason or "streaming"),
-                   _kv("plan_t0", float(plan.t0))]
+                   _kv("plan_t0", float(plan.t0)),
+                   _kv("plan_time_base", health.plan_time_base)]
     values += [_kv(k, v) for k, v in sorted(health.extra.items())]
     if health.engine_error:
         level, message = DiagnosticStatus.ERROR, f"engine error: {health.engine_error}"

@@ -143,6 +143,7 @@ class OutputPublishers:
         loop.note_silent(INPUT_SILENT_S, silence_hint)
         planner, inputs = loop.health()
         planner.plan = record.plan if record else None
+        planner.plan_time_base = record.time_base if record else 0
         planner.plan_age_s = (now_s - record.plan.t0) if record else None
         planner.plan_valid = valid
         planner.fallback = self.fallback

@@ -32,13 +32,15 @@ class PlanningEngine(Protocol):
 
 @dataclass(frozen=True)
 class PlanRecord:
-    """A finished plan, the image of the overlay camera at its t0 (or None) and when it was
-    finished (monotonic seconds)."""
+    """A finished plan, the image of the overlay camera at its t0 (or None), when it was
+    finished (monotonic seconds) and its time base (how many time-base restarts came before
+    its window)."""
 
     plan: Plan
     overlay_image: np.ndarray | None
     finished_at: float
     serial: int
+    time_base: int = 0
 
 
 class PlannerLoop:
@@ -70,6 +72,7 @@ class PlannerLoop:
         self._attempted: tuple[float, int] | None = None
         self._last_rejected: tuple[float, str] | None = None
         self._planned_t0 = -np.inf
+        self._time_base = 0
         self._lock = threading.Lock()
         self._wake = threading.Condition(self._lock)
         self._stop = threading.Event()
@@ -223,6 +226,8 @@ class PlannerLoop:
                     self._planned_t0 = -np.inf
                     self._latest = None
                 return None
+            if result.time_base_reset:
+                self._time_base += 1
             return result
 
     def _note_rejection(self, t0: float, rejection: WindowRejection) -> None:
@@ -257,7 +262,7 @@ class PlannerLoop:
             self._planned_t0 = (window.t0 if window.time_base_reset
                                 else max(self._planned_t0, window.t0))
             serial = (self._latest.serial + 1) if self._latest else 1
-            self._latest = PlanRecord(plan, overlay, self.clock(), serial)
+            self._latest = PlanRecord(plan, overlay, self.clock(), serial, self._time_base)
 
     def _plan_failed(self, window: Window, problem: str, engine_error: bool) -> None:
         """Drop the streaming state (the next window is prefilled in full) and report."""
