@@ -16,7 +16,7 @@ REJECTION_CODES = (
     "time_jump",
 )
 # largest |odometry position or velocity component| (m, m/s) taken as valid: float64 still
-# resolves 0.2 mm there, so map-scale and epoch-scale coordinates pass and overflow cannot
+# resolves 0.2 mm there, map-scale and epoch-scale coordinates pass, nothing downstream overflows
 MAX_ODOMETRY_MAGNITUDE = 1e12
 
 
