@@ -19,11 +19,8 @@ $(VENV)/.installed: requirements.txt requirements-test.txt setup.py
 demo: venv
 	$(PY) -m flashdrive_ros.demo
 
-# test_ros_node.py runs in its own process: its DDS graph timing is disturbed by modules run
-# before it in the same interpreter.
 test: venv
-	$(PY) -m pytest -q test --ignore=test/test_ros_node.py
-	$(PY) -m pytest -q test/test_ros_node.py
+	$(PY) -m pytest -q test
 
 lint: venv
 	$(PY) -m ruff check .

@@ -38,9 +38,11 @@ setup(
         "console_scripts": [
             "drive_node = flashdrive_ros.ros.node:main",
             "flashdrive-export = flashdrive_ros.backends.export_cli:main",
+            "flashdrive-faults = flashdrive_ros.reliability.fault_cli:main",
             "flashdrive-bench = flashdrive_ros.bench.cli:main",
             "flashdrive-replay = flashdrive_ros.eval.cli:main",
             "flashdrive-sim = flashdrive_ros.sim.cli:main",
+            "flashdrive-soak = flashdrive_ros.reliability.soak_cli:main",
             "flashdrive-train = flashdrive_ros.train.pipeline:main",
         ],
     },

@@ -1,5 +1,6 @@
 """Starts drive_node as a lifecycle node with config/drive.yaml; with autostart:=true it is
-configured and then activated through lifecycle events.
+configured and then activated through lifecycle events. With foxglove:=true it also starts
+foxglove_bridge (package foxglove_bridge), bound to foxglove_address (127.0.0.1 unless set).
 
 ros2 launch flashdrive_ros drive.launch.py model_dir:=/path/to/model use_sim_time:=true
 """
@@ -9,7 +10,7 @@ from launch.actions import DeclareLaunchArgument, EmitEvent, RegisterEventHandle
 from launch.conditions import IfCondition
 from launch.events import matches_action
 from launch.substitutions import LaunchConfiguration
-from launch_ros.actions import LifecycleNode
+from launch_ros.actions import LifecycleNode, Node
 from launch_ros.event_handlers import OnStateTransition
 from launch_ros.events.lifecycle import ChangeState
 from launch_ros.parameter_descriptions import ParameterValue
@@ -33,7 +34,15 @@ def generate_launch_description() -> LaunchDescription:
                               description="debug, info, warn, error or fatal."),
         DeclareLaunchArgument("autostart", default_value="true",
                               description="Configure and activate drive_node on start."),
+        DeclareLaunchArgument("foxglove", default_value="false",
+                              description="Also start foxglove_bridge (WebSocket for Foxglove)."),
+        DeclareLaunchArgument("foxglove_address", default_value="127.0.0.1",
+                              description="Address foxglove_bridge binds to; 0.0.0.0 opens it "
+                                          "to every network the machine is on."),
+        DeclareLaunchArgument("foxglove_port", default_value="8765",
+                              description="WebSocket port of foxglove_bridge."),
     ]
+    use_sim_time = ParameterValue(LaunchConfiguration("use_sim_time"), value_type=bool)
     node = LifecycleNode(
         package="flashdrive_ros",
         executable="drive_node",
@@ -44,8 +53,7 @@ def generate_launch_description() -> LaunchDescription:
             LaunchConfiguration("params_file"),
             {
                 "model_dir": ParameterValue(LaunchConfiguration("model_dir"), value_type=str),
-                "use_sim_time": ParameterValue(LaunchConfiguration("use_sim_time"),
-                                               value_type=bool),
+                "use_sim_time": use_sim_time,
             },
         ],
         arguments=["--ros-args", "--log-level", LaunchConfiguration("log_level")],
@@ -66,4 +74,17 @@ def generate_launch_description() -> LaunchDescription:
         ),
         condition=IfCondition(autostart),
     )
-    return LaunchDescription([*arguments, node, activate_when_configured, configure])
+    foxglove_bridge = Node(
+        package="foxglove_bridge",
+        executable="foxglove_bridge",
+        name="foxglove_bridge",
+        output="screen",
+        parameters=[{
+            "address": ParameterValue(LaunchConfiguration("foxglove_address"), value_type=str),
+            "port": ParameterValue(LaunchConfiguration("foxglove_port"), value_type=int),
+            "use_sim_time": use_sim_time,
+        }],
+        condition=IfCondition(LaunchConfiguration("foxglove")),
+    )
+    return LaunchDescription([*arguments, node, activate_when_configured, configure,
+                              foxglove_bridge])

@@ -6,7 +6,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from flashdrive_ros.engine.types import Window
-from flashdrive_ros.engine.window import WindowBuilder, WindowLimits, WindowRejection
+from flashdrive_ros.engine.window import (MAX_ODOMETRY_MAGNITUDE, WindowBuilder, WindowLimits,
+                                          WindowRejection)
 
 CAMS = 3
 
@@ -98,6 +99,20 @@ def test_turning_history_invariant_to_world_frame(seed):
     assert isinstance(win, Window)
     np.testing.assert_allclose(win.ego_history, _expected_history(8.0, 0.4), atol=2e-3)
     assert win.ego_history[0, 1] > 0.5
+
+
+def test_map_and_epoch_scale_positions_give_the_same_history():
+    b = WindowBuilder(CAMS)
+    _feed(b, 30.0, v=8.0, w=0.4, world_shift=np.array([9e9, -4e9, 10.0]))
+    win = b.build(30.0)
+    assert isinstance(win, Window)
+    np.testing.assert_allclose(win.ego_history, _expected_history(8.0, 0.4), atol=2e-3)
+
+
+def test_positions_beyond_the_magnitude_limit_are_nonfinite():
+    b = WindowBuilder(CAMS)
+    _feed(b, 30.0, world_shift=np.array([2 * MAX_ODOMETRY_MAGNITUDE, 0.0, 0.0]))
+    assert _code(b, 30.0) == "nonfinite"
 
 
 def test_yaw_unwraps_through_pi():
@@ -298,3 +313,12 @@ def test_random_event_streams_never_crash(events, step, prefed):
             if isinstance(result, Window):
                 assert np.isfinite(result.ego_history).all()
                 assert np.isfinite(result.speed)
+
+
+def test_late_message_within_max_reorder_is_dropped_without_a_reset():
+    b = WindowBuilder(CAMS)
+    _feed(b, 10.0)
+    b.add_image(0, 9.75, np.zeros((8, 12, 3), np.uint8))
+    b.add_odometry(9.7, [0, 0, 0], [0, 0, 0, 1], [0, 0, 0])
+    assert b.late_dropped == 2 and not b.time_base_reset_pending
+    assert isinstance(b.build(10.0), Window)

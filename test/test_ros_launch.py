@@ -1,5 +1,8 @@
 import ast
+import functools
 import importlib.util
+import sys
+import types
 
 import pytest
 import yaml
@@ -11,7 +14,11 @@ ROOT = __import__("pathlib").Path(__file__).resolve().parents[1]
 LAUNCH = ROOT / "launch" / "drive.launch.py"
 RCLPY_NODE_PARAMETERS = {"use_sim_time"}
 LAUNCH_ARGUMENTS = {"model_dir", "params_file", "namespace", "use_sim_time", "log_level",
-                    "autostart"}
+                    "autostart", "foxglove", "foxglove_address", "foxglove_port"}
+LAUNCH_MODULES = ("launch", "launch.actions", "launch.conditions", "launch.events",
+                  "launch.substitutions", "launch_ros", "launch_ros.actions",
+                  "launch_ros.event_handlers", "launch_ros.events", "launch_ros.events.lifecycle",
+                  "launch_ros.parameter_descriptions")
 
 
 def calls(tree, name):
@@ -43,6 +50,82 @@ def test_launch_file_passes_only_declared_parameters():
     transitions = {c.attr for c in ast.walk(tree) if isinstance(c, ast.Attribute)
                    and c.attr.startswith("TRANSITION_")}
     assert transitions == {"TRANSITION_CONFIGURE", "TRANSITION_ACTIVATE"}
+
+
+class Recorded:
+    """Stands in for a launch / launch_ros class: keeps what it was constructed with."""
+
+    def __init__(self, *args, **kwargs):
+        self.args, self.kwargs = args, kwargs
+
+
+@functools.cache
+def recorded_class(name):
+    return type(name, (Recorded,), {})
+
+
+def recorded_description(monkeypatch):
+    """The launch file's description, built with every launch / launch_ros name recorded."""
+    for name in LAUNCH_MODULES:
+        module = types.ModuleType(name)
+        module.__getattr__ = recorded_class
+        monkeypatch.setitem(sys.modules, name, module)
+    spec = importlib.util.spec_from_file_location("drive_launch", LAUNCH)
+    launch_file = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(launch_file)
+    return launch_file.generate_launch_description().args[0]
+
+
+def resolved(value, arguments):
+    kind = type(value).__name__
+    if kind == "LaunchConfiguration":
+        return arguments[value.args[0]]
+    if kind == "ParameterValue":
+        text = resolved(value.args[0], arguments)
+        value_type = value.kwargs["value_type"]
+        return text if value_type is str else value_type(yaml.safe_load(text))
+    return value
+
+
+def launched_nodes(monkeypatch, **overrides):
+    """{(package, executable): resolved parameters} of the nodes the launch file starts with
+    these launch arguments (the rest at their defaults)."""
+    entities = recorded_description(monkeypatch)
+    arguments = {e.args[0]: e.kwargs["default_value"] for e in entities
+                 if type(e).__name__ == "DeclareLaunchArgument"}
+    assert set(overrides) <= set(arguments)
+    arguments.update(overrides)
+    nodes = {}
+    for entity in entities:
+        if type(entity).__name__ not in ("Node", "LifecycleNode"):
+            continue
+        condition = entity.kwargs.get("condition")
+        if condition is not None and resolved(condition.args[0], arguments).lower() not in (
+                "true", "1"):
+            continue
+        parameters = {k: resolved(v, arguments) for p in entity.kwargs["parameters"]
+                      if isinstance(p, dict) for k, v in p.items()}
+        nodes[(entity.kwargs["package"], entity.kwargs["executable"])] = parameters
+    return nodes
+
+
+BRIDGE = ("foxglove_bridge", "foxglove_bridge")
+
+
+def test_foxglove_bridge_is_off_unless_asked_for(monkeypatch):
+    assert set(launched_nodes(monkeypatch)) == {("flashdrive_ros", "drive_node")}
+
+
+def test_foxglove_bridge_binds_to_loopback_by_default(monkeypatch):
+    nodes = launched_nodes(monkeypatch, foxglove="true", use_sim_time="true")
+    assert nodes[BRIDGE] == {"address": "127.0.0.1", "port": 8765, "use_sim_time": True}
+    assert nodes[("flashdrive_ros", "drive_node")]["use_sim_time"] is True
+
+
+def test_foxglove_bridge_takes_the_configured_address_and_port(monkeypatch):
+    nodes = launched_nodes(monkeypatch, foxglove="True", foxglove_address="0.0.0.0",
+                           foxglove_port="9090")
+    assert nodes[BRIDGE] == {"address": "0.0.0.0", "port": 9090, "use_sim_time": False}
 
 
 def test_setup_installs_the_node_script():

@@ -73,7 +73,6 @@ class Feeder:
         self.change_state = self.node.create_client(ChangeState, "/drive_node/change_state")
         self.next_stamp = None
         self.last_stamp = None
-        self.origin = None
         self.payload = [jpeg(i) for i in range(len(CAMERAS))]
 
     def _store(self, store, msg):
@@ -98,7 +97,8 @@ class Feeder:
         set's stamp for `seconds`, then on until `until()` holds (an AssertionError after
         WAIT_S more), so that the node keeps getting input while the test waits for its
         answer. The grid follows the clock; when publishing falls more than 0.3 s behind it
-        (the test waited, or the process stalled) the grid jumps up to the clock.
+        (the test waited, or the process stalled) the grid jumps up to the clock. Odometry
+        runs along x = SPEED * stamp, so wall-clock stamps put it near 1e10 m.
 
         nan_odometry_set: the odometry sample 0.04 s before the stamp of this drive's set
         with that index is NaN; the drive does not end before that set is out, whatever
@@ -116,8 +116,6 @@ class Feeder:
                 raise AssertionError(f"timed out after {WAIT_S} s of driving waiting for {what}")
             if self.next_stamp is None or self.now() - self.next_stamp > 0.3:
                 self.next_stamp = round(self.now(), 1) + 0.1
-            if self.origin is None:
-                self.origin = self.next_stamp
             if offset is None:
                 offset = (0.0 if rewind_s is None
                           else self.last_stamp - rewind_s - self.next_stamp)
@@ -129,7 +127,7 @@ class Feeder:
                 bad = published == nan_odometry_set and k == 2
                 if bad:
                     nan_odometry_at = t
-                self.odometry(t, SPEED * (t - self.origin), bad=bad)
+                self.odometry(t, SPEED * t, bad=bad)
             for i, publisher in enumerate(self.images):
                 if i == skip_camera:
                     continue

@@ -15,6 +15,9 @@ REJECTION_CODES = (
     "odometry_short", "odometry_gap", "nonfinite", "image_size", "time_backwards",
     "time_jump",
 )
+# largest |odometry position or velocity component| (m, m/s) taken as valid: float64 still
+# resolves 0.2 mm there, map-scale and epoch-scale coordinates pass, nothing downstream overflows
+MAX_ODOMETRY_MAGNITUDE = 1e12
 
 
 @dataclass(frozen=True)
@@ -38,6 +41,8 @@ class WindowLimits:
     max_odometry_extrapolation: how far t0 may lie past the newest odometry sample.
     max_odometry_gap: largest allowed spacing of odometry samples inside the history span.
     max_time_jump: a stamp this far past everything seen so far restarts the time base.
+    max_reorder: a stamp at most this far behind its stream's newest is a late (reordered)
+        message and is dropped; further back, the time base restarts (e.g. a bag loop).
     keep_seconds: extra buffer kept beyond what one window needs.
     """
 
@@ -45,11 +50,12 @@ class WindowLimits:
     max_odometry_extrapolation: float = 0.06
     max_odometry_gap: float = 0.25
     max_time_jump: float = 1.0
+    max_reorder: float = 0.5
     keep_seconds: float = 0.5
 
     def __post_init__(self) -> None:
         for name in ("frame_tolerance", "max_odometry_extrapolation", "max_odometry_gap",
-                     "max_time_jump", "keep_seconds"):
+                     "max_time_jump", "max_reorder", "keep_seconds"):
             value = getattr(self, name)
             if not (math.isfinite(value) and value >= 0):
                 raise ValueError(f"WindowLimits.{name} must be finite and >= 0, got {value}")
@@ -101,7 +107,9 @@ class WindowBuilder:
     and expressed in the t0 ego frame (x forward, y left, z up), yaw unwrapped; speed is the
     norm of the odometry linear velocity at t0. Images are kept by reference.
 
-    A stamp that goes backwards in any stream, or jumps forward by more than
+    A stamp at most `limits.max_reorder` behind its stream's newest is dropped (counted in
+    `late_dropped`). A stamp that goes further backwards in any stream, or jumps forward by
+    more than
     `limits.max_time_jump`, clears all buffers; the next `build` returns a rejection with
     `time_base_reset=True`, and the next built Window has `time_base_reset=True`.
     """
@@ -129,6 +137,7 @@ class WindowBuilder:
         self._pending: WindowRejection | None = None
         self._time_base_reset = False
         self._sequence = 0
+        self.late_dropped = 0
 
     @property
     def time_base_reset_pending(self) -> bool:
@@ -151,6 +160,9 @@ class WindowBuilder:
         if frames and stamp == frames[-1][0]:
             frames[-1] = (stamp, rgb)
             return
+        if frames and frames[-1][0] - self.limits.max_reorder <= stamp < frames[-1][0]:
+            self.late_dropped += 1
+            return
         if frames and stamp < frames[-1][0]:
             self._reset_time_base(WindowRejection(
                 f"camera {camera} stamp went backwards {frames[-1][0]:.6f} -> {stamp:.6f}",
@@ -160,7 +172,9 @@ class WindowBuilder:
         self._advance(stamp)
 
     def add_odometry(self, stamp: float, position, quaternion, linear_velocity) -> None:
-        """position [3] (world), quaternion [4] xyzw (world from body), linear_velocity [3]."""
+        """position [3] (world), quaternion [4] xyzw (world from body), linear_velocity [3].
+        A sample with NaN/inf, a magnitude beyond MAX_ODOMETRY_MAGNITUDE or a zero quaternion
+        is kept but marks windows whose history spans it as `nonfinite`."""
         position = np.asarray(position, dtype=np.float64).reshape(-1)
         quaternion = np.asarray(quaternion, dtype=np.float64).reshape(-1)
         velocity = np.asarray(linear_velocity, dtype=np.float64).reshape(-1)
@@ -172,12 +186,17 @@ class WindowBuilder:
             return
         norm = float(np.linalg.norm(quaternion))
         finite = bool(np.isfinite(position).all() and np.isfinite(velocity).all()
-                      and math.isfinite(norm) and norm > 1e-6)
+                      and max(np.abs(position).max(), np.abs(velocity).max())
+                      <= MAX_ODOMETRY_MAGNITUDE and math.isfinite(norm) and norm > 1e-6)
         if finite:
             quaternion = quaternion / norm
         sample = _Odometry(stamp, position, quaternion, float(np.linalg.norm(velocity)), finite)
         if self._odometry and stamp == self._odometry[-1].stamp:
             self._odometry[-1] = sample
+            return
+        newest = self._odometry[-1].stamp if self._odometry else -math.inf
+        if newest - self.limits.max_reorder <= stamp < newest:
+            self.late_dropped += 1
             return
         if self._odometry and stamp < self._odometry[-1].stamp:
             self._reset_time_base(WindowRejection(

@@ -268,8 +268,13 @@ def alpamayo_r1_10b() -> ModelConfig:
     return ModelConfig(name="alpamayo-r1-10b", prompt=PromptConfig(layout="alpamayo-1"))
 
 
+TINY_CURVATURE_STD = 0.02
+
+
 def tiny(vocab_size: int = 4600) -> ModelConfig:
-    """A few million parameters, the same structure; used by tests."""
+    """A few million parameters, the same structure; used by tests. Its curvature scale is a
+    road vehicle's (0.02 1/m), so that even random weights give plans within the node's
+    default plan limits."""
     return ModelConfig(
         name="tiny",
         vision=VisionConfig(depth=3, hidden_size=64, num_heads=4, intermediate_size=128,
@@ -280,7 +285,8 @@ def tiny(vocab_size: int = 4600) -> ModelConfig:
                         intermediate_size=256, rope_theta=10000.0, mrope_section=(6, 5, 5)),
         expert=ExpertConfig(hidden_size=64, num_hidden_layers=4, num_attention_heads=4,
                             num_key_value_heads=2, head_dim=32, intermediate_size=128),
-        action=ActionConfig(num_fourier_features=8, in_proj_hidden_size=64),
+        action=ActionConfig(num_fourier_features=8, in_proj_hidden_size=64,
+                            curvature_std=TINY_CURVATURE_STD),
         prompt=PromptConfig(image_width=64, image_height=48, max_coc_tokens=32),
         drafter=DrafterConfig(num_hidden_layers=1, hidden_size=128, num_attention_heads=4,
                               num_key_value_heads=2, head_dim=32, intermediate_size=256,

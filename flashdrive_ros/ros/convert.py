@@ -13,6 +13,8 @@ from typing import Any
 import cv2
 import numpy as np
 
+from flashdrive_ros.engine.window import MAX_ODOMETRY_MAGNITUDE
+
 NS_PER_S = 1_000_000_000
 RAW_CHANNELS = {"rgb8": 3, "bgr8": 3, "mono8": 1, "rgba8": 4, "bgra8": 4}
 JPEG_SOI = b"\xff\xd8"
@@ -63,6 +65,8 @@ def seconds_to_sec_nanosec(seconds: float) -> tuple[int, int]:
     """float seconds -> (sec, nanosec) with nanosec in [0, 1e9), rounded to the nanosecond."""
     if not math.isfinite(seconds):
         raise InvalidStamp(f"stamp {seconds} is not finite")
+    if not -(2 ** 31) <= seconds < 2 ** 31:
+        raise InvalidStamp(f"stamp {seconds} s does not fit builtin_interfaces/Time")
     total_ns = int(round(seconds * NS_PER_S))
     sec, nanosec = divmod(total_ns, NS_PER_S)
     if not -(2 ** 31) <= sec < 2 ** 31:
@@ -193,18 +197,26 @@ def odometry_arrays(msg: Any) -> dict[str, np.ndarray]:
 
 
 def odometry_to_sample(msg: Any) -> OdometrySample:
-    """nav_msgs/Odometry -> OdometrySample; NaN/inf or a zero quaternion raise."""
+    """nav_msgs/Odometry -> OdometrySample; NaN/inf, a position or velocity beyond
+    MAX_ODOMETRY_MAGNITUDE or a zero quaternion raise."""
     arrays = odometry_arrays(msg)
     for name, values in arrays.items():
         if not np.isfinite(values).all():
             raise NonFiniteValue(f"odometry {name} holds NaN or inf: {values.tolist()}")
-    norm = float(np.linalg.norm(arrays["orientation"]))
+        if name != "orientation" and np.abs(values).max() > MAX_ODOMETRY_MAGNITUDE:
+            raise NonFiniteValue(f"odometry {name} beyond {MAX_ODOMETRY_MAGNITUDE:g}: "
+                                 f"{values.tolist()}")
+    orientation = arrays["orientation"]
+    norm = float(np.linalg.norm(orientation))
     if norm < 1e-6:
         raise InvalidOrientation("odometry orientation quaternion has zero norm")
+    if not math.isfinite(norm):
+        orientation = orientation / np.abs(orientation).max()
+        norm = float(np.linalg.norm(orientation))
     return OdometrySample(
         stamp=stamp_to_seconds(msg.header.stamp),
         position=arrays["position"],
-        quaternion=arrays["orientation"] / norm,
+        quaternion=orientation / norm,
         linear=arrays["linear velocity"],
         angular=arrays["angular velocity"],
     )

@@ -31,6 +31,7 @@ class InputHealth:
 @dataclass
 class PlannerHealth:
     plan: Plan | None = None
+    plan_time_base: int = 0
     plan_age_s: float | None = None
     plan_valid: bool = False
     ticks: int = 0
@@ -40,6 +41,10 @@ class PlannerHealth:
     windows_rejected: int = 0
     last_rejection: str = ""
     rejections_by_code: dict[str, int] = field(default_factory=dict)
+    full_prefills_by_reason: dict[str, int] = field(default_factory=dict)
+    plans_rejected: int = 0
+    last_plan_rejection: str = ""
+    fallback: str = ""
     engine_error: str = ""
     extra: dict[str, str] = field(default_factory=dict)
 
@@ -63,6 +68,11 @@ def planner_status(node_name: str, health: PlannerHealth) -> DiagnosticStatus:
     ]
     values += [_kv(f"rejected.{code}", count)
                for code, count in sorted(health.rejections_by_code.items())]
+    values += [_kv(f"full_prefill.{reason.replace(' ', '_')}", count)
+               for reason, count in sorted(health.full_prefills_by_reason.items())]
+    values += [_kv("plans_rejected", health.plans_rejected),
+               _kv("last_plan_rejection", health.last_plan_rejection or "none"),
+               _kv("fallback", health.fallback or "none")]
     plan = health.plan
     if plan is not None:
         values += [_kv(f"latency_ms.{stage}", float(plan.timings_ms[stage]))
@@ -71,10 +81,14 @@ def planner_status(node_name: str, health: PlannerHealth) -> DiagnosticStatus:
                    _kv("tokens_generated", plan.tokens_generated),
                    _kv("mode", plan.mode),
                    _kv("full_prefill", plan.full_prefill),
-                   _kv("plan_t0", float(plan.t0))]
+                   _kv("prefill_reason", plan.prefill_reason or "streaming"),
+                   _kv("plan_t0", float(plan.t0)),
+                   _kv("plan_time_base", health.plan_time_base)]
     values += [_kv(k, v) for k, v in sorted(health.extra.items())]
     if health.engine_error:
         level, message = DiagnosticStatus.ERROR, f"engine error: {health.engine_error}"
+    elif health.fallback:
+        level, message = DiagnosticStatus.WARN, f"fallback: {health.fallback}"
     elif health.plan_valid:
         level, message = DiagnosticStatus.OK, "planning"
     elif plan is None:

@@ -138,7 +138,8 @@ class DriveNode(LifecycleNode):
                                       f"in camera_names order")
         self.params = params
         self.engine = engine
-        self.outputs = OutputPublishers(self, params)
+        action = engine.model.cfg.action
+        self.outputs = OutputPublishers(self, params, action.num_waypoints, action.dt)
         self.get_logger().info(f"configured: model {params.resolved_model_dir}, "
                                f"{config.mode} on {device} ({threads} CPU threads), "
                                f"{len(params.camera_names)} cameras")
@@ -159,7 +160,8 @@ class DriveNode(LifecycleNode):
                          if params.overlay_camera else None)
         self.loop = PlannerLoop(self.engine, window_builder(self.engine.model.cfg,
                                                            len(params.camera_names)),
-                                params.camera_names, overlay_index)
+                                params.camera_names, overlay_index,
+                                limits=params.plan_limits)
         self.outputs.reset()
         self.inputs = InputSubscriptions(self, params, self.loop, self.outputs.set_camera_info)
         self.loop.start()
@@ -216,9 +218,11 @@ class DriveNode(LifecycleNode):
         outputs.tick(loop, now, time.monotonic(), inputs.silence_hint)
 
     def _on_parameters_accepted(self, params: DriveParams) -> None:
-        outputs = self.outputs
+        outputs, loop = self.outputs, self.loop
         if outputs is not None:
             outputs.params = params
+        if loop is not None:
+            loop.limits = params.plan_limits
 
 
 def parse_arguments(argv: list[str]) -> argparse.Namespace:

@@ -24,6 +24,7 @@ from flashdrive_ros.ros.events import no_publisher_events
 from flashdrive_ros.ros.params import DriveParams
 from flashdrive_ros.ros.plan_msgs import (plan_to_finished_plan, plan_to_markers, plan_to_path,
                                           plan_to_reasoning)
+from flashdrive_ros.ros.plan_sanity import stop_plan
 from flashdrive_ros.ros.planner_loop import PlannerLoop, PlanRecord
 from flashdrive_ros.ros.viz import PinholeCamera, render_overlay
 
@@ -37,12 +38,26 @@ def plan_is_fresh(plan_t0: float, now_s: float, max_age_s: float) -> bool:
     return math.isfinite(plan_t0) and abs(now_s - plan_t0) <= max_age_s
 
 
+def fallback_state(rejected: tuple[float, str] | None, fresh_plan: bool, mode: str) -> str:
+    """Which fallback is active after the newest plan failed the checks ('' when none):
+    'hold: ...' while the last valid plan is fresh and mode is 'hold', else 'stop: ...'."""
+    if rejected is None:
+        return ""
+    t0, reason = rejected
+    if mode == "hold" and fresh_plan:
+        return f"hold: last valid plan held; plan at t0 {t0:.3f} rejected: {reason}"
+    return f"stop: plan at t0 {t0:.3f} rejected: {reason}"
+
+
 class OutputPublishers:
     """Lifecycle publishers of the node's outputs and the per-tick publishing logic."""
 
-    def __init__(self, node, params: DriveParams) -> None:
+    def __init__(self, node, params: DriveParams, num_waypoints: int, dt: float) -> None:
+        """num_waypoints, dt: the shape of the model's trajectories (for the stop fallback)."""
         self.node = node
         self.params = params
+        self.num_waypoints = num_waypoints
+        self.dt = dt
         def publisher(msg_type, topic: str, depth: int):
             return node.create_lifecycle_publisher(msg_type, topic, depth,
                                                    event_callbacks=no_publisher_events())
@@ -64,6 +79,7 @@ class OutputPublishers:
             self.consecutive_skipped = 0
             self.published_serial = 0
             self.was_valid = False
+            self.fallback = ""
             self.last_diagnostics_s: float | None = None
 
     def set_camera_info(self, intrinsics: tuple[float, float, float, float, int, int]) -> None:
@@ -91,8 +107,12 @@ class OutputPublishers:
                 self.consecutive_skipped += 1
             valid = record is not None and plan_is_fresh(record.plan.t0, now_s,
                                                          params.max_plan_age_s)
+            fallback = fallback_state(loop.rejected_plan(), valid, params.invalid_plan_fallback)
+            valid = valid and not fallback.startswith("stop")
             became_invalid = self.was_valid and not valid
             self.was_valid = valid
+            fallback_began = fallback != self.fallback
+            self.fallback = fallback
         if new:
             self.finished_plans.publish(plan_to_finished_plan(record.plan, params.base_frame))
         if valid:
@@ -101,6 +121,12 @@ class OutputPublishers:
             if new:
                 self.reasoning.publish(plan_to_reasoning(record.plan))
                 self._publish_overlay(record)
+        elif fallback.startswith("stop"):
+            stop = stop_plan(now_s, self.num_waypoints, self.dt, fallback)
+            self.trajectory.publish(plan_to_path(stop, params.base_frame))
+            self.samples.publish(plan_to_markers(stop, params.base_frame))
+            if fallback_began:
+                self.reasoning.publish(plan_to_reasoning(stop))
         else:
             self.trajectory.publish(Path(header=Header(stamp=seconds_to_stamp(now_s),
                                                        frame_id=params.base_frame)))
@@ -117,8 +143,10 @@ class OutputPublishers:
         loop.note_silent(INPUT_SILENT_S, silence_hint)
         planner, inputs = loop.health()
         planner.plan = record.plan if record else None
+        planner.plan_time_base = record.time_base if record else 0
         planner.plan_age_s = (now_s - record.plan.t0) if record else None
         planner.plan_valid = valid
+        planner.fallback = self.fallback
         planner.ticks = self.ticks
         planner.skipped_ticks = self.skipped_ticks
         planner.consecutive_skipped_ticks = self.consecutive_skipped

@@ -16,6 +16,7 @@ CHOICES_TRANSPORT = ("compressed", "raw")
 CHOICES_RELIABILITY = ("best_effort", "reliable")
 CHOICES_MODE = ("flashdrive", "baseline")
 CHOICES_BACKEND = ("torch", "tensorrt")
+CHOICES_FALLBACK = ("hold", "stop")
 OVERLAY_CAMERA = "camera_front_wide_120fov"
 
 
@@ -100,6 +101,19 @@ class DriveParams:
                             "odometry pose).")
     max_plan_age_s: float = _spec(0.5, "A plan whose input is older than this (node clock) "
                                   "is not published as valid.", minimum=0.05, maximum=10.0)
+    max_plan_accel_mps2: float = _spec(12.0, "A plan whose |longitudinal acceleration| "
+                                       "exceeds this is not published as valid.",
+                                       minimum=0.5, maximum=100.0)
+    max_plan_jerk_mps3: float = _spec(60.0, "A plan whose |jerk| exceeds this is not "
+                                      "published as valid.", minimum=0.5, maximum=1000.0)
+    max_plan_curvature_1pm: float = _spec(1.0, "A plan whose |curvature| (over steps of at "
+                                          "least 5 cm) exceeds this is not published as "
+                                          "valid.", minimum=0.01, maximum=10.0)
+    invalid_plan_fallback: str = _spec(
+        "hold", "After a plan fails the checks (NaN/inf or beyond the limits): hold = keep "
+        "publishing the last valid plan while it is younger than max_plan_age_s, then a stop "
+        "trajectory; stop = publish the stop trajectory at once. Named on /diagnostics.",
+        choices=CHOICES_FALLBACK)
     overlay_camera: str = _spec(OVERLAY_CAMERA, "Camera whose image carries the "
                                 "trajectory overlay on ~/overlay; empty = no overlay.")
     overlay_intrinsics: list[float] = _spec(
@@ -175,6 +189,13 @@ class DriveParams:
                 raise ParameterError(f"{f.name} = {value} is below {meta['minimum']}")
             if meta["maximum"] is not None and value > meta["maximum"]:
                 raise ParameterError(f"{f.name} = {value} is above {meta['maximum']}")
+
+    @property
+    def plan_limits(self):
+        from flashdrive_ros.ros.plan_sanity import PlanLimits
+
+        return PlanLimits(self.max_plan_accel_mps2, self.max_plan_jerk_mps3,
+                          self.max_plan_curvature_1pm)
 
     @property
     def resolved_model_dir(self) -> Path:

@@ -14,6 +14,7 @@ import numpy as np
 from flashdrive_ros.engine.types import Plan, Window
 from flashdrive_ros.engine.window import WindowBuilder, WindowRejection
 from flashdrive_ros.ros.diagnostics import InputHealth, PlannerHealth
+from flashdrive_ros.ros.plan_sanity import PlanLimits, check_plan
 
 ODOMETRY_INPUT = "odometry"
 FAULT_HOLD_S = 2.0
@@ -31,35 +32,28 @@ class PlanningEngine(Protocol):
 
 @dataclass(frozen=True)
 class PlanRecord:
-    """A finished plan, the image of the overlay camera at its t0 (or None) and when it was
-    finished (monotonic seconds)."""
+    """A finished plan, the image of the overlay camera at its t0 (or None), when it was
+    finished (monotonic seconds) and its time base (how many time-base restarts came before
+    its window)."""
 
     plan: Plan
     overlay_image: np.ndarray | None
     finished_at: float
     serial: int
-
-
-def check_plan(plan: Plan) -> str:
-    """Empty when the plan is usable, else why not."""
-    trajectories = np.asarray(plan.trajectories)
-    if trajectories.ndim != 3 or trajectories.shape[2] != 3 or trajectories.shape[0] < 1:
-        return f"plan trajectories have shape {trajectories.shape}, expected [K, N, 3]"
-    if not np.isfinite(trajectories).all():
-        return "plan trajectories hold NaN or inf"
-    if not (np.isfinite(plan.t0) and np.isfinite(plan.dt) and plan.dt > 0):
-        return f"plan t0 {plan.t0} or dt {plan.dt} invalid"
-    return ""
+    time_base: int = 0
 
 
 class PlannerLoop:
     """Thread-safe input side (camera sets, odometry, faults) and a worker thread that runs
     `engine.step` on the newest window it can build whenever it is idle. A fault stays
-    reported for at least FAULT_HOLD_S so that periodic diagnostics see it."""
+    reported for at least FAULT_HOLD_S so that periodic diagnostics see it. A plan that fails
+    `check_plan` (NaN/inf, or beyond `limits`) never becomes the latest plan; it is counted,
+    and `rejected_plan()` names it until the next usable plan."""
 
     def __init__(self, engine: PlanningEngine, builder: WindowBuilder,
                  camera_names: list[str], overlay_index: int | None = None,
-                 clock: Callable[[], float] = time.monotonic) -> None:
+                 clock: Callable[[], float] = time.monotonic,
+                 limits: PlanLimits | None = None) -> None:
         if len(camera_names) != builder.camera_count:
             raise ValueError(f"{len(camera_names)} camera names for a builder of "
                              f"{builder.camera_count} cameras")
@@ -68,6 +62,8 @@ class PlannerLoop:
         self.camera_names = list(camera_names)
         self.overlay_index = overlay_index
         self.clock = clock
+        self.limits = limits
+        self._rejected_plan: tuple[float, str] | None = None
         self._inputs = {name: InputHealth(name) for name in self.camera_names}
         self._inputs[ODOMETRY_INPUT] = InputHealth(ODOMETRY_INPUT)
         self._health = PlannerHealth()
@@ -76,6 +72,7 @@ class PlannerLoop:
         self._attempted: tuple[float, int] | None = None
         self._last_rejected: tuple[float, str] | None = None
         self._planned_t0 = -np.inf
+        self._time_base = 0
         self._lock = threading.Lock()
         self._wake = threading.Condition(self._lock)
         self._stop = threading.Event()
@@ -154,11 +151,18 @@ class PlannerLoop:
         with self._lock:
             return self._latest
 
+    def rejected_plan(self) -> tuple[float, str] | None:
+        """(t0, reason) of the newest plan that failed the checks, while no usable plan has
+        followed it."""
+        with self._lock:
+            return self._rejected_plan
+
     def health(self) -> tuple[PlannerHealth, list[InputHealth]]:
         """Copies of the planner and input health."""
         with self._lock:
             planner = PlannerHealth(**vars(self._health))
             planner.rejections_by_code = dict(self._health.rejections_by_code)
+            planner.full_prefills_by_reason = dict(self._health.full_prefills_by_reason)
             planner.extra = dict(self._health.extra)
             inputs = [InputHealth(**vars(h)) for h in self._inputs.values()]
         return planner, inputs
@@ -222,6 +226,8 @@ class PlannerLoop:
                     self._planned_t0 = -np.inf
                     self._latest = None
                 return None
+            if result.time_base_reset:
+                self._time_base += 1
             return result
 
     def _note_rejection(self, t0: float, rejection: WindowRejection) -> None:
@@ -235,24 +241,40 @@ class PlannerLoop:
     def _plan(self, window: Window) -> None:
         try:
             plan = self.engine.step(window)
-            problem = check_plan(plan)
         except Exception as exc:
-            plan, problem = None, f"{type(exc).__name__}: {exc}"
+            self._plan_failed(window, f"{type(exc).__name__}: {exc}", engine_error=True)
+            return
+        problem = check_plan(plan, self.limits)
         if problem:
-            try:
-                self.engine.reset()
-            except Exception as exc:
-                problem += f"; reset failed: {type(exc).__name__}: {exc}"
+            self._plan_failed(window, problem, engine_error=False)
+            return
         overlay = None
         if self.overlay_index is not None:
             overlay = window.images[self.overlay_index, -1]
         with self._lock:
-            if problem:
-                self._health.engine_error = problem
-                return
-            self._health.engine_error = ""
-            self._health.windows_planned += 1
+            health = self._health
+            health.engine_error = ""
+            health.windows_planned += 1
+            if plan.full_prefill and plan.prefill_reason:
+                counts = health.full_prefills_by_reason
+                counts[plan.prefill_reason] = counts.get(plan.prefill_reason, 0) + 1
+            self._rejected_plan = None
             self._planned_t0 = (window.t0 if window.time_base_reset
                                 else max(self._planned_t0, window.t0))
             serial = (self._latest.serial + 1) if self._latest else 1
-            self._latest = PlanRecord(plan, overlay, self.clock(), serial)
+            self._latest = PlanRecord(plan, overlay, self.clock(), serial, self._time_base)
+
+    def _plan_failed(self, window: Window, problem: str, engine_error: bool) -> None:
+        """Drop the streaming state (the next window is prefilled in full) and report."""
+        try:
+            self.engine.reset()
+        except Exception as exc:
+            problem += f"; reset failed: {type(exc).__name__}: {exc}"
+            engine_error = True
+        with self._lock:
+            if engine_error:
+                self._health.engine_error = problem
+            else:
+                self._health.plans_rejected += 1
+                self._health.last_plan_rejection = problem
+                self._rejected_plan = (window.t0, problem)

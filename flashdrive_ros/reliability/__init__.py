@@ -1,0 +1,1 @@
+"""Reliability tools: fault injection into a bag's message stream, soak runs."""

@@ -1,0 +1,81 @@
+"""The drive node in a process of its own (autostarted, sim time, loopback DDS on a given
+domain), and what /proc says about it."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+import yaml
+
+STOP_TIMEOUT_S = 15.0
+PAGE_KB = os.sysconf("SC_PAGE_SIZE") // 1024
+
+
+@dataclass(frozen=True)
+class ProcessSample:
+    rss_mb: float
+    threads: int
+
+
+def read_process(pid: int) -> ProcessSample:
+    """Resident memory and thread count of process `pid` from /proc."""
+    rss_pages = int(Path(f"/proc/{pid}/statm").read_text().split()[1])
+    threads = next(int(line.split()[1]) for line in
+                   Path(f"/proc/{pid}/status").read_text().splitlines()
+                   if line.startswith("Threads:"))
+    return ProcessSample(rss_pages * PAGE_KB / 1024.0, threads)
+
+
+class NodeProcess:
+    """`with NodeProcess(...) as node:` starts drive_node (configure + activate) and stops it
+    with SIGINT on exit; its output goes to `log_file`."""
+
+    def __init__(self, name: str, parameters: dict, domain_id: int, out_dir: Path) -> None:
+        self.name = name
+        self.out_dir = Path(out_dir)
+        self.params_file = self.out_dir / f"{name}.yaml"
+        self.log_file = self.out_dir / f"{name}.log"
+        self.parameters = {"use_sim_time": True, **parameters}
+        self.domain_id = domain_id
+        self.process: subprocess.Popen | None = None
+
+    def __enter__(self) -> NodeProcess:
+        self.out_dir.mkdir(parents=True, exist_ok=True)
+        self.params_file.write_text(yaml.safe_dump(
+            {"/**": {"ros__parameters": self.parameters}}))
+        env = dict(os.environ, ROS_DOMAIN_ID=str(self.domain_id),
+                   ROS_AUTOMATIC_DISCOVERY_RANGE="LOCALHOST", PYTHONUNBUFFERED="1")
+        env.setdefault("RMW_IMPLEMENTATION", "rmw_fastrtps_cpp")
+        command = [sys.executable, "-m", "flashdrive_ros.ros.node", "--autostart",
+                   "--ros-args", "--params-file", str(self.params_file),
+                   "-r", f"__node:={self.name}"]
+        with open(self.log_file, "w") as log:
+            self.process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT,
+                                            env=env)
+        return self
+
+    def __exit__(self, *exc) -> None:
+        process = self.process
+        if process is not None and process.poll() is None:
+            process.send_signal(signal.SIGINT)
+            try:
+                process.wait(STOP_TIMEOUT_S)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.wait()
+
+    @property
+    def pid(self) -> int:
+        return self.process.pid
+
+    def alive(self) -> bool:
+        return self.process is not None and self.process.poll() is None
+
+    def log_tail(self, chars: int = 3000) -> str:
+        text = self.log_file.read_text(errors="replace") if self.log_file.exists() else ""
+        return text[-chars:]

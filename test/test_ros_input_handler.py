@@ -1,0 +1,112 @@
+"""InputHandler without DDS: the drive node's input handling fed duck-typed messages on the
+stamp pattern of a live drive (camera sets on a 0.1 s grid of wall-clock stamps, odometry
+every 0.02 s up to each set), planned by a PlannerLoop with a stub engine."""
+
+import time
+from types import SimpleNamespace
+
+import cv2
+import numpy as np
+import pytest
+
+from flashdrive_ros.engine.types import Plan
+from flashdrive_ros.engine.window import MAX_ODOMETRY_MAGNITUDE, WindowBuilder
+from flashdrive_ros.ros.convert import seconds_to_stamp
+from flashdrive_ros.ros.input_handler import InputHandler
+from flashdrive_ros.ros.params import DriveParams
+from flashdrive_ros.ros.planner_loop import ODOMETRY_INPUT, PlannerLoop
+
+SPEED = 5.0
+JPEG = cv2.imencode(".jpg", np.full((48, 64, 3), 90, np.uint8))[1].tobytes()
+
+
+class StraightEngine:
+    def step(self, window):
+        return Plan(t0=window.t0, trajectories=np.zeros((1, 64, 3)), dt=0.1, coc_text="")
+
+    def reset(self):
+        pass
+
+    def warmup(self):
+        pass
+
+
+def xyz(x=0.0, y=0.0, z=0.0, **w):
+    return SimpleNamespace(x=x, y=y, z=z, **w)
+
+
+def odometry(stamp, x):
+    return SimpleNamespace(
+        header=SimpleNamespace(stamp=seconds_to_stamp(stamp), frame_id="odom"),
+        pose=SimpleNamespace(pose=SimpleNamespace(position=xyz(x), orientation=xyz(w=1.0))),
+        twist=SimpleNamespace(twist=SimpleNamespace(linear=xyz(SPEED), angular=xyz())))
+
+
+def image(stamp):
+    return SimpleNamespace(header=SimpleNamespace(stamp=seconds_to_stamp(stamp), frame_id="c"),
+                           format="jpeg", data=JPEG)
+
+
+def handler_and_loop():
+    params = DriveParams()
+    loop = PlannerLoop(StraightEngine(), WindowBuilder(len(params.camera_names)),
+                       params.camera_names, limits=params.plan_limits)
+    return InputHandler(params, loop), loop
+
+
+def drive(handler, loop, first_stamp, sets, position=lambda t: SPEED * t):
+    for k in range(sets):
+        stamp = round(first_stamp + 0.1 * k, 6)
+        for j in range(5):
+            t = stamp - 0.08 + 0.02 * j
+            handler.on_odometry(odometry(t, position(t)))
+        for index in range(len(handler.params.camera_names)):
+            handler.on_image(index, image(stamp))
+        loop.run_once()
+
+
+def input_fault(loop, name):
+    _, inputs = loop.health()
+    return next(h for h in inputs if h.name == name).last_fault
+
+
+def test_wall_clock_drive_with_odometry_at_epoch_scale_is_planned():
+    handler, loop = handler_and_loop()
+    start = round(time.time(), 1)
+    assert SPEED * start > 1e9
+    drive(handler, loop, start, 25)
+    planner, _ = loop.health()
+    assert planner.windows_planned >= 5, planner.rejections_by_code
+    assert "nonfinite" not in planner.rejections_by_code
+    assert input_fault(loop, ODOMETRY_INPUT) == ""
+
+
+def test_odometry_beyond_the_magnitude_limit_is_named_and_never_planned():
+    handler, loop = handler_and_loop()
+    drive(handler, loop, 100.0, 25, position=lambda t: 2 * MAX_ODOMETRY_MAGNITUDE)
+    planner, _ = loop.health()
+    assert planner.windows_planned == 0 and planner.rejections_by_code["nonfinite"] >= 1
+    assert input_fault(loop, ODOMETRY_INPUT).startswith("non_finite: odometry position beyond")
+
+
+def test_late_image_within_max_reorder_is_dropped_as_out_of_order():
+    handler, loop = handler_and_loop()
+    drive(handler, loop, 100.0, 20)
+    handler.on_image(2, image(101.5))
+    assert input_fault(loop, handler.params.camera_names[2]).startswith("out_of_order")
+    assert not loop.builder.time_base_reset_pending
+    drive(handler, loop, 102.0, 3)
+    assert loop.latest().plan.t0 == pytest.approx(102.2)
+
+
+def test_bag_loop_restarts_the_time_base_and_plans_again():
+    handler, loop = handler_and_loop()
+    drive(handler, loop, 100.0, 20)
+    planned = loop.health()[0].windows_planned
+    assert loop.latest().time_base == 0
+    drive(handler, loop, 98.0, 20)
+    planner, _ = loop.health()
+    assert planner.rejections_by_code.get("time_backwards", 0) >= 1
+    assert input_fault(loop, handler.params.camera_names[0]).startswith("time_backwards")
+    assert planner.windows_planned > planned
+    assert loop.latest().plan.t0 == pytest.approx(99.9) and loop.latest().time_base == 1
