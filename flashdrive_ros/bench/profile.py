@@ -14,6 +14,7 @@ from __future__ import annotations
 import argparse
 import itertools
 
+import torch
 from torch.profiler import ProfilerActivity, profile
 
 from flashdrive_ros.bench.shapes import SHAPES, build_parts
@@ -37,6 +38,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--warmup", type=int, default=3)
     parser.add_argument("--windows", type=int, default=3)
     parser.add_argument("--top", type=int, default=25)
+    parser.add_argument("--threads", type=int, default=None,
+                        help="torch intra-op threads (default: torch's own choice)")
     return parser.parse_args(argv)
 
 
@@ -58,6 +61,8 @@ def engine_config(args: argparse.Namespace, dtype: str, graphs: str, rotated: st
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
+    if args.threads is not None:
+        torch.set_num_threads(args.threads)
     dtype = args.dtype or ("bfloat16" if args.device.startswith("cuda") else "float32")
     parts = build_parts(args.shape, args.device, DTYPES[dtype])
     for graphs, rotated in itertools.product(args.graphs, args.rotated_keys):
