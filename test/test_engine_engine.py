@@ -133,9 +133,10 @@ def test_plans_are_deterministic_under_a_seed(parts):
 def test_reset_and_discontinuity_force_a_full_prefill(parts):
     eng = engine(parts)
     assert [p.full_prefill for p in run(eng, (0, 1, 2))] == [True, False, False]
-    assert eng.step(window(4)).prefill_reason == ("frames are not the previous window's "
-                                                  "shifted by one")
-    streamed = eng.step(window(5))
+    assert not eng.step(window(4)).full_prefill
+    assert eng.step(window(8)).prefill_reason == "no frame shared with the previous window"
+    assert eng.step(window(8)).prefill_reason == "frames are not the previous window's shifted"
+    streamed = eng.step(window(9))
     assert not streamed.full_prefill and streamed.prefill_reason == ""
     eng.reset()
     assert eng.step(window(6)).prefill_reason == "first window"

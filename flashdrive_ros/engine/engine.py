@@ -121,7 +121,7 @@ class Engine:
         drafter = self.drafter.cfg if self.drafter else None
         return EngineShapes(
             capacity=self.stream.cache.capacity, prompt_length=layout.prompt_length,
-            streaming_length=len(layout.newest_frame_and_tail()),
+            streaming_length=len(layout.newest_frames_and_tail()),
             block_size=drafter.block_size if drafter else 1,
             context_len=drafter.context_len if drafter else 0,
             grid_hw=(self.image_size[0] // v.patch_size, self.image_size[1] // v.patch_size),
