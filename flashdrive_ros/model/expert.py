@@ -64,17 +64,13 @@ class ExpertAttention(nn.Module):
         v = self.v_proj(x).view(k_samples, n, self.num_kv_heads, self.head_dim)
         q = apply_rotary(q.transpose(1, 2), cos, sin)  # q: [K, H, N, D]
         k = apply_rotary(k.transpose(1, 2), cos, sin)  # k: [K, Hkv, N, D]
-        v = v.transpose(1, 2)  # v: [K, Hkv, N, D]
-        q = q.view(k_samples, self.num_kv_heads, groups, n, self.head_dim)
-        scale = self.head_dim ** -0.5
-        s_prefix = torch.einsum("bhgnd,hpd->bhgnp", q, prefix_k[0]) * scale
+        q = q.reshape(k_samples, self.num_kv_heads, groups * n, self.head_dim)  # [K,Hkv,G*N,D]
+        keys = torch.cat([prefix_k.expand(k_samples, -1, -1, -1), k], dim=2)  # [K,Hkv,P+N,D]
+        values = torch.cat([prefix_v.expand(k_samples, -1, -1, -1), v.transpose(1, 2)], dim=2)
+        mask = None
         if prefix_mask is not None:
-            s_prefix = s_prefix.masked_fill(~prefix_mask, float("-inf"))
-        s_own = torch.einsum("bhgnd,bhmd->bhgnm", q, k) * scale
-        probs = torch.cat([s_prefix, s_own], dim=-1).float().softmax(dim=-1).to(q.dtype)
-        p_prefix, p_own = probs.split([prefix_k.shape[2], n], dim=-1)
-        out = (torch.einsum("bhgnp,hpd->bhgnd", p_prefix, prefix_v[0])
-               + torch.einsum("bhgnm,bhmd->bhgnd", p_own, v))  # out: [K, Hkv, G, N, D]
+            mask = torch.cat([prefix_mask, prefix_mask.new_ones(n)])[None]  # mask: [1, P + N]
+        out = F.scaled_dot_product_attention(q, keys, values, attn_mask=mask)  # [K,Hkv,G*N,D]
         out = out.reshape(k_samples, self.num_heads, n, self.head_dim).transpose(1, 2)
         return self.o_proj(out.reshape(k_samples, n, self.num_heads * self.head_dim))
 
