@@ -1,6 +1,7 @@
 """PlannerLoop with the real engine on a tiny model: plans, rejections, engine errors,
 recovery, and the worker thread."""
 
+import threading
 import time
 
 import numpy as np
@@ -109,7 +110,15 @@ def test_engine_error_is_reported_and_cleared(engine):
 
 
 def test_worker_thread_plans_and_stops(engine):
-    loop = make_loop(engine)
+    engine.reset()
+    setup_threads = []
+
+    def setup():
+        setup_threads.append(threading.get_ident())
+        return {"cpu_threads": 1}
+
+    loop = PlannerLoop(engine, WindowBuilder(len(CAMERAS)), CAMERAS, overlay_index=1,
+                       worker_setup=setup)
     loop.start()
     try:
         feed(loop, 50.0, 51.6)
@@ -117,6 +126,8 @@ def test_worker_thread_plans_and_stops(engine):
         while loop.latest() is None and time.monotonic() < deadline:
             time.sleep(0.01)
         assert loop.latest() is not None
+        assert setup_threads == [loop._thread.ident] != [threading.get_ident()]
+        assert loop.health()[0].extra["cpu_threads"] == "1"
         with pytest.raises(RuntimeError, match="already started"):
             loop.start()
     finally:

@@ -188,10 +188,20 @@ class WindowBuilder:
         self._advance(stamp)
 
     def latest_t0(self) -> float | None:
-        """The newest time at which every camera has a frame, or None if one has none."""
+        """The newest time at which every camera has a frame and the odometry reaches (within
+        `limits.max_odometry_extrapolation`), or None if a camera has no frame. When the
+        odometry reaches no frame time, the newest frame time: its window is refused as
+        stale_odometry."""
         if any(not frames for frames in self._frames):
             return None
-        return min(frames[-1][0] for frames in self._frames)
+        newest = min(frames[-1][0] for frames in self._frames)
+        if not self._odometry:
+            return newest
+        reach = self._odometry[-1].stamp + self.limits.max_odometry_extrapolation
+        if newest <= reach:
+            return newest
+        covered = [stamp for stamp, _ in self._frames[0] if stamp <= reach]
+        return covered[-1] if covered else newest
 
     def build(self, t0: float) -> Window | WindowRejection:
         if self._pending is not None:

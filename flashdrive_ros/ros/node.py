@@ -14,6 +14,7 @@ import gc
 import os
 import sys
 import time
+from functools import partial
 from pathlib import Path
 
 import rclpy
@@ -41,6 +42,13 @@ def resolve_device(device: str) -> str:
     return "cuda" if torch.cuda.is_available() else "cpu"
 
 
+def usable_cores() -> int | None:
+    """Cores this process may run on (its CPU affinity), else the machine's count."""
+    if hasattr(os, "sched_getaffinity"):
+        return len(os.sched_getaffinity(0))
+    return os.cpu_count()
+
+
 def cpu_thread_count(requested: int, cores: int | None) -> int:
     """Intra-op threads for torch: `requested`, or with 0 every core but one (at least 1)."""
     if requested > 0:
@@ -60,10 +68,13 @@ def engine_config(params: DriveParams, device: str) -> EngineConfig:
                         cuda_graphs=params.cuda_graphs and device.startswith("cuda"), **common)
 
 
-def set_torch_threads(count: int) -> None:
+def set_torch_threads(count: int) -> dict[str, object]:
+    """Intra-op threads of the calling thread's torch ops (OpenMP keeps the count per
+    thread); returns the count in effect as {"cpu_threads": n}."""
     import torch
 
     torch.set_num_threads(count)
+    return {"cpu_threads": torch.get_num_threads()}
 
 
 def free_device_memory() -> None:
@@ -100,6 +111,7 @@ class DriveNode(LifecycleNode):
         self._validation = None
         self.params: DriveParams | None = None
         self.engine: Engine | None = None
+        self.cpu_threads = 1
         self.loop: PlannerLoop | None = None
         self.outputs: OutputPublishers | None = None
         self.inputs: InputSubscriptions | None = None
@@ -116,7 +128,7 @@ class DriveNode(LifecycleNode):
             self._validation = add_validation_callback(self, self._on_parameters_accepted)
         try:
             device = resolve_device(params.device)
-            threads = cpu_thread_count(params.cpu_threads, os.cpu_count())
+            threads = cpu_thread_count(params.cpu_threads, usable_cores())
             set_torch_threads(threads)
             config = engine_config(params, device)
             engine = load_engine(params.resolved_model_dir, config)
@@ -138,6 +150,7 @@ class DriveNode(LifecycleNode):
                                       f"in camera_names order")
         self.params = params
         self.engine = engine
+        self.cpu_threads = threads
         self.outputs = OutputPublishers(self, params)
         self.get_logger().info(f"configured: model {params.resolved_model_dir}, "
                                f"{config.mode} on {device} ({threads} CPU threads), "
@@ -159,7 +172,8 @@ class DriveNode(LifecycleNode):
                          if params.overlay_camera else None)
         self.loop = PlannerLoop(self.engine, window_builder(self.engine.model.cfg,
                                                            len(params.camera_names)),
-                                params.camera_names, overlay_index)
+                                params.camera_names, overlay_index,
+                                worker_setup=partial(set_torch_threads, self.cpu_threads))
         self.outputs.reset()
         self.inputs = InputSubscriptions(self, params, self.loop, self.outputs.set_camera_info)
         self.loop.start()

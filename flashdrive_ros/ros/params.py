@@ -91,8 +91,9 @@ class DriveParams:
                         "cuda or cuda:N.", read_only=True)
     backend: str = _spec("torch", "Inference backend.", read_only=True,
                          choices=CHOICES_BACKEND)
-    cpu_threads: int = _spec(0, "Torch intra-op threads on the CPU; 0 = every core but one "
-                             "(at least 1), leaving a core to the node's callbacks.",
+    cpu_threads: int = _spec(0, "Torch intra-op threads of the planner worker on the CPU; "
+                             "0 = every core this process may run on but one (at least 1), "
+                             "leaving a core to the node's callbacks.",
                              read_only=True, minimum=0, maximum=256)
     base_frame: str = _spec(topics.BASE_FRAME, "Frame of the published trajectory (ego "
                             "frame at the input time).")

@@ -55,11 +55,15 @@ def check_plan(plan: Plan) -> str:
 class PlannerLoop:
     """Thread-safe input side (camera sets, odometry, faults) and a worker thread that runs
     `engine.step` on the newest window it can build whenever it is idle. A fault stays
-    reported for at least FAULT_HOLD_S so that periodic diagnostics see it."""
+    reported for at least FAULT_HOLD_S so that periodic diagnostics see it.
+
+    worker_setup runs on the worker thread before its first window (per-thread settings such
+    as the torch thread count); the values it returns are reported as planner extras."""
 
     def __init__(self, engine: PlanningEngine, builder: WindowBuilder,
                  camera_names: list[str], overlay_index: int | None = None,
-                 clock: Callable[[], float] = time.monotonic) -> None:
+                 clock: Callable[[], float] = time.monotonic,
+                 worker_setup: Callable[[], dict[str, object]] | None = None) -> None:
         if len(camera_names) != builder.camera_count:
             raise ValueError(f"{len(camera_names)} camera names for a builder of "
                              f"{builder.camera_count} cameras")
@@ -68,6 +72,7 @@ class PlannerLoop:
         self.camera_names = list(camera_names)
         self.overlay_index = overlay_index
         self.clock = clock
+        self.worker_setup = worker_setup
         self._inputs = {name: InputHealth(name) for name in self.camera_names}
         self._inputs[ODOMETRY_INPUT] = InputHealth(ODOMETRY_INPUT)
         self._health = PlannerHealth()
@@ -191,6 +196,9 @@ class PlannerLoop:
         return True
 
     def _run(self) -> None:
+        if self.worker_setup is not None:
+            for key, value in self.worker_setup().items():
+                self.set_extra(key, value)
         while not self._stop.is_set():
             with self._wake:
                 if self._attempted == self._newest_attempt_key():
