@@ -221,11 +221,13 @@ class Engine:
                                      generator)
 
     def action(self, window: Window, generator: torch.Generator) -> np.ndarray:
-        """[K, N_wp, 3] (x, y, yaw) float64 in the t0 ego frame."""
+        """[K, N_wp, 3] (x, y, yaw) float64 in the t0 ego frame. The samples are drawn and
+        integrated in float32 whatever the model dtype: the action's Fourier features reach
+        fourier_max_freq cycles per unit, beyond bfloat16's resolution."""
         a = self.model.cfg.action
         cache = self.stream.cache
         x0 = initial_noise(self.cfg.num_samples, (a.num_waypoints, a.action_dim), generator,
-                           self.dtype)
+                           torch.float32)
         if self.graphs is not None:
             actions = self.graphs.flow(x0, cache.length)
         else:

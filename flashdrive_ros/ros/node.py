@@ -24,6 +24,7 @@ from rclpy.lifecycle import LifecycleNode, LifecycleState, TransitionCallbackRet
 from rclpy.utilities import remove_ros_args
 
 from flashdrive_ros.engine.config import EngineConfig
+from flashdrive_ros.engine.dtype_choice import resolve_dtype
 from flashdrive_ros.engine.engine import Engine
 from flashdrive_ros.engine.window import WindowBuilder
 from flashdrive_ros.model.config import ModelConfig
@@ -60,7 +61,7 @@ def engine_config(params: DriveParams, device: str) -> EngineConfig:
     """EngineConfig from the node parameters; in baseline mode the shortcut switches are
     ignored (every shortcut is off) and CUDA graphs are used only on a CUDA device."""
     common = dict(mode=params.mode, num_samples=params.num_samples, device=device,
-                  backend=params.backend)
+                  backend=params.backend, dtype=resolve_dtype(params.dtype, device))
     if params.mode == "baseline":
         return EngineConfig(**common)
     return EngineConfig(streaming=params.streaming, speculative=params.speculative,
@@ -153,8 +154,8 @@ class DriveNode(LifecycleNode):
         self.cpu_threads = threads
         self.outputs = OutputPublishers(self, params)
         self.get_logger().info(f"configured: model {params.resolved_model_dir}, "
-                               f"{config.mode} on {device} ({threads} CPU threads), "
-                               f"{len(params.camera_names)} cameras")
+                               f"{config.mode} on {device} as {config.dtype} "
+                               f"({threads} CPU threads), {len(params.camera_names)} cameras")
         return TransitionCallbackReturn.SUCCESS
 
     def on_activate(self, state: LifecycleState) -> TransitionCallbackReturn:

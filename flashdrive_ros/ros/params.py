@@ -16,6 +16,7 @@ CHOICES_TRANSPORT = ("compressed", "raw")
 CHOICES_RELIABILITY = ("best_effort", "reliable")
 CHOICES_MODE = ("flashdrive", "baseline")
 CHOICES_BACKEND = ("torch", "tensorrt")
+CHOICES_DTYPE = ("auto", "float32", "bfloat16", "float16")
 OVERLAY_CAMERA = "camera_front_wide_120fov"
 
 
@@ -91,6 +92,9 @@ class DriveParams:
                         "cuda or cuda:N.", read_only=True)
     backend: str = _spec("torch", "Inference backend.", read_only=True,
                          choices=CHOICES_BACKEND)
+    dtype: str = _spec("auto", "Compute dtype of the model; auto = bfloat16 on a CPU with native "
+                       "bf16 arithmetic (AVX512-BF16 or AMX), float32 elsewhere.",
+                       read_only=True, choices=CHOICES_DTYPE)
     cpu_threads: int = _spec(0, "Torch intra-op threads of the planner worker on the CPU; "
                              "0 = every core this process may run on but one (at least 1), "
                              "leaving a core to the node's callbacks.",
