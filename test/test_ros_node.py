@@ -224,6 +224,7 @@ def test_configure_activate_plan_and_recover_from_faults(graph):
                  what="a plan with its reasoning, overlay and planning status")
     planner = {kv.key: kv.value for kv in feeder.planner_statuses()[-1].values}
     assert planner["cpu_threads"] == "2" and torch.get_num_threads() == 1
+    assert node.encoder.encoded >= 1 and len(node.engine.encoded_frames) >= 1
     _, path = feeder.valid_paths()[-1]
     assert len(path.poses) == 64 and path.header.frame_id == "base_link"
     assert all(math.isfinite(p.pose.position.x) for p in path.poses)

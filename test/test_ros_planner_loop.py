@@ -138,6 +138,16 @@ def test_worker_thread_plans_and_stops(engine):
     assert loop.health()[0].windows_planned == planned
 
 
+def test_camera_sets_are_handed_on_after_the_window_buffer(engine):
+    handed = []
+    loop = PlannerLoop(engine, WindowBuilder(len(CAMERAS)), CAMERAS,
+                       on_camera_set=lambda stamps, images: handed.append(
+                           (stamps, len(images), loop.builder.latest_t0())))
+    feed(loop, 30.0, 30.2)
+    assert [(s[0], n) for s, n, _ in handed] == [(30.0, 4), (30.1, 4), (30.2, 4)]
+    assert [t0 for _, _, t0 in handed] == [30.0, 30.1, 30.2]
+
+
 def test_silent_inputs_are_named(engine):
     now = [100.0]
     loop = PlannerLoop(engine, WindowBuilder(len(CAMERAS)), CAMERAS, clock=lambda: now[0])

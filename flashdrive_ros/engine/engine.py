@@ -9,6 +9,8 @@ KV, cached-velocity or plain Euler, unicycle integration from v0 fitted to the h
 from __future__ import annotations
 
 import math
+import threading
+from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
@@ -19,6 +21,7 @@ from flashdrive_ros.backends.specs import EngineShapes
 from flashdrive_ros.engine.config import EngineConfig
 from flashdrive_ros.engine.decoding import (DecodeResult, PrefillOutput, Sampling, StopRule,
                                             Target, autoregressive_decode, required_capacity)
+from flashdrive_ros.engine.encoded_frames import Encoded, EncodedFrames
 from flashdrive_ros.engine.flow_cached import euler_cached
 from flashdrive_ros.engine.graphed_steps import GraphedSteps
 from flashdrive_ros.engine.speculative import DFlashProposer, speculative_decode
@@ -90,6 +93,8 @@ class Engine:
         self.backend = backend or make_backend(cfg.backend, model, self.shapes)
         self.target = Target(self.backend.backbone, vlm.lm_head, feature_layers)
         self.graphs = self.graphed_steps() if cfg.cuda_graphs else None
+        self.encoded_frames: EncodedFrames | None = None
+        self._encoder_lock = threading.Lock()
 
     @classmethod
     def load(cls, model_dir: str | Path, cfg: EngineConfig) -> Engine:
@@ -135,6 +140,22 @@ class Engine:
     def reset(self) -> None:
         """Drop the streaming state: the next window runs a full prefill."""
         self.stream.reset()
+
+    def keep_encoded_frames(self, keep_s: float | None = 2.0) -> None:
+        """Keep every encoded frame of the last `keep_s` seconds by camera and stamp, so that
+        frames encoded ahead (`encode_camera_set`) or by an earlier window are not encoded
+        again; None: every window encodes its frames itself."""
+        self.encoded_frames = None if keep_s is None else EncodedFrames(keep_s)
+
+    @torch.no_grad()
+    def encode_camera_set(self, stamps: Sequence[float], images: Sequence[np.ndarray]) -> None:
+        """Encodes one image per camera (uint8 [H, W, 3], camera slot order) taken at `stamps`
+        into the kept encoded frames, ahead of the windows that will need them."""
+        if self.encoded_frames is None:
+            raise RuntimeError("encode_camera_set needs keep_encoded_frames() first")
+        batch = np.stack(images)[:, None]  # batch: [V, 1, H, W, 3]
+        self._encode_kept(batch, np.asarray(stamps, dtype=np.float64)[:, None],
+                          [(v, 0) for v in range(len(images))])
 
     def warmup(self, windows: int = 2) -> None:
         """Runs `windows` synthetic consecutive windows (first full, then streaming) so lazy
@@ -197,10 +218,44 @@ class Engine:
 
     def encode(self, window: Window, plan: PrefillPlan
                ) -> tuple[torch.Tensor, list[torch.Tensor]]:
+        """(image embeds [len(frames) * T, H], deepstack levels of the same) of
+        plan.frames_to_encode, in that order."""
+        if self.encoded_frames is None:
+            return self._encode_images(window.images, plan.frames_to_encode)
+        encoded = self._encode_kept(window.images, window.image_stamps, plan.frames_to_encode)
+        embeds = torch.cat([e for e, _ in encoded])
+        return embeds, [torch.cat(level) for level in zip(*(d for _, d in encoded))]
+
+    def _encode_kept(self, images: np.ndarray, stamps: np.ndarray,
+                     frames: Sequence[tuple[int, int]]) -> list[Encoded]:
+        """Per frame of `frames` (images: uint8 [V, F, H, W, 3], stamps: [V, F]) its encoding,
+        from the kept encoded frames or encoded now and kept. One encode runs at a time, so a
+        window waits for the frames being encoded ahead instead of encoding them again."""
+        with self._encoder_lock:
+            kept = self.encoded_frames
+            found = [kept.get(v, float(stamps[v, f])) for v, f in frames]
+            missing = [frame for frame, hit in zip(frames, found) if hit is None]
+            if not missing:
+                return found
+            fresh = self._split_images(*self._encode_images(images, missing))
+            for (v, f), encoded in zip(missing, fresh):
+                kept.put(v, float(stamps[v, f]), encoded)
+        fresh_iter = iter(fresh)
+        return [hit if hit is not None else next(fresh_iter) for hit in found]
+
+    def _encode_images(self, images: np.ndarray, frames: Sequence[tuple[int, int]]
+                       ) -> tuple[torch.Tensor, list[torch.Tensor]]:
         if self.graphs is not None:
-            return self.graphs.encoder(window.images, plan.frames_to_encode)
-        return encode_frames(self.model.vlm, window.images, plan.frames_to_encode,
-                             self.image_size, self.dtype, self.backend.encoder)
+            return self.graphs.encoder(images, frames)
+        return encode_frames(self.model.vlm, images, frames, self.image_size, self.dtype,
+                             self.backend.encoder)
+
+    def _split_images(self, embeds: torch.Tensor, deepstack: list[torch.Tensor]
+                      ) -> list[Encoded]:
+        """[N * T, H] embeds and deepstack levels -> N per-image (embeds, deepstack)."""
+        size = self.frame_layout.tokens_per_image
+        parts = [level.split(size) for level in deepstack]
+        return [(chunk, [p[i] for p in parts]) for i, chunk in enumerate(embeds.split(size))]
 
     def prefill(self, token_ids: list[int], plan: PrefillPlan, image_embeds: torch.Tensor,
                 deepstack: list[torch.Tensor]) -> PrefillOutput:

@@ -29,11 +29,15 @@ from flashdrive_ros.engine.engine import Engine
 from flashdrive_ros.engine.window import WindowBuilder
 from flashdrive_ros.model.config import ModelConfig
 from flashdrive_ros.ros import names
+from flashdrive_ros.ros.frame_encoder import FrameEncoder
 from flashdrive_ros.ros.inputs import InputSubscriptions
 from flashdrive_ros.ros.outputs import OutputPublishers
 from flashdrive_ros.ros.params import (DriveParams, ParameterError, add_validation_callback,
                                        declare_parameters, read_parameters)
 from flashdrive_ros.ros.planner_loop import PlannerLoop
+
+ENCODED_FRAMES_KEEP_S = 2.0
+
 
 def resolve_device(device: str) -> str:
     if device != "auto":
@@ -113,6 +117,7 @@ class DriveNode(LifecycleNode):
         self.params: DriveParams | None = None
         self.engine: Engine | None = None
         self.cpu_threads = 1
+        self.encoder: FrameEncoder | None = None
         self.loop: PlannerLoop | None = None
         self.outputs: OutputPublishers | None = None
         self.inputs: InputSubscriptions | None = None
@@ -171,12 +176,21 @@ class DriveNode(LifecycleNode):
         self.engine.reset()
         overlay_index = (params.camera_names.index(params.overlay_camera)
                          if params.overlay_camera else None)
+        self.encoder = None
+        self.engine.keep_encoded_frames(ENCODED_FRAMES_KEEP_S if params.encode_ahead else None)
+        if params.encode_ahead:
+            self.encoder = FrameEncoder(self.engine.encode_camera_set,
+                                        worker_setup=partial(set_torch_threads, 1),
+                                        on_error=self._on_encoder_error)
         self.loop = PlannerLoop(self.engine, window_builder(self.engine.model.cfg,
                                                            len(params.camera_names)),
                                 params.camera_names, overlay_index,
-                                worker_setup=partial(set_torch_threads, self.cpu_threads))
+                                worker_setup=partial(set_torch_threads, self.cpu_threads),
+                                on_camera_set=self.encoder.submit if self.encoder else None)
         self.outputs.reset()
         self.inputs = InputSubscriptions(self, params, self.loop, self.outputs.set_camera_info)
+        if self.encoder is not None:
+            self.encoder.start()
         self.loop.start()
         self._timer = self.create_timer(1.0 / params.control_rate_hz, self._tick)
         self.get_logger().info(f"active: planning at {params.control_rate_hz} Hz")
@@ -214,6 +228,9 @@ class DriveNode(LifecycleNode):
         if self.loop is not None:
             self.loop.stop()
             self.loop = None
+        if self.encoder is not None:
+            self.encoder.stop()
+            self.encoder = None
 
     def _release(self) -> None:
         if self.outputs is not None:
@@ -229,6 +246,11 @@ class DriveNode(LifecycleNode):
             return
         now = self.get_clock().now().nanoseconds * 1e-9
         outputs.tick(loop, now, time.monotonic(), inputs.silence_hint)
+
+    def _on_encoder_error(self, reason: str) -> None:
+        loop = self.loop
+        if loop is not None:
+            loop.set_extra("frame_encoder_error", reason)
 
     def _on_parameters_accepted(self, params: DriveParams) -> None:
         outputs = self.outputs

@@ -92,6 +92,9 @@ class DriveParams:
                         "cuda or cuda:N.", read_only=True)
     backend: str = _spec("torch", "Inference backend.", read_only=True,
                          choices=CHOICES_BACKEND)
+    encode_ahead: bool = _spec(True, "Encode each camera set on a thread of its own as it "
+                               "arrives, so the planner worker finds its window's frames "
+                               "encoded; applied at the next activate.")
     dtype: str = _spec("auto", "Compute dtype of the model; auto = bfloat16 on a CPU with native "
                        "bf16 arithmetic (AVX512-BF16 or AMX), float32 elsewhere.",
                        read_only=True, choices=CHOICES_DTYPE)

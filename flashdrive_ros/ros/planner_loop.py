@@ -58,12 +58,15 @@ class PlannerLoop:
     reported for at least FAULT_HOLD_S so that periodic diagnostics see it.
 
     worker_setup runs on the worker thread before its first window (per-thread settings such
-    as the torch thread count); the values it returns are reported as planner extras."""
+    as the torch thread count); the values it returns are reported as planner extras.
+    on_camera_set(stamps, images) gets every camera set once it is in the window buffer."""
 
     def __init__(self, engine: PlanningEngine, builder: WindowBuilder,
                  camera_names: list[str], overlay_index: int | None = None,
                  clock: Callable[[], float] = time.monotonic,
-                 worker_setup: Callable[[], dict[str, object]] | None = None) -> None:
+                 worker_setup: Callable[[], dict[str, object]] | None = None,
+                 on_camera_set: Callable[[list[float], list[np.ndarray]], None] | None = None
+                 ) -> None:
         if len(camera_names) != builder.camera_count:
             raise ValueError(f"{len(camera_names)} camera names for a builder of "
                              f"{builder.camera_count} cameras")
@@ -73,6 +76,7 @@ class PlannerLoop:
         self.overlay_index = overlay_index
         self.clock = clock
         self.worker_setup = worker_setup
+        self.on_camera_set = on_camera_set
         self._inputs = {name: InputHealth(name) for name in self.camera_names}
         self._inputs[ODOMETRY_INPUT] = InputHealth(ODOMETRY_INPUT)
         self._health = PlannerHealth()
@@ -94,6 +98,8 @@ class PlannerLoop:
                 self._mark_ok(self.camera_names[camera], stamp)
             self._input_version += 1
             self._wake.notify()
+        if self.on_camera_set is not None:
+            self.on_camera_set(stamps, images)
 
     def add_odometry(self, stamp: float, position, quaternion, linear_velocity,
                      fault: str = "") -> None:
