@@ -12,7 +12,8 @@ from test_ros_fixtures import make_tiny_model_dir
 from flashdrive_ros.engine.config import EngineConfig
 from flashdrive_ros.engine.engine import Engine
 from flashdrive_ros.engine.window import WindowBuilder
-from flashdrive_ros.ros.planner_loop import ODOMETRY_INPUT, PlannerLoop
+from flashdrive_ros.ros.planner_loop import (IDLE_WAIT_S, ODOMETRY_INPUT, ODOMETRY_SETTLE_S,
+                                             PlannerLoop)
 
 CAMERAS = ["left", "front", "right", "tele"]
 IDENTITY = np.array([0.0, 0.0, 0.0, 1.0])
@@ -136,6 +137,28 @@ def test_worker_thread_plans_and_stops(engine):
     feed(loop, 51.62, 52.0)
     time.sleep(0.2)
     assert loop.health()[0].windows_planned == planned
+
+
+def test_window_waits_for_the_odometry_at_its_t0_then_plans_without_spinning(engine):
+    engine.reset()
+    now = [100.0]
+    loop = PlannerLoop(engine, WindowBuilder(len(CAMERAS)), CAMERAS, clock=lambda: now[0])
+    feed(loop, 40.0, 41.58)
+    loop.add_camera_set([41.6] * len(CAMERAS), images(416))
+    assert not loop.run_once() and loop.health()[0].windows_rejected == 0
+    assert 0 < loop._idle_wait() <= ODOMETRY_SETTLE_S
+    loop.add_odometry(41.6, [4.0 * 41.6, 0.0, 0.0], IDENTITY, [4.0, 0.0, 0.0])
+    assert loop._idle_wait() == 0.0
+    assert loop.run_once() and loop.latest().plan.t0 == pytest.approx(41.6)
+    for t in (41.62, 41.64, 41.66):
+        loop.add_odometry(t, [4.0 * t, 0.0, 0.0], IDENTITY, [4.0, 0.0, 0.0])
+        assert not loop.run_once()
+        assert loop._idle_wait() == IDLE_WAIT_S
+    loop.add_camera_set([41.7] * len(CAMERAS), images(417))
+    assert not loop.run_once()
+    now[0] += ODOMETRY_SETTLE_S
+    assert loop._idle_wait() == 0.0
+    assert loop.run_once() and loop.latest().plan.t0 == pytest.approx(41.7)
 
 
 def test_camera_sets_are_handed_on_after_the_window_buffer(engine):

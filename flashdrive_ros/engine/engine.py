@@ -45,6 +45,11 @@ DRAFTER_FILE = "drafter.safetensors"
 MAX_ASPECT_DISTORTION = 0.2
 
 
+def window_seed(seed: int, t0: float) -> int:
+    """The random seed of the window at `t0` (seconds) under config seed `seed`."""
+    return (seed * 1_000_003 + round(t0 * 1000)) % 2 ** 63
+
+
 class Engine:
     def __init__(self, model: AlpamayoModel, tokenizer: TextTokenizer, drafter: Drafter | None,
                  cfg: EngineConfig, backend: Backend | None = None) -> None:
@@ -173,10 +178,13 @@ class Engine:
 
     @torch.no_grad()
     def step(self, window: Window) -> Plan:
+        """The plan of `window`; its random draws are seeded by the config seed and the
+        window's t0 (in ms), so a window gets the same plan whichever windows came before it
+        (streaming state aside), offline or through the node."""
         self.check_window(window)
         timer = StageTimer(self.device)
         generator = torch.Generator(device=self.device).manual_seed(
-            self.cfg.seed * 1_000_003 + window.sequence)
+            window_seed(self.cfg.seed, window.t0))
         prompt = self.prompt_builder.build(
             self.history_tokenizer.encode(window.ego_history[:, :3]).tolist())
         plan = self.stream.plan(self.frame_layout, prompt.token_ids, window.image_stamps,

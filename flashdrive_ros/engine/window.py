@@ -203,6 +203,10 @@ class WindowBuilder:
         covered = [stamp for stamp, _ in self._frames[0] if stamp <= reach]
         return covered[-1] if covered else newest
 
+    def odometry_reaches(self, t: float) -> bool:
+        """True when an odometry sample is stamped at or after `t`."""
+        return bool(self._odometry) and self._odometry[-1].stamp >= t
+
     def build(self, t0: float) -> Window | WindowRejection:
         if self._pending is not None:
             pending, self._pending = self._pending, None

@@ -5,6 +5,11 @@ publishers. activate: warm the engine up, start from a fresh window buffer and s
 state, subscribe, start the planner worker and the control-rate timer. deactivate:
 unsubscribe, stop the timer and the worker. cleanup / shutdown: free the engine and the
 publishers.
+
+`main` spins the node on one thread: every callback runs on the spinning thread, while the
+planner worker and the frame encoder run on threads of their own. A thread pool would hand
+each callback to another thread, and every hand-over waits for the GIL that the model threads
+hold between their tensor operations, so the callbacks would fall behind the 50 Hz odometry.
 """
 
 from __future__ import annotations
@@ -19,7 +24,7 @@ from pathlib import Path
 
 import rclpy
 import rclpy.exceptions
-from rclpy.executors import ExternalShutdownException, MultiThreadedExecutor
+from rclpy.executors import ExternalShutdownException, SingleThreadedExecutor
 from rclpy.lifecycle import LifecycleNode, LifecycleState, TransitionCallbackReturn
 from rclpy.utilities import remove_ros_args
 
@@ -272,7 +277,7 @@ def main(args: list[str] | None = None) -> None:
     options = parse_arguments(remove_ros_args(argv)[1:])
     rclpy.init(args=argv)
     node = DriveNode()
-    executor = MultiThreadedExecutor(num_threads=8)
+    executor = SingleThreadedExecutor()
     executor.add_node(node)
     try:
         if options.autostart and not autostart(node):

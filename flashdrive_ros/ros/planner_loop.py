@@ -17,6 +17,8 @@ from flashdrive_ros.ros.diagnostics import InputHealth, PlannerHealth
 
 ODOMETRY_INPUT = "odometry"
 FAULT_HOLD_S = 2.0
+IDLE_WAIT_S = 0.1
+ODOMETRY_SETTLE_S = 0.05
 
 
 class PlanningEngine(Protocol):
@@ -57,6 +59,10 @@ class PlannerLoop:
     `engine.step` on the newest window it can build whenever it is idle. A fault stays
     reported for at least FAULT_HOLD_S so that periodic diagnostics see it.
 
+    A window waits up to ODOMETRY_SETTLE_S after its camera set arrived for the odometry to
+    reach its t0 (published at the same time, it may come just after the images), so that its
+    ego history is interpolated rather than extrapolated, as the offline replay builds it.
+
     worker_setup runs on the worker thread before its first window (per-thread settings such
     as the torch thread count); the values it returns are reported as planner extras.
     on_camera_set(stamps, images) gets every camera set once it is in the window buffer."""
@@ -85,6 +91,7 @@ class PlannerLoop:
         self._attempted: tuple[float, int] | None = None
         self._last_rejected: tuple[float, str] | None = None
         self._planned_t0 = -np.inf
+        self._camera_set_at = -np.inf
         self._lock = threading.Lock()
         self._wake = threading.Condition(self._lock)
         self._stop = threading.Event()
@@ -96,6 +103,7 @@ class PlannerLoop:
             for camera, (stamp, rgb) in enumerate(zip(stamps, images)):
                 self.builder.add_image(camera, stamp, rgb)
                 self._mark_ok(self.camera_names[camera], stamp)
+            self._camera_set_at = self.clock()
             self._input_version += 1
             self._wake.notify()
         if self.on_camera_set is not None:
@@ -207,8 +215,9 @@ class PlannerLoop:
                 self.set_extra(key, value)
         while not self._stop.is_set():
             with self._wake:
-                if self._attempted == self._newest_attempt_key():
-                    self._wake.wait(0.1)
+                wait_s = self._idle_wait()
+                if wait_s > 0:
+                    self._wake.wait(wait_s)
             if self._stop.is_set():
                 break
             try:
@@ -221,14 +230,28 @@ class PlannerLoop:
         t0 = self.builder.latest_t0()
         return None if t0 is None else (t0, self._input_version)
 
+    def _idle_wait(self) -> float:
+        """Seconds the worker waits for new input before it tries again; 0: try now. Called
+        with the lock held."""
+        key = self._newest_attempt_key()
+        if key is None or key == self._attempted:
+            return IDLE_WAIT_S
+        return self._settle_left(key[0])
+
+    def _settle_left(self, t0: float) -> float:
+        """How much longer a window at t0 waits for the odometry to reach t0."""
+        if self.builder.odometry_reaches(t0):
+            return 0.0
+        return max(0.0, self._camera_set_at + ODOMETRY_SETTLE_S - self.clock())
+
     def _next_window(self) -> Window | None:
         with self._lock:
             key = self._newest_attempt_key()
-            if key is None or key == self._attempted:
-                return None
-            if key[0] <= self._planned_t0 and not self.builder.time_base_reset_pending:
+            if key is None or key == self._attempted or self._settle_left(key[0]) > 0:
                 return None
             self._attempted = key
+            if key[0] <= self._planned_t0 and not self.builder.time_base_reset_pending:
+                return None
             result = self.builder.build(key[0])
             if isinstance(result, WindowRejection):
                 self._note_rejection(key[0], result)
