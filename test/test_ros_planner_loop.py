@@ -161,6 +161,26 @@ def test_window_waits_for_the_odometry_at_its_t0_then_plans_without_spinning(eng
     assert loop.run_once() and loop.latest().plan.t0 == pytest.approx(41.7)
 
 
+@pytest.mark.parametrize("stay_streaming", [True, False])
+def test_stay_streaming_plans_the_window_a_frame_older_that_shares_a_frame(engine,
+                                                                           stay_streaming):
+    engine.reset()
+    loop = PlannerLoop(engine, WindowBuilder(len(CAMERAS)), CAMERAS,
+                       stay_streaming=stay_streaming)
+    feed(loop, 60.0, 61.6)
+    assert loop.run_once() and loop.latest().plan.full_prefill
+    feed(loop, 61.62, 62.0)
+    assert loop.run_once()
+    plan = loop.latest().plan
+    if stay_streaming:
+        assert plan.t0 == pytest.approx(61.9) and not plan.full_prefill
+    else:
+        assert plan.t0 == pytest.approx(62.0) and plan.full_prefill
+    feed(loop, 62.02, 62.6)
+    assert loop.run_once()
+    assert loop.latest().plan.t0 == pytest.approx(62.6) and loop.latest().plan.full_prefill
+
+
 def test_camera_sets_are_handed_on_after_the_window_buffer(engine):
     handed = []
     loop = PlannerLoop(engine, WindowBuilder(len(CAMERAS)), CAMERAS,

@@ -190,6 +190,7 @@ class DriveNode(LifecycleNode):
         self.loop = PlannerLoop(self.engine, window_builder(self.engine.model.cfg,
                                                            len(params.camera_names)),
                                 params.camera_names, overlay_index,
+                                stay_streaming=self.engine.cfg.streaming,
                                 worker_setup=partial(set_torch_threads, self.cpu_threads),
                                 on_camera_set=self.encoder.submit if self.encoder else None)
         self.outputs.reset()

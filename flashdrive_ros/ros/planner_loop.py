@@ -63,6 +63,10 @@ class PlannerLoop:
     reach its t0 (published at the same time, it may come just after the images), so that its
     ego history is interpolated rather than extrapolated, as the offline replay builds it.
 
+    stay_streaming: when the newest window shares no frame with the last planned window but
+    the window one frame older does, plan that one: a streaming window instead of a full
+    prefill, whose plan comes out sooner although its input is a frame older.
+
     worker_setup runs on the worker thread before its first window (per-thread settings such
     as the torch thread count); the values it returns are reported as planner extras.
     on_camera_set(stamps, images) gets every camera set once it is in the window buffer."""
@@ -70,6 +74,7 @@ class PlannerLoop:
     def __init__(self, engine: PlanningEngine, builder: WindowBuilder,
                  camera_names: list[str], overlay_index: int | None = None,
                  clock: Callable[[], float] = time.monotonic,
+                 stay_streaming: bool = False,
                  worker_setup: Callable[[], dict[str, object]] | None = None,
                  on_camera_set: Callable[[list[float], list[np.ndarray]], None] | None = None
                  ) -> None:
@@ -81,6 +86,7 @@ class PlannerLoop:
         self.camera_names = list(camera_names)
         self.overlay_index = overlay_index
         self.clock = clock
+        self.stay_streaming = stay_streaming
         self.worker_setup = worker_setup
         self.on_camera_set = on_camera_set
         self._inputs = {name: InputHealth(name) for name in self.camera_names}
@@ -228,7 +234,15 @@ class PlannerLoop:
 
     def _newest_attempt_key(self) -> tuple[float, int] | None:
         t0 = self.builder.latest_t0()
-        return None if t0 is None else (t0, self._input_version)
+        if t0 is None:
+            return None
+        builder = self.builder
+        if self.stay_streaming and np.isfinite(self._planned_t0) and \
+                not builder.time_base_reset_pending:
+            reach = self._planned_t0 + (builder.num_frames - 1) * builder.frame_dt
+            if reach < t0 - builder.limits.frame_tolerance < reach + builder.frame_dt:
+                t0 = builder.latest_t0(not_after=reach)
+        return t0, self._input_version
 
     def _idle_wait(self) -> float:
         """Seconds the worker waits for new input before it tries again; 0: try now. Called
