@@ -2,7 +2,8 @@
 the embedded default model, then the summary table (minADE vs constant velocity, latency per
 stage, accepted length, control rate held).
 
-`python -m flashdrive_ros.demo [--out DIR] [--seconds S] [--seed N] [--offline] [--compare]`
+`python -m flashdrive_ros.demo [--out DIR] [--seconds S] [--seed N] [--num-samples K]
+[--offline] [--compare]`
 """
 
 from __future__ import annotations
@@ -29,6 +30,8 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--seed", type=int, default=SAMPLE_SEED,
                    help="sim seed of the sample drive (default: held out from training)")
     p.add_argument("--model-dir", default=None, help="model directory (default: embedded)")
+    p.add_argument("--num-samples", type=int, default=6,
+                   help="trajectory samples per window (minADE6 uses up to 6)")
     p.add_argument("--offline", action="store_true",
                    help="feed the engine directly instead of replaying through the ROS node")
     p.add_argument("--compare", action="store_true",
@@ -54,7 +57,8 @@ def main(argv: list[str] | None = None) -> int:
     options = ReplayOptions(
         bag=bag, model_dir=args.model_dir or default_model_dir(),
         out_dir=out / ("replay_through_ros" if through_ros else "replay_offline"),
-        mode="compare" if args.compare else "flashdrive", through_ros=through_ros)
+        mode="compare" if args.compare else "flashdrive", through_ros=through_ros,
+        num_samples=args.num_samples)
     try:
         report = run_replay(options)
     except ReplayError as exc:

@@ -131,12 +131,26 @@ def test_plans_are_deterministic_under_a_seed(parts):
     assert sampled[0].coc_token_ids == sampled[1].coc_token_ids
 
 
+def test_a_window_gets_its_plan_whatever_came_before(parts):
+    """Noise is seeded by the window's t0: the same window after other windows (full
+    prefill, streaming off) or with another sequence number draws the same samples."""
+    first = engine(parts, streaming=False, num_samples=2).step(window(3))
+    eng = engine(parts, streaming=False, num_samples=2)
+    eng.step(window(0))
+    again = window(3)
+    again.sequence = 17
+    later = eng.step(again)
+    np.testing.assert_array_equal(later.trajectories, first.trajectories)
+    assert not np.allclose(eng.step(window(4)).trajectories, first.trajectories)
+
+
 def test_reset_and_discontinuity_force_a_full_prefill(parts):
     eng = engine(parts)
     assert [p.full_prefill for p in run(eng, (0, 1, 2))] == [True, False, False]
-    assert eng.step(window(4)).prefill_reason == ("frames are not the previous window's "
-                                                  "shifted by one")
-    streamed = eng.step(window(5))
+    assert not eng.step(window(4)).full_prefill
+    assert eng.step(window(8)).prefill_reason == "no frame shared with the previous window"
+    assert eng.step(window(8)).prefill_reason == "frames are not the previous window's shifted"
+    streamed = eng.step(window(9))
     assert not streamed.full_prefill and streamed.prefill_reason == ""
     eng.reset()
     assert eng.step(window(6)).prefill_reason == "first window"

@@ -35,7 +35,7 @@ def where(layout: FrameLayout, index: int):
     raise AssertionError(index)
 
 
-def expected_allowed(layout: FrameLayout, query: int, key: int) -> bool:
+def expected_allowed(layout: FrameLayout, query: int, key: int, new_frames: int) -> bool:
     q_kind, q_view, _ = where(layout, query)
     k_kind, k_view, k_frame = where(layout, key)
     if q_kind == "tail":
@@ -48,25 +48,27 @@ def expected_allowed(layout: FrameLayout, query: int, key: int) -> bool:
         return True
     if k_view > q_view:
         return False
-    return k_frame < FRAMES - 1 or key <= query
+    return k_frame < FRAMES - new_frames or key <= query
 
 
+@pytest.mark.parametrize("new_frames", [1, 2])
 @pytest.mark.parametrize("shift", [0, 1, 2, 4])
-def test_streaming_mask_follows_the_flashdrive_rules(shift):
+def test_streaming_mask_follows_the_flashdrive_rules(shift, new_frames):
     layout = small_layout()
     slot_of = layout.slot_of_prompt_index(shift)
     slot_order = torch.empty(layout.prompt_length + 5, dtype=torch.long)
     slot_order[slot_of] = torch.arange(layout.prompt_length)
     slot_order[layout.prompt_length:] = torch.arange(layout.prompt_length,
                                                      layout.prompt_length + 5)
-    queries = layout.newest_frame_and_tail()
+    queries = layout.newest_frames_and_tail(new_frames)
+    assert len(queries) == VIEWS * new_frames * (LABEL + IMAGE) + TAIL
     mask = slot_mask(slot_order, slot_of[queries], layout.prompt_length)
     assert mask.shape == (1, 1, len(queries), layout.prompt_length)
     for qi, query in enumerate(queries.tolist()):
         for slot in range(layout.prompt_length):
             key = int(slot_order[slot])
-            assert bool(mask[0, 0, qi, slot]) == expected_allowed(layout, query, key), \
-                (query, key, slot)
+            assert bool(mask[0, 0, qi, slot]) == expected_allowed(layout, query, key,
+                                                                  new_frames), (query, key, slot)
 
 
 def test_new_frames_sit_in_the_ring_range_of_the_dropped_frame():
@@ -91,6 +93,13 @@ def test_identity_order_is_plain_causal():
     causal = torch.arange(10)[None, :] <= torch.arange(4, 10)[:, None]
     assert torch.equal(mask[0, 0], causal)
     assert not is_plain_causal(torch.tensor([1, 0, 2]), 3)
+
+
+def test_new_frame_count_must_leave_a_kept_frame():
+    layout = small_layout()
+    for frames in (0, FRAMES):
+        with pytest.raises(ValueError, match="new frames per view"):
+            layout.newest_frames_and_tail(frames)
 
 
 def test_bad_inputs_raise():

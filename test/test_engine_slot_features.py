@@ -95,7 +95,7 @@ def test_whole_prompt_context_streams_losslessly(parts, kind, rotary):
             recomputed = torch.zeros(n, dtype=torch.bool)
             layout = fast.frame_layout
             recomputed[layout.slot_of_prompt_index(fast.stream.shift)[
-                layout.newest_frame_and_tail()]] = True
+                layout.newest_frames_and_tail()]] = True
             assert torch.equal(store.features[:n][~recomputed], snapshot[~recomputed])
             assert not torch.allclose(store.features[:n][recomputed], snapshot[recomputed])
         snapshot = store.features[:n].clone()

@@ -6,14 +6,14 @@ import torch
 
 from flashdrive_ros.engine.decoding import Target
 from flashdrive_ros.engine.streaming import (FrameLayout, StreamingKVCache, encode_frames,
-                                             run_prefill)
+                                             frame_shift, run_prefill)
 from flashdrive_ros.model.config import ModelConfig, TextConfig, tiny
 from flashdrive_ros.model.kv_cache import KVCache
 from flashdrive_ros.model.positions import prompt_positions
 from flashdrive_ros.model.vlm import VLM
 
 IMAGE_TOKEN = 4000
-VIEWS, FRAMES = 3, 3
+VIEWS, FRAMES = 3, 4
 HEIGHT, WIDTH = 48, 64
 
 
@@ -118,17 +118,28 @@ def test_first_streaming_window_equals_full_prefill(tiny_vlm):
     assert torch.equal(state.cache.positions[:, :, :n], positions)
 
 
+STEPS_BY_SHIFT = {1: (0, 1, 2, 3, 4), 2: (0, 2, 4, 6), 3: (0, 3, 6, 9), 4: (0, 4, 8),
+                  6: (0, 6, 12)}
+
+
+@pytest.mark.parametrize("shift", sorted(STEPS_BY_SHIFT))
 @pytest.mark.parametrize("layers", [1, 2])
-def test_streaming_matches_full_prefill_where_it_must(layers):
-    """Layer-0 keys/values depend on the token alone, so the streamed cache must hold exactly
-    the full prefill's layer-0 entries (permuted into ring slots); the recomputed tokens attend
-    over them through the streaming mask, so their layer-1 entries and, for one layer, the
-    logits must match the full prefill too."""
+def test_streaming_matches_full_prefill_where_it_must(layers, shift):
+    """Windows `shift` frames apart. Layer-0 keys/values depend on the token alone, so the
+    streamed cache must hold exactly the full prefill's layer-0 entries (permuted into ring
+    slots); the recomputed tokens attend over them through the streaming mask, so their
+    layer-1 entries and, for one layer, the logits must match the full prefill too. A shift
+    of FRAMES or more shares no frame: a full prefill."""
     vlm, cfg = make_vlm(layers)
     state = new_state(cfg)
-    for step in range(5):
+    for index, step in enumerate(STEPS_BY_SHIFT[shift]):
         plan, out, layout, _ = prefill_window(vlm, cfg, state, step)
-        assert plan.full == (step == 0)
+        streamed = index > 0 and shift < FRAMES
+        assert plan.full == (not streamed)
+        new = shift if streamed else FRAMES
+        assert plan.new_frames == new
+        assert plan.frames_to_encode == tuple((v, f) for v in range(VIEWS)
+                                              for f in range(FRAMES - new, FRAMES))
         ref_state, ref_out = full_reference(vlm, cfg, step)
         n = layout.prompt_length
         slot_of = layout.slot_of_prompt_index(plan.shift)
@@ -144,17 +155,34 @@ def test_streaming_matches_full_prefill_where_it_must(layers):
             assert int(out.logits.argmax()) == int(ref_out.logits.argmax())
 
 
+@pytest.mark.parametrize("previous_step,step,expected", [
+    (0, 1, 1), (0, 2, 2), (0, 3, 3), (0, 4, 4), (0, 9, 4), (3, 3, None), (3, 1, None)])
+def test_frame_shift_by_stamp(previous_step, step, expected):
+    shift = frame_shift(window_inputs(previous_step)[1], window_inputs(step)[1])
+    assert shift == expected
+
+
+def test_frame_shift_needs_every_view_to_move_alike():
+    previous, stamps = window_inputs(0)[1], window_inputs(2)[1]
+    stamps[1] = window_inputs(1)[1][1]
+    assert frame_shift(previous, stamps) is None
+    assert frame_shift(previous, stamps[:, 1:]) is None
+
+
 def test_cache_holds_expected_frames_at_expected_positions(tiny_vlm):
     vlm, cfg = tiny_vlm
     state = new_state(cfg)
-    for step in range(5):
+    steps = (0, 1, 3, 4, 7)
+    for step in steps:
         plan, out, layout, positions = prefill_window(vlm, cfg, state, step)
-    assert not plan.full and plan.shift == 4 % FRAMES and state.windows_since_full == 4
-    assert plan.frames_to_encode == tuple((v, FRAMES - 1) for v in range(VIEWS))
+    assert not plan.full and plan.shift == (1 + 2 + 1 + 3) % FRAMES
+    assert state.windows_since_full == len(steps) - 1
+    assert plan.frames_to_encode == tuple((v, f) for v in range(VIEWS)
+                                          for f in range(1, FRAMES))
     block = layout.block_spans[0][0][1] - layout.block_spans[0][0][0]
     tail = layout.prompt_length - layout.tail_start
-    assert plan.query_order.shape[0] == VIEWS * block + tail
-    ref_state, ref_out = full_reference(vlm, cfg, 4)
+    assert plan.query_order.shape[0] == VIEWS * 3 * block + tail
+    ref_state, ref_out = full_reference(vlm, cfg, steps[-1])
     n = layout.prompt_length
     slot_of = layout.slot_of_prompt_index(plan.shift)
     for v in range(VIEWS):
@@ -192,20 +220,26 @@ def test_full_prefill_triggers(tiny_vlm):
     assert prefill_window(vlm, cfg, state, 0)[0].full
     assert not prefill_window(vlm, cfg, state, 1)[0].full
     plan = prefill_window(vlm, cfg, state, 3)[0]
-    assert plan.full and "shifted by one" in plan.reason
-    plan = prefill_window(vlm, cfg, state, 4, time_base_reset=True)[0]
-    assert plan.full and plan.reason == "time base reset"
-    assert not prefill_window(vlm, cfg, state, 5)[0].full
-    state.reset()
-    assert prefill_window(vlm, cfg, state, 6)[0].reason == "first window"
-    images, stamps = window_inputs(7)
-    ids, layout = prompt(7, cfg.tokens_per_image)
-    state.plan(layout, ids, stamps)
+    assert not plan.full and plan.new_frames == 2
     plan = prefill_window(vlm, cfg, state, 7)[0]
+    assert plan.full and plan.reason == "no frame shared with the previous window"
+    plan = prefill_window(vlm, cfg, state, 7)[0]
+    assert plan.full and plan.reason == "frames are not the previous window's shifted"
+    plan = prefill_window(vlm, cfg, state, 4)[0]
+    assert plan.full and plan.reason == "frames are not the previous window's shifted"
+    plan = prefill_window(vlm, cfg, state, 5, time_base_reset=True)[0]
+    assert plan.full and plan.reason == "time base reset"
+    assert not prefill_window(vlm, cfg, state, 6)[0].full
+    state.reset()
+    assert prefill_window(vlm, cfg, state, 8)[0].reason == "first window"
+    images, stamps = window_inputs(9)
+    ids, layout = prompt(9, cfg.tokens_per_image)
+    state.plan(layout, ids, stamps)
+    plan = prefill_window(vlm, cfg, state, 9)[0]
     assert plan.full and plan.reason == "previous prefill did not finish"
-    ids, layout = prompt(8, cfg.tokens_per_image)
+    ids, layout = prompt(10, cfg.tokens_per_image)
     ids[0] = 13
-    plan = state.plan(layout, ids, window_inputs(8)[1])
+    plan = state.plan(layout, ids, window_inputs(10)[1])
     assert plan.full and plan.reason == "prompt before the tail changed"
 
 

@@ -145,6 +145,20 @@ def test_odometry_extrapolation_within_limit():
     assert isinstance(rej, WindowRejection) and rej.code == "stale_odometry"
 
 
+def test_latest_t0_is_the_newest_frame_time_the_odometry_reaches():
+    b = WindowBuilder(CAMS)
+    _feed(b, 10.0, odom_end=9.97)
+    assert b.latest_t0() == pytest.approx(10.0)
+    b2 = WindowBuilder(CAMS)
+    _feed(b2, 10.0, odom_end=9.92)
+    assert b2.latest_t0() == pytest.approx(9.9)
+    assert isinstance(b2.build(b2.latest_t0()), Window)
+    b3 = WindowBuilder(CAMS)
+    _feed(b3, 10.0, odom_end=7.9, span=2.0)
+    assert b3.latest_t0() == pytest.approx(10.0)
+    assert _code(b3, b3.latest_t0()) == "stale_odometry"
+
+
 def _code(b: WindowBuilder, t0: float) -> str:
     result = b.build(t0)
     assert isinstance(result, WindowRejection), result

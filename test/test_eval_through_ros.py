@@ -16,6 +16,7 @@ from flashdrive_ros.eval.through_ros import node_name
 from flashdrive_ros.paths import default_model_dir
 from flashdrive_ros.sim.bag import write_bag
 from flashdrive_ros.sim.labels import DECISIONS
+from flashdrive_ros.sim.topics import ODOMETRY_TOPIC
 
 pytestmark = pytest.mark.ros
 
@@ -64,9 +65,13 @@ def test_late_plans_at_the_sim_resolution_are_recorded_and_missed(tmp_path):
     """The simulator's default 480x272 cameras into the embedded model with max_plan_age_s
     at its minimum: every plan is too late to be published as valid on ~/trajectory, yet
     every finished plan is recorded and every control tick after the first is a deadline
-    miss. (The drive is shorter than the 6.4 s horizon: plans are skipped as no_future.)"""
+    miss. (The drive is shorter than the 6.4 s horizon: plans are skipped as no_future.)
+    While the model runs, the node's callbacks keep up: every odometry message arrives and
+    no window is refused for missing or late odometry."""
     bag = tmp_path / "bag"
     write_bag(bag, 6.0, seed=5, fmt="sqlite3", workers=1)
+    with AnyReader([bag], default_typestore=TYPESTORE) as reader:
+        odometry = sum(c.msgcount for c in reader.connections if c.topic == ODOMETRY_TOPIC)
     options = ReplayOptions(bag=bag, model_dir=default_model_dir(), out_dir=tmp_path / "out",
                             through_ros=True, num_samples=1, device="cpu", max_plan_age_s=0.05,
                             progress=False, plots=False)
@@ -78,6 +83,30 @@ def test_late_plans_at_the_sim_resolution_are_recorded_and_missed(tmp_path):
     assert report["control_ticks"] >= 1
     assert report["deadline_misses"] == report["control_ticks"]
     assert report["control_rate_held"] == 0.0
+    assert report["node_inputs_received"]["odometry"] == odometry
+    assert not {"odometry_gap", "stale_odometry", "time_jump"} & set(report["node_rejections"])
+
+
+def test_node_plans_equal_offline_plans_on_the_same_windows(tmp_path):
+    """Every window the node planned through ROS against the offline replay's window at the
+    same t0, both in baseline mode (no streaming state) and float32: the node builds the
+    same window from the DDS messages (images, stamps, ego history), draws the same noise
+    and its recorded plan scores as the offline plan against the same ground truth."""
+    model = write_tiny_model(tmp_path / "model")
+    bag = tmp_path / "bag"
+    write_bag(bag, 10.0, seed=5, fmt="sqlite3", width=64, height=48, workers=1)
+    common = dict(bag=bag, model_dir=model, mode="baseline", num_samples=2, device="cpu",
+                  dtype="float32", progress=False, plots=False)
+    reports = {through_ros: run_replay(ReplayOptions(
+        out_dir=tmp_path / str(through_ros), through_ros=through_ros, **common))
+        for through_ros in (True, False)}
+    offline = {round(w["t0"], 3): w for w in reports[False]["per_window"]}
+    planned = {round(w["t0"], 3): w for w in reports[True]["per_window"]}
+    both = sorted(set(planned) & set(offline))
+    assert len(both) >= 3 and len(both) >= len(planned) - 1
+    for t0 in both:
+        assert planned[t0]["coc"] == offline[t0]["coc"]
+        assert planned[t0]["minade6_6s"] == pytest.approx(offline[t0]["minade6_6s"], abs=1e-3)
 
 
 def test_node_that_cannot_configure_is_a_clear_error(tmp_path, capsys):

@@ -188,6 +188,7 @@ def graph(tiny_model_dir):
         Parameter("model_dir", value=str(tiny_model_dir)),
         Parameter("max_plan_age_s", value=3.0),
         Parameter("device", value="cpu"),
+        Parameter("cpu_threads", value=2),
         Parameter("overlay_intrinsics", value=[50.0, 50.0, 32.0, 24.0]),
         Parameter("overlay_extrinsic", value=[1.5, 0.0, 1.5, 0.0, 0.15, 0.0])])
     feeder = Feeder(context)
@@ -219,6 +220,9 @@ def test_configure_activate_plan_and_recover_from_faults(graph):
     feeder.drive(2.5, until=lambda: feeder.valid_paths() and feeder.reasoning and feeder.overlays
                  and any(s.message == "planning" for s in feeder.planner_statuses()),
                  what="a plan with its reasoning, overlay and planning status")
+    planner = {kv.key: kv.value for kv in feeder.planner_statuses()[-1].values}
+    assert planner["cpu_threads"] == "2" and torch.get_num_threads() == 1
+    assert node.encoder.encoded >= 1 and len(node.engine.encoded_frames) >= 1
     _, path = feeder.valid_paths()[-1]
     assert len(path.poses) == 64 and path.header.frame_id == "base_link"
     assert all(math.isfinite(p.pose.position.x) for p in path.poses)

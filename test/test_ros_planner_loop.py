@@ -1,6 +1,7 @@
 """PlannerLoop with the real engine on a tiny model: plans, rejections, engine errors,
 recovery, and the worker thread."""
 
+import threading
 import time
 
 import numpy as np
@@ -11,7 +12,8 @@ from test_ros_fixtures import make_tiny_model_dir
 from flashdrive_ros.engine.config import EngineConfig
 from flashdrive_ros.engine.engine import Engine
 from flashdrive_ros.engine.window import WindowBuilder
-from flashdrive_ros.ros.planner_loop import ODOMETRY_INPUT, PlannerLoop
+from flashdrive_ros.ros.planner_loop import (IDLE_WAIT_S, ODOMETRY_INPUT, ODOMETRY_SETTLE_S,
+                                             PlannerLoop)
 
 CAMERAS = ["left", "front", "right", "tele"]
 IDENTITY = np.array([0.0, 0.0, 0.0, 1.0])
@@ -109,7 +111,15 @@ def test_engine_error_is_reported_and_cleared(engine):
 
 
 def test_worker_thread_plans_and_stops(engine):
-    loop = make_loop(engine)
+    engine.reset()
+    setup_threads = []
+
+    def setup():
+        setup_threads.append(threading.get_ident())
+        return {"cpu_threads": 1}
+
+    loop = PlannerLoop(engine, WindowBuilder(len(CAMERAS)), CAMERAS, overlay_index=1,
+                       worker_setup=setup)
     loop.start()
     try:
         feed(loop, 50.0, 51.6)
@@ -117,6 +127,8 @@ def test_worker_thread_plans_and_stops(engine):
         while loop.latest() is None and time.monotonic() < deadline:
             time.sleep(0.01)
         assert loop.latest() is not None
+        assert setup_threads == [loop._thread.ident] != [threading.get_ident()]
+        assert loop.health()[0].extra["cpu_threads"] == "1"
         with pytest.raises(RuntimeError, match="already started"):
             loop.start()
     finally:
@@ -125,6 +137,58 @@ def test_worker_thread_plans_and_stops(engine):
     feed(loop, 51.62, 52.0)
     time.sleep(0.2)
     assert loop.health()[0].windows_planned == planned
+
+
+def test_window_waits_for_the_odometry_at_its_t0_then_plans_without_spinning(engine):
+    engine.reset()
+    now = [100.0]
+    loop = PlannerLoop(engine, WindowBuilder(len(CAMERAS)), CAMERAS, clock=lambda: now[0])
+    feed(loop, 40.0, 41.58)
+    loop.add_camera_set([41.6] * len(CAMERAS), images(416))
+    assert not loop.run_once() and loop.health()[0].windows_rejected == 0
+    assert 0 < loop._idle_wait() <= ODOMETRY_SETTLE_S
+    loop.add_odometry(41.6, [4.0 * 41.6, 0.0, 0.0], IDENTITY, [4.0, 0.0, 0.0])
+    assert loop._idle_wait() == 0.0
+    assert loop.run_once() and loop.latest().plan.t0 == pytest.approx(41.6)
+    for t in (41.62, 41.64, 41.66):
+        loop.add_odometry(t, [4.0 * t, 0.0, 0.0], IDENTITY, [4.0, 0.0, 0.0])
+        assert not loop.run_once()
+        assert loop._idle_wait() == IDLE_WAIT_S
+    loop.add_camera_set([41.7] * len(CAMERAS), images(417))
+    assert not loop.run_once()
+    now[0] += ODOMETRY_SETTLE_S
+    assert loop._idle_wait() == 0.0
+    assert loop.run_once() and loop.latest().plan.t0 == pytest.approx(41.7)
+
+
+@pytest.mark.parametrize("stay_streaming", [True, False])
+def test_stay_streaming_plans_the_window_a_frame_older_that_shares_a_frame(engine,
+                                                                           stay_streaming):
+    engine.reset()
+    loop = PlannerLoop(engine, WindowBuilder(len(CAMERAS)), CAMERAS,
+                       stay_streaming=stay_streaming)
+    feed(loop, 60.0, 61.6)
+    assert loop.run_once() and loop.latest().plan.full_prefill
+    feed(loop, 61.62, 62.0)
+    assert loop.run_once()
+    plan = loop.latest().plan
+    if stay_streaming:
+        assert plan.t0 == pytest.approx(61.9) and not plan.full_prefill
+    else:
+        assert plan.t0 == pytest.approx(62.0) and plan.full_prefill
+    feed(loop, 62.02, 62.6)
+    assert loop.run_once()
+    assert loop.latest().plan.t0 == pytest.approx(62.6) and loop.latest().plan.full_prefill
+
+
+def test_camera_sets_are_handed_on_after_the_window_buffer(engine):
+    handed = []
+    loop = PlannerLoop(engine, WindowBuilder(len(CAMERAS)), CAMERAS,
+                       on_camera_set=lambda stamps, images: handed.append(
+                           (stamps, len(images), loop.builder.latest_t0())))
+    feed(loop, 30.0, 30.2)
+    assert [(s[0], n) for s, n, _ in handed] == [(30.0, 4), (30.1, 4), (30.2, 4)]
+    assert [t0 for _, _, t0 in handed] == [30.0, 30.1, 30.2]
 
 
 def test_silent_inputs_are_named(engine):

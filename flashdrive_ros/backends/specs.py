@@ -18,7 +18,7 @@ class EngineShapes:
 
     capacity: int  # KV cache slots C
     prompt_length: int  # N: a full prefill
-    streaming_length: int  # newest frame of every view + tail: a streaming prefill
+    streaming_length: int  # one new frame per view + tail: the shortest streaming prefill
     block_size: int  # K: speculative verify block (pending token + K - 1 drafts)
     context_len: int  # target features the drafter reads
     grid_hw: tuple[int, int]  # patches per image (h, w)

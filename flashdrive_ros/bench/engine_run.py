@@ -15,7 +15,7 @@ from flashdrive_ros.engine.engine import Engine
 def engine_work(engine: Engine, samples: int, coc_tokens: int, rounds: float) -> Work:
     layout, cfg = engine.frame_layout, engine.cfg
     if cfg.streaming:
-        queries = layout.newest_frame_and_tail()  # [T] prompt indices
+        queries = layout.newest_frames_and_tail()  # [T] prompt indices
         images, tokens, keys = layout.num_views, len(queries), int((queries + 1).sum())
     else:
         images = layout.num_views * layout.num_frames

@@ -9,6 +9,8 @@ KV, cached-velocity or plain Euler, unicycle integration from v0 fitted to the h
 from __future__ import annotations
 
 import math
+import threading
+from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
@@ -19,6 +21,7 @@ from flashdrive_ros.backends.specs import EngineShapes
 from flashdrive_ros.engine.config import EngineConfig
 from flashdrive_ros.engine.decoding import (DecodeResult, PrefillOutput, Sampling, StopRule,
                                             Target, autoregressive_decode, required_capacity)
+from flashdrive_ros.engine.encoded_frames import Encoded, EncodedFrames
 from flashdrive_ros.engine.flow_cached import euler_cached
 from flashdrive_ros.engine.graphed_steps import GraphedSteps
 from flashdrive_ros.engine.proposers import make_proposer
@@ -40,6 +43,11 @@ from flashdrive_ros.model.unicycle import fit_v0
 from flashdrive_ros.model.weights import TOKENIZER_FILE
 
 MAX_ASPECT_DISTORTION = 0.2
+
+
+def window_seed(seed: int, t0: float) -> int:
+    """The random seed of the window at `t0` (seconds) under config seed `seed`."""
+    return (seed * 1_000_003 + round(t0 * 1000)) % 2 ** 63
 
 
 class Engine:
@@ -97,6 +105,8 @@ class Engine:
         self.backend = backend or make_backend(cfg.backend, model, self.shapes)
         self.target = Target(self.backend.backbone, vlm.lm_head, feature_layers)
         self.graphs = self.graphed_steps() if cfg.cuda_graphs else None
+        self.encoded_frames: EncodedFrames | None = None
+        self._encoder_lock = threading.Lock()
 
     @classmethod
     def load(cls, model_dir: str | Path, cfg: EngineConfig) -> Engine:
@@ -128,7 +138,7 @@ class Engine:
         drafter = self.drafter.cfg if self.drafter else None
         return EngineShapes(
             capacity=self.stream.cache.capacity, prompt_length=layout.prompt_length,
-            streaming_length=len(layout.newest_frame_and_tail()),
+            streaming_length=len(layout.newest_frames_and_tail()),
             block_size=drafter.block_size if drafter else 1,
             context_len=drafter.context_len if drafter else 0,
             grid_hw=(self.image_size[0] // v.patch_size, self.image_size[1] // v.patch_size),
@@ -142,6 +152,22 @@ class Engine:
     def reset(self) -> None:
         """Drop the streaming state: the next window runs a full prefill."""
         self.stream.reset()
+
+    def keep_encoded_frames(self, keep_s: float | None = 2.0) -> None:
+        """Keep every encoded frame of the last `keep_s` seconds by camera and stamp, so that
+        frames encoded ahead (`encode_camera_set`) or by an earlier window are not encoded
+        again; None: every window encodes its frames itself."""
+        self.encoded_frames = None if keep_s is None else EncodedFrames(keep_s)
+
+    @torch.no_grad()
+    def encode_camera_set(self, stamps: Sequence[float], images: Sequence[np.ndarray]) -> None:
+        """Encodes one image per camera (uint8 [H, W, 3], camera slot order) taken at `stamps`
+        into the kept encoded frames, ahead of the windows that will need them."""
+        if self.encoded_frames is None:
+            raise RuntimeError("encode_camera_set needs keep_encoded_frames() first")
+        batch = np.stack(images)[:, None]  # batch: [V, 1, H, W, 3]
+        self._encode_kept(batch, np.asarray(stamps, dtype=np.float64)[:, None],
+                          [(v, 0) for v in range(len(images))])
 
     def warmup(self, windows: int = 2) -> None:
         """Runs `windows` synthetic consecutive windows (first full, then streaming) so lazy
@@ -159,10 +185,13 @@ class Engine:
 
     @torch.no_grad()
     def step(self, window: Window) -> Plan:
+        """The plan of `window`; its random draws are seeded by the config seed and the
+        window's t0 (in ms), so a window gets the same plan whichever windows came before it
+        (streaming state aside), offline or through the node."""
         self.check_window(window)
         timer = StageTimer(self.device)
         generator = torch.Generator(device=self.device).manual_seed(
-            self.cfg.seed * 1_000_003 + window.sequence)
+            window_seed(self.cfg.seed, window.t0))
         prompt = self.prompt_builder.build(
             self.history_tokenizer.encode(window.ego_history[:, :3]).tolist())
         plan = self.stream.plan(self.frame_layout, prompt.token_ids, window.image_stamps,
@@ -204,10 +233,44 @@ class Engine:
 
     def encode(self, window: Window, plan: PrefillPlan
                ) -> tuple[torch.Tensor, list[torch.Tensor]]:
+        """(image embeds [len(frames) * T, H], deepstack levels of the same) of
+        plan.frames_to_encode, in that order."""
+        if self.encoded_frames is None:
+            return self._encode_images(window.images, plan.frames_to_encode)
+        encoded = self._encode_kept(window.images, window.image_stamps, plan.frames_to_encode)
+        embeds = torch.cat([e for e, _ in encoded])
+        return embeds, [torch.cat(level) for level in zip(*(d for _, d in encoded))]
+
+    def _encode_kept(self, images: np.ndarray, stamps: np.ndarray,
+                     frames: Sequence[tuple[int, int]]) -> list[Encoded]:
+        """Per frame of `frames` (images: uint8 [V, F, H, W, 3], stamps: [V, F]) its encoding,
+        from the kept encoded frames or encoded now and kept. One encode runs at a time, so a
+        window waits for the frames being encoded ahead instead of encoding them again."""
+        with self._encoder_lock:
+            kept = self.encoded_frames
+            found = [kept.get(v, float(stamps[v, f])) for v, f in frames]
+            missing = [frame for frame, hit in zip(frames, found) if hit is None]
+            if not missing:
+                return found
+            fresh = self._split_images(*self._encode_images(images, missing))
+            for (v, f), encoded in zip(missing, fresh):
+                kept.put(v, float(stamps[v, f]), encoded)
+        fresh_iter = iter(fresh)
+        return [hit if hit is not None else next(fresh_iter) for hit in found]
+
+    def _encode_images(self, images: np.ndarray, frames: Sequence[tuple[int, int]]
+                       ) -> tuple[torch.Tensor, list[torch.Tensor]]:
         if self.graphs is not None:
-            return self.graphs.encoder(window.images, plan.frames_to_encode)
-        return encode_frames(self.model.vlm, window.images, plan.frames_to_encode,
-                             self.image_size, self.dtype, self.backend.encoder)
+            return self.graphs.encoder(images, frames)
+        return encode_frames(self.model.vlm, images, frames, self.image_size, self.dtype,
+                             self.backend.encoder)
+
+    def _split_images(self, embeds: torch.Tensor, deepstack: list[torch.Tensor]
+                      ) -> list[Encoded]:
+        """[N * T, H] embeds and deepstack levels -> N per-image (embeds, deepstack)."""
+        size = self.frame_layout.tokens_per_image
+        parts = [level.split(size) for level in deepstack]
+        return [(chunk, [p[i] for p in parts]) for i, chunk in enumerate(embeds.split(size))]
 
     def prefill(self, token_ids: list[int], plan: PrefillPlan, image_embeds: torch.Tensor,
                 deepstack: list[torch.Tensor]) -> PrefillOutput:
@@ -228,11 +291,13 @@ class Engine:
                                      generator)
 
     def action(self, window: Window, generator: torch.Generator) -> np.ndarray:
-        """[K, N_wp, 3] (x, y, yaw) float64 in the t0 ego frame."""
+        """[K, N_wp, 3] (x, y, yaw) float64 in the t0 ego frame. The samples are drawn and
+        integrated in float32 whatever the model dtype: the action's Fourier features reach
+        fourier_max_freq cycles per unit, beyond bfloat16's resolution."""
         a = self.model.cfg.action
         cache = self.stream.cache
         x0 = initial_noise(self.cfg.num_samples, (a.num_waypoints, a.action_dim), generator,
-                           self.dtype)
+                           torch.float32)
         if self.graphs is not None:
             actions = self.graphs.flow(x0, cache.length)
         else:

@@ -103,8 +103,8 @@ class GraphedProposer(DFlashProposer):
 
 class GraphedEncoder:
     """Encodes a batch of same-sized images; the grid is fixed by the image size and baked
-    into each capture as host ints (one graph per image count: one frame per view when
-    streaming, every frame on a full prefill)."""
+    into each capture as host ints (one graph per image count: the new frames of each view
+    when streaming, every frame on a full prefill)."""
 
     def __init__(self, visual: VisionEncoder, size: tuple[int, int], dtype: torch.dtype,
                  device: torch.device, enabled: bool = True) -> None:

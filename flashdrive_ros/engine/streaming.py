@@ -1,24 +1,27 @@
 """Streaming prefill state (FlashDrive): keep the prompt's KV across windows, recompute only
-each view's newest frame block and the tail.
+each view's new frame blocks and the tail.
 
 Cache layout. Slots [0, N) hold the N prompt tokens. Text tokens (system prefix, camera and
 frame labels, vision markers, tail) always sit at the slot equal to their prompt index. The
 image tokens of view v form a ring of F image-sized slot ranges: with ring shift s, frame f of
-view v lives in the range where frame (f + s) mod F lived at the full prefill. A new window
-advances s by one, so the newest frame overwrites the range of the frame that drops out, and
-the other frames move one frame earlier *by re-assigning positions only*: keys are cached
-before RoPE, so `cache.positions` of every prompt slot is rewritten from the new window's
-prompt positions and no key or value is copied. Slots >= N hold CoC tokens and are rolled
-back each window.
+view v lives in the range where frame (f + s) mod F lived at the full prefill. A window whose
+frames are the previous window's shifted by k (1 <= k < F: its first F - k frames are the
+previous window's last F - k, by stamp) advances s by k, so its k new frames overwrite the
+ranges of the k frames that drop out, and the kept frames move k frames earlier *by
+re-assigning positions only*: keys are cached before RoPE, so `cache.positions` of every
+prompt slot is rewritten from the new window's prompt positions and no key or value is
+copied. Slots >= N hold CoC tokens and are rolled back each window.
 
 Each slot's prompt order (`slot_order`) drives the attention mask (see masks.py). Recomputed
-each streaming window, in prompt order: every token of block (v, F-1) for each view v (its
-label, markers and new image) and the tail. Everything else is reused as cached.
+each streaming window, in prompt order: every token of blocks (v, F-k) .. (v, F-1) for each
+view v (their labels, markers and new images) and the tail. Everything else is reused as
+cached.
 
 A full prefill (identity layout) runs on the first window, after `reset()`, after a failed
-step, when streaming is switched off, on a time-base reset, when the frames are not the
-previous window's frames shifted by exactly one (camera loss, dropped or repeated frames,
-time jumps) and when the prompt before the tail or its layout changes.
+step, when streaming is switched off, on a time-base reset, when the window shares no frame
+with the previous one or its frames are not the previous window's shifted (camera loss,
+dropped or repeated frames, time jumps) and when the prompt before the tail or its layout
+changes.
 
 With a `SlotFeatures` store the drafter context may reach reused frames: every prefill writes
 the features and ids of the tokens it runs at their slots, and the context of the last
@@ -132,9 +135,13 @@ class FrameLayout:
                 slots[start:end] = torch.arange(target, target + end - start)
         return slots
 
-    def newest_frame_and_tail(self) -> torch.Tensor:
-        """Prompt indices recomputed by a streaming window, ascending: [T] long."""
-        parts = [torch.arange(*row[-1]) for row in self.block_spans]
+    def newest_frames_and_tail(self, frames: int = 1) -> torch.Tensor:
+        """Prompt indices recomputed by a streaming window with `frames` new frames per view,
+        ascending: [T] long."""
+        if not 1 <= frames < self.num_frames:
+            raise ValueError(f"a streaming window has 1 .. {self.num_frames - 1} new frames "
+                             f"per view, got {frames}")
+        parts = [torch.arange(row[-frames][0], row[-1][1]) for row in self.block_spans]
         parts.append(torch.arange(self.tail_start, self.prompt_length))
         return torch.cat(parts)
 
@@ -161,6 +168,7 @@ class PrefillPlan:
     query_order: [T] prompt indices of the tokens run through the backbone, ascending.
     query_slots: [T] cache slots they are written to.
     frames_to_encode: (view, frame) of every image to encode, in query order.
+    new_frames: frames per view encoded (F on a full prefill).
     stamps: [V, F] frame times of the window.
     """
 
@@ -169,6 +177,7 @@ class PrefillPlan:
     query_order: torch.Tensor
     query_slots: torch.Tensor
     frames_to_encode: tuple[tuple[int, int], ...]
+    new_frames: int
     shift: int
     layout: FrameLayout
     stamps: np.ndarray
@@ -220,18 +229,21 @@ class StreamingKVCache:
             raise ValueError(f"prompt of {layout.prompt_length} tokens exceeds the KV cache "
                              f"capacity {self.cache.capacity}")
         key = (layout, tuple(int(t) for t in input_ids[:layout.tail_start]))
-        reason = self._full_prefill_reason(key, stamps, time_base_reset)
+        new_frames, reason = self._new_frames(key, stamps, time_base_reset)
+        count = layout.num_frames
         if reason:
             order = torch.arange(layout.prompt_length)
-            frames = tuple((v, f) for v in range(layout.num_views)
-                           for f in range(layout.num_frames))
-            plan = PrefillPlan(True, reason, order, order.clone(), frames, 0, layout, stamps)
+            frames = tuple((v, f) for v in range(layout.num_views) for f in range(count))
+            plan = PrefillPlan(True, reason, order, order.clone(), frames, count, 0, layout,
+                               stamps)
         else:
-            shift = (self.shift + 1) % layout.num_frames
-            order = layout.newest_frame_and_tail()
+            shift = (self.shift + new_frames) % count
+            order = layout.newest_frames_and_tail(new_frames)
             slots = layout.slot_of_prompt_index(shift)[order]
-            frames = tuple((v, layout.num_frames - 1) for v in range(layout.num_views))
-            plan = PrefillPlan(False, "", order, slots, frames, shift, layout, stamps)
+            frames = tuple((v, f) for v in range(layout.num_views)
+                           for f in range(count - new_frames, count))
+            plan = PrefillPlan(False, "", order, slots, frames, new_frames, shift, layout,
+                               stamps)
         self._pending = plan
         self._begun = None
         self._prompt_key = key
@@ -283,24 +295,42 @@ class StreamingKVCache:
         self._pending = None
         self._begun = None
 
-    def _full_prefill_reason(self, key: tuple, stamps: np.ndarray,
-                             time_base_reset: bool) -> str:
+    def _new_frames(self, key: tuple, stamps: np.ndarray, time_base_reset: bool
+                    ) -> tuple[int, str]:
+        """(new frames per view, "") for a streaming window, else (0, why a full prefill)."""
         if not self.streaming:
-            return "streaming off"
+            return 0, "streaming off"
         if self._stamps is None:
-            return "first window"
+            return 0, "first window"
         if self._pending is not None:
-            return "previous prefill did not finish"
+            return 0, "previous prefill did not finish"
         if time_base_reset:
-            return "time base reset"
+            return 0, "time base reset"
         if key != self._prompt_key:
-            return "prompt before the tail changed"
-        previous = self._stamps
-        if previous.shape != stamps.shape or not (
-                np.array_equal(stamps[:, :-1], previous[:, 1:])
-                and np.all(stamps[:, -1] > previous[:, -1])):
-            return "frames are not the previous window's shifted by one"
-        return ""
+            return 0, "prompt before the tail changed"
+        shift = frame_shift(self._stamps, stamps)
+        if shift is None:
+            return 0, "frames are not the previous window's shifted"
+        if shift >= stamps.shape[1]:
+            return 0, "no frame shared with the previous window"
+        return shift, ""
+
+
+def frame_shift(previous: np.ndarray, stamps: np.ndarray) -> int | None:
+    """How many frames per view `stamps` ([V, F]) moved on from `previous` ([V, F]): the k in
+    [1, F) whose first F - k frames are the previous last F - k and whose k new frames are all
+    newer than the previous newest; F when every frame is newer than the previous newest
+    (nothing shared); None otherwise (repeated, dropped or reordered frames)."""
+    if previous.shape != stamps.shape:
+        return None
+    count = stamps.shape[1]
+    for k in range(1, count):
+        if np.array_equal(stamps[:, :count - k], previous[:, k:]) and np.all(
+                stamps[:, count - k] > previous[:, -1]):
+            return k
+    if np.all(stamps[:, 0] > previous[:, -1]):
+        return count
+    return None
 
 
 def encode_frames(vlm: VLM, images: np.ndarray, frames: Sequence[tuple[int, int]],

@@ -206,11 +206,25 @@ class WindowBuilder:
         self._odometry.append(sample)
         self._advance(stamp)
 
-    def latest_t0(self) -> float | None:
-        """The newest time at which every camera has a frame, or None if one has none."""
+    def latest_t0(self, not_after: float = math.inf) -> float | None:
+        """The newest time, not after `not_after`, at which every camera has a frame and the
+        odometry reaches (within `limits.max_odometry_extrapolation`), or None if a camera
+        has no frame. When no frame time qualifies, the newest frame time: its window is
+        refused (stale_odometry when the odometry is behind)."""
         if any(not frames for frames in self._frames):
             return None
-        return min(frames[-1][0] for frames in self._frames)
+        newest = min(frames[-1][0] for frames in self._frames)
+        limit = not_after + self.limits.frame_tolerance
+        if self._odometry:
+            limit = min(limit, self._odometry[-1].stamp + self.limits.max_odometry_extrapolation)
+        if newest <= limit:
+            return newest
+        covered = [stamp for stamp, _ in self._frames[0] if stamp <= limit]
+        return covered[-1] if covered else newest
+
+    def odometry_reaches(self, t: float) -> bool:
+        """True when an odometry sample is stamped at or after `t`."""
+        return bool(self._odometry) and self._odometry[-1].stamp >= t
 
     def build(self, t0: float) -> Window | WindowRejection:
         if self._pending is not None:

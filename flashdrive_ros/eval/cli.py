@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 import sys
 
+from flashdrive_ros.engine.dtype_choice import DTYPE_CHOICES
 from flashdrive_ros.eval.errors import ReplayError
 from flashdrive_ros.eval.replay import MODE_RUNS, ReplayOptions, run_replay
 from flashdrive_ros.eval.report import print_summary
@@ -33,6 +34,8 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--num-samples", type=int, default=6,
                    help="trajectory samples per window (minADE6 uses up to 6)")
     p.add_argument("--device", default="auto", help="auto, cpu or cuda[:N]")
+    p.add_argument("--dtype", default="auto", choices=DTYPE_CHOICES,
+                   help="compute dtype (auto: bfloat16 on a CPU with native bf16, else float32)")
     p.add_argument("--control-rate", type=float, default=10.0, help="windows per bag second")
     p.add_argument("--max-windows", type=int, default=None, help="stop after N windows")
     p.add_argument("--no-plots", action="store_true")
@@ -55,7 +58,8 @@ def options_from_args(args: argparse.Namespace) -> ReplayOptions:
     return ReplayOptions(
         bag=args.bag, model_dir=args.model_dir or embedded_model_dir(), out_dir=args.out,
         mode=args.mode, topics=topics, through_ros=args.through_ros, rate=args.rate,
-        num_samples=args.num_samples, device=args.device, control_rate_hz=args.control_rate,
+        num_samples=args.num_samples, device=args.device, dtype=args.dtype,
+        control_rate_hz=args.control_rate,
         max_windows=args.max_windows, progress=not args.quiet, plots=not args.no_plots)
 
 

@@ -28,6 +28,7 @@ from flashdrive_ros.eval.offline import LabelIndex
 from flashdrive_ros.eval.summary import SkipCounter, WindowResult
 
 PLANNER_STATUS_SUFFIX = ": planner"
+INPUT_STATUS_INFIX = ": input "
 STAMP_DECIMALS = 3
 OVERLAY_FRAMES = 3
 TYPESTORE = get_typestore(Stores.ROS2_JAZZY)
@@ -111,6 +112,7 @@ def read_recording(path: str | Path, topics: dict[str, str], end_s: float,
     overlays: list[tuple[float, np.ndarray]] = []
     last_planner: dict[str, str] = {}
     last_planner_message = ""
+    inputs_received: dict[str, int] = {}
     path_ticks: list[tuple[float, float | None]] = []
     counts = dict.fromkeys(topics, 0)
     try:
@@ -129,6 +131,12 @@ def read_recording(path: str | Path, topics: dict[str, str], end_s: float,
                         plans.setdefault(_key(plan.t0), plan)
                 elif role == "diagnostics":
                     for status in msg.status:
+                        if status.name.startswith(f"{node_name}{INPUT_STATUS_INFIX}"):
+                            name = status.name[len(node_name) + len(INPUT_STATUS_INFIX):]
+                            values = {kv.key: kv.value for kv in status.values}
+                            received = _number(values, "received")
+                            if received is not None:
+                                inputs_received[name] = int(received)
                         if status.name == f"{node_name}{PLANNER_STATUS_SUFFIX}":
                             values = {kv.key: kv.value for kv in status.values}
                             last_planner, last_planner_message = values, status.message
@@ -161,6 +169,10 @@ def read_recording(path: str | Path, topics: dict[str, str], end_s: float,
         "node_windows_planned": _number(last_planner, "windows_planned"),
         "node_windows_rejected": _number(last_planner, "windows_rejected"),
         "node_last_rejection": last_planner.get("last_rejection"),
+        "node_rejections": {key[len("rejected."):]: int(value)
+                            for key, value in last_planner.items()
+                            if key.startswith("rejected.")},
+        "node_inputs_received": inputs_received,
         "node_planner_message": last_planner_message,
     }
     spread = np.unique(np.linspace(0, len(overlays) - 1, OVERLAY_FRAMES).astype(int)) \

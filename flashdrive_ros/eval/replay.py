@@ -6,6 +6,7 @@ import math
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from flashdrive_ros.engine.dtype_choice import DTYPE_CHOICES, resolve_dtype
 from flashdrive_ros.eval.bag import BagReader
 from flashdrive_ros.eval.errors import ReplayError
 from flashdrive_ros.eval.offline import (OfflineReplay, ReplayResults, ReplaySettings,
@@ -31,6 +32,7 @@ class ReplayOptions:
     rate: float = 1.0
     num_samples: int = 6
     device: str = "auto"
+    dtype: str = "auto"
     control_rate_hz: float = 10.0
     max_plan_age_s: float | None = None
     max_windows: int | None = None
@@ -48,6 +50,8 @@ class ReplayOptions:
             raise ReplayError(f"--num-samples must be >= 1, got {self.num_samples}")
         if not (self.device in ("auto", "cpu") or self.device.startswith("cuda")):
             raise ReplayError(f"--device must be auto, cpu or cuda[:N], got {self.device!r}")
+        if self.dtype not in DTYPE_CHOICES:
+            raise ReplayError(f"--dtype must be one of {DTYPE_CHOICES}, got {self.dtype!r}")
         if not (math.isfinite(self.control_rate_hz) and self.control_rate_hz > 0):
             raise ReplayError(f"--control-rate must be > 0, got {self.control_rate_hz}")
         if self.max_plan_age_s is not None and not self.through_ros:
@@ -85,9 +89,11 @@ def load_engines(options: ReplayOptions) -> dict:
     from flashdrive_ros.engine.engine import Engine
 
     device = options.resolved_device()
+    dtype = resolve_dtype(options.dtype, device)
     engines = {}
     for mode in options.modes:
-        config = EngineConfig(mode=mode, num_samples=options.num_samples, device=device)
+        config = EngineConfig(mode=mode, num_samples=options.num_samples, device=device,
+                              dtype=dtype)
         try:
             engine = Engine.load(options.model_dir, config)
         except (ValueError, OSError) as exc:
@@ -128,7 +134,9 @@ def build_report(options: ReplayOptions, replay: ReplayResults,
     header = {"bag": str(options.bag), "model_dir": str(options.model_dir),
               "mode": options.mode, "through_ros": options.through_ros,
               "control_rate_hz": options.control_rate_hz, "num_samples": options.num_samples,
-              "device": options.resolved_device(), "ticks": replay.ticks,
+              "device": options.resolved_device(),
+              "dtype": resolve_dtype(options.dtype, options.resolved_device()),
+              "ticks": replay.ticks,
               "topics": {"cameras": list(options.topics.cameras),
                          "odometry": options.topics.odometry, "labels": options.topics.labels}}
     if len(blocks) == 1:

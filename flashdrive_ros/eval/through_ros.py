@@ -37,6 +37,7 @@ def node_parameters(options: ReplayOptions, mode: str, raw_images: bool) -> dict
         "num_samples": int(options.num_samples),
         "mode": mode,
         "device": options.device,
+        "dtype": options.dtype,
     }
     if options.max_plan_age_s is not None:
         params["max_plan_age_s"] = float(options.max_plan_age_s)

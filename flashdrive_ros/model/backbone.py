@@ -154,7 +154,8 @@ class TextBackbone(nn.Module):
                            output_layers)
         length = max(cache.length, int(slots.max()) + 1)
         mask = self._grouped_mask(
-            self._attention_mask(attn_mask, slots, inputs_embeds.shape[0], length))
+            self._attention_mask(attn_mask, slots, inputs_embeds.shape[0], length),
+            inputs_embeds.dtype)
         cache.write_positions(slots, positions)
         cache.advance_to(length)
         dtype = inputs_embeds.dtype
@@ -181,7 +182,8 @@ class TextBackbone(nn.Module):
                              "before a static step")
         capacity = cache.capacity
         key_slots = torch.arange(capacity, device=slots.device)
-        mask = self._grouped_mask((key_slots[None, :] <= slots[:, None])[None, None])
+        mask = self._grouped_mask((key_slots[None, :] <= slots[:, None])[None, None],
+                                  inputs_embeds.dtype)
         cache.write_positions(slots, positions)
         dtype = inputs_embeds.dtype
         query_cos, query_sin = self.rotary_cos_sin(positions, dtype)
@@ -239,14 +241,18 @@ class TextBackbone(nn.Module):
         key_slots = torch.arange(length, device=slots.device)
         return (key_slots[None, :] <= slots[:, None])[None, None]  # [1, 1, T, S]
 
-    def _grouped_mask(self, mask: torch.Tensor | None) -> torch.Tensor | None:
-        """[B, 1, T, S] -> [B, 1, G*T, S]: the G query heads sharing a kv head are stacked
-        along the query axis, so attention needs no copy of the cached keys per head."""
+    def _grouped_mask(self, mask: torch.Tensor | None, dtype: torch.dtype
+                      ) -> torch.Tensor | None:
+        """bool [B, 1, T, S] -> additive [B, 1, G*T, S] of `dtype` (0 = attend, -inf = not),
+        made once for every layer: the G query heads sharing a kv head are stacked along the
+        query axis, so attention needs no copy of the cached keys per head."""
         if mask is None:
             return None
         group = self.cfg.num_attention_heads // self.cfg.num_key_value_heads
         b, _, t, s = mask.shape
-        return mask[:, :, None].expand(b, 1, group, t, s).reshape(b, 1, group * t, s)
+        additive = torch.zeros(mask.shape, dtype=dtype, device=mask.device).masked_fill_(
+            ~mask, float("-inf"))
+        return additive[:, :, None].expand(b, 1, group, t, s).reshape(b, 1, group * t, s)
 
     def _check_inputs(self, inputs_embeds: torch.Tensor, positions: torch.Tensor,
                       cache: KVCache, slots: torch.Tensor, visual_mask: torch.Tensor | None,

@@ -15,7 +15,7 @@ from flashdrive_ros.ros.params import DriveParams
 from flashdrive_ros.ros.input_handler import InputHandler
 from flashdrive_ros.ros.planner_loop import ODOMETRY_INPUT, PlannerLoop
 
-ODOMETRY_DEPTH = 50
+ODOMETRY_DEPTH = 250  # 5 s at 50 Hz
 
 
 def camera_qos(reliability: str) -> QoSProfile:
@@ -35,7 +35,11 @@ def any_publisher_qos(depth: int) -> QoSProfile:
 
 
 class InputSubscriptions:
-    """Created on activate, destroyed on deactivate."""
+    """Created on activate, destroyed on deactivate.
+
+    The executor takes one message per subscription per wait, so while callbacks run slowly
+    the 50 Hz odometry queues up first; its queue (ODOMETRY_DEPTH) outlasts such a stall
+    instead of dropping its oldest samples, which would leave a gap in the ego history."""
 
     def __init__(self, node, params: DriveParams, loop: PlannerLoop, on_camera_info) -> None:
         self.node = node

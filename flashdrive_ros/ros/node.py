@@ -5,6 +5,11 @@ publishers. activate: warm the engine up, start from a fresh window buffer and s
 state, subscribe, start the planner worker and the control-rate timer. deactivate:
 unsubscribe, stop the timer and the worker. cleanup / shutdown: free the engine and the
 publishers.
+
+`main` spins the node on one thread: every callback runs on the spinning thread, while the
+planner worker and the frame encoder run on threads of their own. A thread pool would hand
+each callback to another thread, and every hand-over waits for the GIL that the model threads
+hold between their tensor operations, so the callbacks would fall behind the 50 Hz odometry.
 """
 
 from __future__ import annotations
@@ -14,24 +19,30 @@ import gc
 import os
 import sys
 import time
+from functools import partial
 from pathlib import Path
 
 import rclpy
 import rclpy.exceptions
-from rclpy.executors import ExternalShutdownException, MultiThreadedExecutor
+from rclpy.executors import ExternalShutdownException, SingleThreadedExecutor
 from rclpy.lifecycle import LifecycleNode, LifecycleState, TransitionCallbackReturn
 from rclpy.utilities import remove_ros_args
 
 from flashdrive_ros.engine.config import EngineConfig
+from flashdrive_ros.engine.dtype_choice import resolve_dtype
 from flashdrive_ros.engine.engine import Engine
 from flashdrive_ros.engine.window import WindowBuilder
 from flashdrive_ros.model.config import ModelConfig
 from flashdrive_ros.ros import names
+from flashdrive_ros.ros.frame_encoder import FrameEncoder
 from flashdrive_ros.ros.inputs import InputSubscriptions
 from flashdrive_ros.ros.outputs import OutputPublishers
 from flashdrive_ros.ros.params import (DriveParams, ParameterError, add_validation_callback,
                                        declare_parameters, read_parameters)
 from flashdrive_ros.ros.planner_loop import PlannerLoop
+
+ENCODED_FRAMES_KEEP_S = 2.0
+
 
 def resolve_device(device: str) -> str:
     if device != "auto":
@@ -39,6 +50,13 @@ def resolve_device(device: str) -> str:
     import torch
 
     return "cuda" if torch.cuda.is_available() else "cpu"
+
+
+def usable_cores() -> int | None:
+    """Cores this process may run on (its CPU affinity), else the machine's count."""
+    if hasattr(os, "sched_getaffinity"):
+        return len(os.sched_getaffinity(0))
+    return os.cpu_count()
 
 
 def cpu_thread_count(requested: int, cores: int | None) -> int:
@@ -52,7 +70,7 @@ def engine_config(params: DriveParams, device: str) -> EngineConfig:
     """EngineConfig from the node parameters; in baseline mode the shortcut switches are
     ignored (every shortcut is off) and CUDA graphs are used only on a CUDA device."""
     common = dict(mode=params.mode, num_samples=params.num_samples, device=device,
-                  backend=params.backend)
+                  backend=params.backend, dtype=resolve_dtype(params.dtype, device))
     if params.mode == "baseline":
         return EngineConfig(**common)
     return EngineConfig(streaming=params.streaming, speculative=params.speculative,
@@ -60,10 +78,13 @@ def engine_config(params: DriveParams, device: str) -> EngineConfig:
                         cuda_graphs=params.cuda_graphs and device.startswith("cuda"), **common)
 
 
-def set_torch_threads(count: int) -> None:
+def set_torch_threads(count: int) -> dict[str, object]:
+    """Intra-op threads of the calling thread's torch ops (OpenMP keeps the count per
+    thread); returns the count in effect as {"cpu_threads": n}."""
     import torch
 
     torch.set_num_threads(count)
+    return {"cpu_threads": torch.get_num_threads()}
 
 
 def free_device_memory() -> None:
@@ -100,6 +121,8 @@ class DriveNode(LifecycleNode):
         self._validation = None
         self.params: DriveParams | None = None
         self.engine: Engine | None = None
+        self.cpu_threads = 1
+        self.encoder: FrameEncoder | None = None
         self.loop: PlannerLoop | None = None
         self.outputs: OutputPublishers | None = None
         self.inputs: InputSubscriptions | None = None
@@ -116,7 +139,7 @@ class DriveNode(LifecycleNode):
             self._validation = add_validation_callback(self, self._on_parameters_accepted)
         try:
             device = resolve_device(params.device)
-            threads = cpu_thread_count(params.cpu_threads, os.cpu_count())
+            threads = cpu_thread_count(params.cpu_threads, usable_cores())
             set_torch_threads(threads)
             config = engine_config(params, device)
             engine = load_engine(params.resolved_model_dir, config)
@@ -138,11 +161,12 @@ class DriveNode(LifecycleNode):
                                       f"in camera_names order")
         self.params = params
         self.engine = engine
+        self.cpu_threads = threads
         action = engine.model.cfg.action
         self.outputs = OutputPublishers(self, params, action.num_waypoints, action.dt)
         self.get_logger().info(f"configured: model {params.resolved_model_dir}, "
-                               f"{config.mode} on {device} ({threads} CPU threads), "
-                               f"{len(params.camera_names)} cameras")
+                               f"{config.mode} on {device} as {config.dtype} "
+                               f"({threads} CPU threads), {len(params.camera_names)} cameras")
         return TransitionCallbackReturn.SUCCESS
 
     def on_activate(self, state: LifecycleState) -> TransitionCallbackReturn:
@@ -158,12 +182,23 @@ class DriveNode(LifecycleNode):
         self.engine.reset()
         overlay_index = (params.camera_names.index(params.overlay_camera)
                          if params.overlay_camera else None)
+        self.encoder = None
+        self.engine.keep_encoded_frames(ENCODED_FRAMES_KEEP_S if params.encode_ahead else None)
+        if params.encode_ahead:
+            self.encoder = FrameEncoder(self.engine.encode_camera_set,
+                                        worker_setup=partial(set_torch_threads, 1),
+                                        on_error=self._on_encoder_error)
         self.loop = PlannerLoop(self.engine, window_builder(self.engine.model.cfg,
                                                            len(params.camera_names)),
                                 params.camera_names, overlay_index,
-                                limits=params.plan_limits)
+                                limits=params.plan_limits,
+                                stay_streaming=self.engine.cfg.streaming,
+                                worker_setup=partial(set_torch_threads, self.cpu_threads),
+                                on_camera_set=self.encoder.submit if self.encoder else None)
         self.outputs.reset()
         self.inputs = InputSubscriptions(self, params, self.loop, self.outputs.set_camera_info)
+        if self.encoder is not None:
+            self.encoder.start()
         self.loop.start()
         self._timer = self.create_timer(1.0 / params.control_rate_hz, self._tick)
         self.get_logger().info(f"active: planning at {params.control_rate_hz} Hz")
@@ -201,6 +236,9 @@ class DriveNode(LifecycleNode):
         if self.loop is not None:
             self.loop.stop()
             self.loop = None
+        if self.encoder is not None:
+            self.encoder.stop()
+            self.encoder = None
 
     def _release(self) -> None:
         if self.outputs is not None:
@@ -216,6 +254,11 @@ class DriveNode(LifecycleNode):
             return
         now = self.get_clock().now().nanoseconds * 1e-9
         outputs.tick(loop, now, time.monotonic(), inputs.silence_hint)
+
+    def _on_encoder_error(self, reason: str) -> None:
+        loop = self.loop
+        if loop is not None:
+            loop.set_extra("frame_encoder_error", reason)
 
     def _on_parameters_accepted(self, params: DriveParams) -> None:
         outputs, loop = self.outputs, self.loop
@@ -239,7 +282,7 @@ def main(args: list[str] | None = None) -> None:
     options = parse_arguments(remove_ros_args(argv)[1:])
     rclpy.init(args=argv)
     node = DriveNode()
-    executor = MultiThreadedExecutor(num_threads=8)
+    executor = SingleThreadedExecutor()
     executor.add_node(node)
     try:
         if options.autostart and not autostart(node):

@@ -17,6 +17,7 @@ CHOICES_RELIABILITY = ("best_effort", "reliable")
 CHOICES_MODE = ("flashdrive", "baseline")
 CHOICES_BACKEND = ("torch", "tensorrt")
 CHOICES_FALLBACK = ("hold", "stop")
+CHOICES_DTYPE = ("auto", "float32", "bfloat16", "float16")
 OVERLAY_CAMERA = "camera_front_wide_120fov"
 
 
@@ -92,8 +93,15 @@ class DriveParams:
                         "cuda or cuda:N.", read_only=True)
     backend: str = _spec("torch", "Inference backend.", read_only=True,
                          choices=CHOICES_BACKEND)
-    cpu_threads: int = _spec(0, "Torch intra-op threads on the CPU; 0 = every core but one "
-                             "(at least 1), leaving a core to the node's callbacks.",
+    encode_ahead: bool = _spec(True, "Encode each camera set on a thread of its own as it "
+                               "arrives, so the planner worker finds its window's frames "
+                               "encoded; applied at the next activate.")
+    dtype: str = _spec("auto", "Compute dtype of the model; auto = bfloat16 on a CPU with native "
+                       "bf16 arithmetic (AVX512-BF16 or AMX), float32 elsewhere.",
+                       read_only=True, choices=CHOICES_DTYPE)
+    cpu_threads: int = _spec(0, "Torch intra-op threads of the planner worker on the CPU; "
+                             "0 = every core this process may run on but one (at least 1), "
+                             "leaving a core to the node's callbacks.",
                              read_only=True, minimum=0, maximum=256)
     base_frame: str = _spec(topics.BASE_FRAME, "Frame of the published trajectory (ego "
                             "frame at the input time).")

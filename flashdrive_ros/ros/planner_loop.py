@@ -18,6 +18,8 @@ from flashdrive_ros.ros.plan_sanity import PlanLimits, check_plan
 
 ODOMETRY_INPUT = "odometry"
 FAULT_HOLD_S = 2.0
+IDLE_WAIT_S = 0.1
+ODOMETRY_SETTLE_S = 0.05
 
 
 class PlanningEngine(Protocol):
@@ -48,12 +50,28 @@ class PlannerLoop:
     `engine.step` on the newest window it can build whenever it is idle. A fault stays
     reported for at least FAULT_HOLD_S so that periodic diagnostics see it. A plan that fails
     `check_plan` (NaN/inf, or beyond `limits`) never becomes the latest plan; it is counted,
-    and `rejected_plan()` names it until the next usable plan."""
+    and `rejected_plan()` names it until the next usable plan.
+
+    A window waits up to ODOMETRY_SETTLE_S after its camera set arrived for the odometry to
+    reach its t0 (published at the same time, it may come just after the images), so that its
+    ego history is interpolated rather than extrapolated, as the offline replay builds it.
+
+    stay_streaming: when the newest window shares no frame with the last planned window but
+    the window one frame older does, plan that one: a streaming window instead of a full
+    prefill, whose plan comes out sooner although its input is a frame older.
+
+    worker_setup runs on the worker thread before its first window (per-thread settings such
+    as the torch thread count); the values it returns are reported as planner extras.
+    on_camera_set(stamps, images) gets every camera set once it is in the window buffer."""
 
     def __init__(self, engine: PlanningEngine, builder: WindowBuilder,
                  camera_names: list[str], overlay_index: int | None = None,
                  clock: Callable[[], float] = time.monotonic,
-                 limits: PlanLimits | None = None) -> None:
+                 limits: PlanLimits | None = None,
+                 stay_streaming: bool = False,
+                 worker_setup: Callable[[], dict[str, object]] | None = None,
+                 on_camera_set: Callable[[list[float], list[np.ndarray]], None] | None = None
+                 ) -> None:
         if len(camera_names) != builder.camera_count:
             raise ValueError(f"{len(camera_names)} camera names for a builder of "
                              f"{builder.camera_count} cameras")
@@ -64,6 +82,9 @@ class PlannerLoop:
         self.clock = clock
         self.limits = limits
         self._rejected_plan: tuple[float, str] | None = None
+        self.stay_streaming = stay_streaming
+        self.worker_setup = worker_setup
+        self.on_camera_set = on_camera_set
         self._inputs = {name: InputHealth(name) for name in self.camera_names}
         self._inputs[ODOMETRY_INPUT] = InputHealth(ODOMETRY_INPUT)
         self._health = PlannerHealth()
@@ -73,6 +94,7 @@ class PlannerLoop:
         self._last_rejected: tuple[float, str] | None = None
         self._planned_t0 = -np.inf
         self._time_base = 0
+        self._camera_set_at = -np.inf
         self._lock = threading.Lock()
         self._wake = threading.Condition(self._lock)
         self._stop = threading.Event()
@@ -84,8 +106,11 @@ class PlannerLoop:
             for camera, (stamp, rgb) in enumerate(zip(stamps, images)):
                 self.builder.add_image(camera, stamp, rgb)
                 self._mark_ok(self.camera_names[camera], stamp)
+            self._camera_set_at = self.clock()
             self._input_version += 1
             self._wake.notify()
+        if self.on_camera_set is not None:
+            self.on_camera_set(stamps, images)
 
     def add_odometry(self, stamp: float, position, quaternion, linear_velocity,
                      fault: str = "") -> None:
@@ -195,10 +220,14 @@ class PlannerLoop:
         return True
 
     def _run(self) -> None:
+        if self.worker_setup is not None:
+            for key, value in self.worker_setup().items():
+                self.set_extra(key, value)
         while not self._stop.is_set():
             with self._wake:
-                if self._attempted == self._newest_attempt_key():
-                    self._wake.wait(0.1)
+                wait_s = self._idle_wait()
+                if wait_s > 0:
+                    self._wake.wait(wait_s)
             if self._stop.is_set():
                 break
             try:
@@ -209,16 +238,38 @@ class PlannerLoop:
 
     def _newest_attempt_key(self) -> tuple[float, int] | None:
         t0 = self.builder.latest_t0()
-        return None if t0 is None else (t0, self._input_version)
+        if t0 is None:
+            return None
+        builder = self.builder
+        if self.stay_streaming and np.isfinite(self._planned_t0) and \
+                not builder.time_base_reset_pending:
+            reach = self._planned_t0 + (builder.num_frames - 1) * builder.frame_dt
+            if reach < t0 - builder.limits.frame_tolerance < reach + builder.frame_dt:
+                t0 = builder.latest_t0(not_after=reach)
+        return t0, self._input_version
+
+    def _idle_wait(self) -> float:
+        """Seconds the worker waits for new input before it tries again; 0: try now. Called
+        with the lock held."""
+        key = self._newest_attempt_key()
+        if key is None or key == self._attempted:
+            return IDLE_WAIT_S
+        return self._settle_left(key[0])
+
+    def _settle_left(self, t0: float) -> float:
+        """How much longer a window at t0 waits for the odometry to reach t0."""
+        if self.builder.odometry_reaches(t0):
+            return 0.0
+        return max(0.0, self._camera_set_at + ODOMETRY_SETTLE_S - self.clock())
 
     def _next_window(self) -> Window | None:
         with self._lock:
             key = self._newest_attempt_key()
-            if key is None or key == self._attempted:
-                return None
-            if key[0] <= self._planned_t0 and not self.builder.time_base_reset_pending:
+            if key is None or key == self._attempted or self._settle_left(key[0]) > 0:
                 return None
             self._attempted = key
+            if key[0] <= self._planned_t0 and not self.builder.time_base_reset_pending:
+                return None
             result = self.builder.build(key[0])
             if isinstance(result, WindowRejection):
                 self._note_rejection(key[0], result)
