@@ -4,6 +4,8 @@ import numpy as np
 import pytest
 import torch
 
+from test_engine_engine import CORPUS
+
 from flashdrive_ros.engine.config import EngineConfig
 from flashdrive_ros.engine.engine import Engine
 from flashdrive_ros.engine.types import Window
@@ -12,10 +14,6 @@ from flashdrive_ros.model.config import tiny
 from flashdrive_ros.model.drafter_file import build_drafter
 from flashdrive_ros.model.tokenizer import build_tokenizer
 
-CORPUS = ["Front camera: frame 0 the car ahead brakes, so the ego vehicle slows down.",
-          "output the chain-of-thought reasoning of the driving process, then output the "
-          "future trajectory. You are a driving assistant that generates safe and accurate "
-          "actions."] * 10
 WHOLE_PROMPT = 4096
 
 

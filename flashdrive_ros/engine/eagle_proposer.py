@@ -3,25 +3,18 @@
 from __future__ import annotations
 
 import torch
-from torch import nn
 
 from flashdrive_ros.engine.decoding import sampling_probs
-from flashdrive_ros.engine.speculative import Proposal, ProposalRequest, proposal_positions
+from flashdrive_ros.engine.speculative import (Proposal, ProposalRequest, TargetSharingProposer,
+                                              proposal_positions)
 from flashdrive_ros.model.eagle_drafter import EagleDrafter
 
 
-class EagleProposer:
+class EagleProposer(TargetSharingProposer):
     """Drafts with an `EagleDrafter`, reusing the target's embedding and lm_head. Needs the
     context's token ids (`ProposalRequest.feature_ids`) besides its features."""
 
-    def __init__(self, drafter: EagleDrafter, embed_tokens: nn.Embedding,
-                 lm_head: nn.Module) -> None:
-        self.drafter = drafter
-        self.embed_tokens = embed_tokens
-        self.lm_head = lm_head
-        self.block_size = drafter.cfg.block_size
-        self.context_len = drafter.cfg.context_len
-        self.feature_layers = drafter.cfg.target_layer_ids
+    drafter: EagleDrafter
 
     @torch.no_grad()
     def propose(self, request: ProposalRequest) -> Proposal:

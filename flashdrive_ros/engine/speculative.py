@@ -58,16 +58,24 @@ class Proposer(Protocol):
     def propose(self, request: ProposalRequest) -> Proposal: ...
 
 
-class DFlashProposer:
-    """Drafts with a `Drafter`, reusing the target's embedding and lm_head."""
+class TargetSharingProposer:
+    """A proposer over a drafter that reuses the target's embedding and lm_head; block size,
+    context length and the target layers it reads come from the drafter's config."""
 
-    def __init__(self, drafter: Drafter, embed_tokens: nn.Embedding, lm_head: nn.Module) -> None:
+    def __init__(self, drafter: nn.Module, embed_tokens: nn.Embedding,
+                 lm_head: nn.Module) -> None:
         self.drafter = drafter
         self.embed_tokens = embed_tokens
         self.lm_head = lm_head
         self.block_size = drafter.cfg.block_size
         self.context_len = drafter.cfg.context_len
         self.feature_layers = drafter.cfg.target_layer_ids
+
+
+class DFlashProposer(TargetSharingProposer):
+    """Drafts with a `Drafter`, reusing the target's embedding and lm_head."""
+
+    drafter: Drafter
 
     @torch.no_grad()
     def propose(self, request: ProposalRequest) -> Proposal:

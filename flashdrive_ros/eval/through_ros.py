@@ -4,13 +4,8 @@ DDS (loopback, a domain of this process's own) and its outputs recorded, once pe
 from __future__ import annotations
 
 import os
-import signal
-import subprocess
-import sys
-from pathlib import Path
 
 import numpy as np
-import yaml
 
 from flashdrive_ros.eval.bag import BagReader
 from flashdrive_ros.eval.errors import ReplayError
@@ -20,14 +15,11 @@ from flashdrive_ros.eval.offline import LabelIndex, ReplayResults, check_camera_
 from flashdrive_ros.eval.recording import plan_results, read_recording
 from flashdrive_ros.eval.replay import ReplayOptions, load_model_config
 
-STOP_TIMEOUT_S = 15.0
-LOG_TAIL_CHARS = 3000
 
 
 def node_parameters(options: ReplayOptions, mode: str, raw_images: bool) -> dict:
     """drive_node parameters (DriveParams names) for one mode of this replay."""
     params = {
-        "use_sim_time": True,
         "model_dir": str(options.model_dir.resolve()),
         "camera_topics": list(options.topics.cameras),
         "odom_topic": options.topics.odometry,
@@ -44,22 +36,7 @@ def node_parameters(options: ReplayOptions, mode: str, raw_images: bool) -> dict
     if mode == "baseline":
         params.update(streaming=False, speculative=False, cached_velocity=False,
                       cuda_graphs=False)
-    return {"/**": {"ros__parameters": params}}
-
-
-def _log_tail(path: Path) -> str:
-    text = path.read_text(errors="replace") if path.exists() else ""
-    return text[-LOG_TAIL_CHARS:]
-
-
-def _stop(process: subprocess.Popen) -> None:
-    if process.poll() is None:
-        process.send_signal(signal.SIGINT)
-        try:
-            process.wait(STOP_TIMEOUT_S)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
+    return params
 
 
 def node_name() -> str:
@@ -69,34 +46,27 @@ def node_name() -> str:
 
 
 def run_mode(options: ReplayOptions, mode: str, raw_images: bool, domain_id: int):
+    from flashdrive_ros.ros.node_process import NodeProcess
     from flashdrive_ros.ros.plan_recorder import (LifecycleError, SessionSettings,
                                                   record_replay)
 
-    out = options.out_dir
-    params_file = out / f"drive_node_{mode}.yaml"
-    params_file.write_text(yaml.safe_dump(node_parameters(options, mode, raw_images)))
-    log_file = out / f"drive_node_{mode}.log"
-    recorded = out / f"recorded_{mode}"
+    recorded = options.out_dir / f"recorded_{mode}"
     if recorded.exists():
         raise ReplayError(f"{recorded} exists; choose an empty --out directory")
-    env = dict(os.environ, ROS_DOMAIN_ID=str(domain_id),
-               ROS_AUTOMATIC_DISCOVERY_RANGE="LOCALHOST", PYTHONUNBUFFERED="1")
-    env.setdefault("RMW_IMPLEMENTATION", "rmw_fastrtps_cpp")
-    command = [sys.executable, "-m", "flashdrive_ros.ros.node", "--ros-args",
-               "--params-file", str(params_file), "-r", f"__node:={node_name()}"]
-    with open(log_file, "w") as log:
-        process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, env=env)
-    settings = SessionSettings(rate=options.rate, node_name=node_name(), domain_id=domain_id,
-                               input_topics=[*options.topics.cameras, options.topics.odometry],
-                               node_alive=lambda: process.poll() is None,
-                               progress=options.progress)
-    try:
-        session = record_replay(options.bag, recorded, settings)
-    except (LifecycleError, OSError) as exc:
-        raise ReplayError(f"through-ROS replay ({mode}) failed: {exc}\n"
-                          f"drive_node log ({log_file}):\n{_log_tail(log_file)}") from None
-    finally:
-        _stop(process)
+    node = NodeProcess(node_name(), node_parameters(options, mode, raw_images), domain_id,
+                       options.out_dir, autostart=False, file_stem=f"drive_node_{mode}")
+    with node:
+        settings = SessionSettings(rate=options.rate, node_name=node_name(),
+                                   domain_id=domain_id,
+                                   input_topics=[*options.topics.cameras,
+                                                 options.topics.odometry],
+                                   node_alive=node.alive, progress=options.progress)
+        try:
+            session = record_replay(options.bag, recorded, settings)
+        except (LifecycleError, OSError) as exc:
+            raise ReplayError(f"through-ROS replay ({mode}) failed: {exc}\n"
+                              f"drive_node log ({node.log_file}):\n"
+                              f"{node.log_tail()}") from None
     return recorded, session
 
 
@@ -104,6 +74,7 @@ def run_through_ros(options: ReplayOptions
                     ) -> tuple[ReplayResults, dict[str, dict], list[tuple[float, np.ndarray]]]:
     from flashdrive_ros.ros import names
     from flashdrive_ros.ros.loopback import process_domain_id
+    from flashdrive_ros.ros.node_process import log_tail
     from flashdrive_ros.ros.params import DriveParams
 
     options.out_dir.mkdir(parents=True, exist_ok=True)
@@ -135,7 +106,7 @@ def run_through_ros(options: ReplayOptions
                               f"{stats['node_planner_message'] or 'no diagnostics'}, windows "
                               f"rejected {stats['node_windows_rejected']}, last rejection "
                               f"{stats['node_last_rejection']}); log:\n"
-                              f"{_log_tail(options.out_dir / f'drive_node_{mode}.log')}")
+                              f"{log_tail(options.out_dir / f'drive_node_{mode}.log')}")
         replay.results[mode], replay.skipped[mode] = results, skipped
         replay.ticks = max(replay.ticks, recording.node_stats["control_ticks"])
         node_stats[mode] = {**recording.node_stats, "max_plan_age_s": max_plan_age_s,

@@ -30,8 +30,6 @@ layers.{i}.mlp.{gate,up,down}_proj.weight, norm.weight.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from pathlib import Path
 
 import torch
 import torch.nn.functional as F
@@ -39,8 +37,7 @@ from torch import nn
 
 from flashdrive_ros.model.backbone import RMSNorm
 from flashdrive_ros.model.config import DrafterConfig, TextConfig
-from flashdrive_ros.model.drafter_weights import (WEIGHT_PREFIX, load_prefixed,
-                                                  read_drafter_file, save_drafter_file)
+from flashdrive_ros.model.drafter_weights import DrafterWeights
 from flashdrive_ros.model.rope import apply_rotary, drafter_cos_sin, inverse_frequencies
 
 
@@ -157,7 +154,7 @@ def check_drafter_config(cfg: DrafterConfig, text_cfg: TextConfig, kind: str) ->
                          f"{text_cfg.num_hidden_layers} layers")
 
 
-class Drafter(nn.Module):
+class Drafter(DrafterWeights):
     """DFlash drafter over a Qwen3-VL target described by `text_cfg`."""
 
     def __init__(self, cfg: DrafterConfig, text_cfg: TextConfig) -> None:
@@ -263,19 +260,4 @@ class Drafter(nn.Module):
         if tuple(positions.shape) != want:
             raise ValueError(f"{self.cfg.rotary} drafter positions must be {list(want)}, got "
                              f"{list(positions.shape)}")
-        if context_mask is not None and (context_mask.shape != (b, c)
-                                         or context_mask.dtype != torch.bool):
-            raise ValueError(f"context_mask must be bool [{b}, {c}], got {context_mask.dtype} "
-                             f"{tuple(context_mask.shape)}")
-
-    def load_weights(self, tensors: Mapping[str, torch.Tensor],
-                     prefix: str = WEIGHT_PREFIX) -> None:
-        """Load `prefix`-named tensors (extra keys without the prefix are ignored)."""
-        load_prefixed(self, tensors, prefix)
-
-    def load_safetensors(self, path: str | Path, prefix: str = WEIGHT_PREFIX) -> None:
-        """Only a complete safetensors file is read (WeightsError otherwise)."""
-        self.load_weights(read_drafter_file(path)[0], prefix)
-
-    def save_safetensors(self, path: str | Path, prefix: str = WEIGHT_PREFIX) -> None:
-        save_drafter_file(self, self.cfg, path, prefix)
+        self.check_context_mask(context_mask, b, c)

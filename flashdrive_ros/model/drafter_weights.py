@@ -56,3 +56,29 @@ def save_drafter_file(module: nn.Module, cfg: DrafterConfig, path: str | Path,
     from safetensors.torch import save_file
     save_file({prefix + name: t.detach().contiguous() for name, t in module.state_dict().items()},
               str(path), metadata={CONFIG_KEY: json.dumps(dataclasses.asdict(cfg))})
+
+
+class DrafterWeights(nn.Module):
+    """safetensors loading and saving shared by the drafter kinds (`self.cfg` is their
+    DrafterConfig), and the context-mask check of their forwards."""
+
+    cfg: DrafterConfig
+
+    def load_weights(self, tensors: Mapping[str, torch.Tensor],
+                     prefix: str = WEIGHT_PREFIX) -> None:
+        """Load `prefix`-named tensors (extra keys without the prefix are ignored)."""
+        load_prefixed(self, tensors, prefix)
+
+    def load_safetensors(self, path: str | Path, prefix: str = WEIGHT_PREFIX) -> None:
+        """Only a complete safetensors file is read (WeightsError otherwise)."""
+        self.load_weights(read_drafter_file(path)[0], prefix)
+
+    def save_safetensors(self, path: str | Path, prefix: str = WEIGHT_PREFIX) -> None:
+        save_drafter_file(self, self.cfg, path, prefix)
+
+    @staticmethod
+    def check_context_mask(context_mask: torch.Tensor | None, b: int, c: int) -> None:
+        if context_mask is not None and (context_mask.shape != (b, c)
+                                         or context_mask.dtype != torch.bool):
+            raise ValueError(f"context_mask must be bool [{b}, {c}], got {context_mask.dtype} "
+                             f"{tuple(context_mask.shape)}")

@@ -24,8 +24,7 @@ midlayer.self_attn.{q,k}_norm.weight, midlayer.mlp.{gate,up,down}_proj.weight, n
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
-from pathlib import Path
+from collections.abc import Callable
 
 import torch
 import torch.nn.functional as F
@@ -34,8 +33,7 @@ from torch import nn
 from flashdrive_ros.model.backbone import RMSNorm
 from flashdrive_ros.model.config import DrafterConfig, TextConfig
 from flashdrive_ros.model.drafter import DrafterMLP, check_drafter_config
-from flashdrive_ros.model.drafter_weights import (WEIGHT_PREFIX, load_prefixed,
-                                                  read_drafter_file, save_drafter_file)
+from flashdrive_ros.model.drafter_weights import DrafterWeights
 from flashdrive_ros.model.rope import apply_rotary, drafter_cos_sin, inverse_frequencies
 
 NextTokens = Callable[[int, torch.Tensor], torch.Tensor]
@@ -110,7 +108,7 @@ class EagleLayer(nn.Module):
         return out, keys, values, key_mask
 
 
-class EagleDrafter(nn.Module):
+class EagleDrafter(DrafterWeights):
     """EAGLE-3-style drafter over a Qwen3-VL target described by `text_cfg`."""
 
     def __init__(self, cfg: DrafterConfig, text_cfg: TextConfig) -> None:
@@ -207,18 +205,4 @@ class EagleDrafter(nn.Module):
             raise ValueError(f"{self.cfg.rotary} drafter positions must be "
                              f"[{', '.join(map(str, lead))}, C + K] with K >= 2, got "
                              f"{list(positions.shape)}")
-        if context_mask is not None and (context_mask.shape != (b, c)
-                                         or context_mask.dtype != torch.bool):
-            raise ValueError(f"context_mask must be bool [{b}, {c}], got {context_mask.dtype} "
-                             f"{tuple(context_mask.shape)}")
-
-    def load_weights(self, tensors: Mapping[str, torch.Tensor],
-                     prefix: str = WEIGHT_PREFIX) -> None:
-        load_prefixed(self, tensors, prefix)
-
-    def load_safetensors(self, path: str | Path, prefix: str = WEIGHT_PREFIX) -> None:
-        """Only a complete safetensors file is read (WeightsError otherwise)."""
-        self.load_weights(read_drafter_file(path)[0], prefix)
-
-    def save_safetensors(self, path: str | Path, prefix: str = WEIGHT_PREFIX) -> None:
-        save_drafter_file(self, self.cfg, path, prefix)
+        self.check_context_mask(context_mask, b, c)

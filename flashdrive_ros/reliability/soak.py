@@ -14,8 +14,8 @@ from pathlib import Path
 
 import numpy as np
 
-from flashdrive_ros.reliability.node_process import read_process
-from flashdrive_ros.reliability.session import node_session
+from flashdrive_ros.ros.node_process import read_process
+from flashdrive_ros.ros.node_session import node_session
 from flashdrive_ros.reliability.stream import NS_PER_S, looped, read_stream
 from flashdrive_ros.ros.params import DriveParams
 

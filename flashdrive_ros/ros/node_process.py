@@ -1,5 +1,5 @@
-"""The drive node in a process of its own (autostarted, sim time, loopback DDS on a given
-domain), and what /proc says about it."""
+"""The drive node in a process of its own (sim time, loopback DDS on a given domain,
+autostarted or driven through its lifecycle services), and what /proc says about it."""
 
 from __future__ import annotations
 
@@ -32,14 +32,18 @@ def read_process(pid: int) -> ProcessSample:
 
 
 class NodeProcess:
-    """`with NodeProcess(...) as node:` starts drive_node (configure + activate) and stops it
-    with SIGINT on exit; its output goes to `log_file`."""
+    """`with NodeProcess(...) as node:` starts drive_node named `name` (configured and
+    activated with `autostart`) and stops it with SIGINT on exit; its parameters go to
+    `<file_stem>.yaml` and its output to `<file_stem>.log` in `out_dir` (stem: the name)."""
 
-    def __init__(self, name: str, parameters: dict, domain_id: int, out_dir: Path) -> None:
+    def __init__(self, name: str, parameters: dict, domain_id: int, out_dir: Path,
+                 autostart: bool = True, file_stem: str | None = None) -> None:
         self.name = name
         self.out_dir = Path(out_dir)
-        self.params_file = self.out_dir / f"{name}.yaml"
-        self.log_file = self.out_dir / f"{name}.log"
+        stem = file_stem or name
+        self.params_file = self.out_dir / f"{stem}.yaml"
+        self.log_file = self.out_dir / f"{stem}.log"
+        self.autostart = autostart
         self.parameters = {"use_sim_time": True, **parameters}
         self.domain_id = domain_id
         self.process: subprocess.Popen | None = None
@@ -51,7 +55,8 @@ class NodeProcess:
         env = dict(os.environ, ROS_DOMAIN_ID=str(self.domain_id),
                    ROS_AUTOMATIC_DISCOVERY_RANGE="LOCALHOST", PYTHONUNBUFFERED="1")
         env.setdefault("RMW_IMPLEMENTATION", "rmw_fastrtps_cpp")
-        command = [sys.executable, "-m", "flashdrive_ros.ros.node", "--autostart",
+        command = [sys.executable, "-m", "flashdrive_ros.ros.node",
+                   *(["--autostart"] if self.autostart else []),
                    "--ros-args", "--params-file", str(self.params_file),
                    "-r", f"__node:={self.name}"]
         with open(self.log_file, "w") as log:
@@ -77,5 +82,10 @@ class NodeProcess:
         return self.process is not None and self.process.poll() is None
 
     def log_tail(self, chars: int = 3000) -> str:
-        text = self.log_file.read_text(errors="replace") if self.log_file.exists() else ""
-        return text[-chars:]
+        return log_tail(self.log_file, chars)
+
+
+def log_tail(path: Path, chars: int = 3000) -> str:
+    """The last `chars` characters of a log file ("" when it does not exist)."""
+    text = path.read_text(errors="replace") if path.exists() else ""
+    return text[-chars:]

@@ -13,9 +13,9 @@ from pathlib import Path
 from rclpy.executors import SingleThreadedExecutor
 from rclpy.node import Node
 
-from flashdrive_ros.reliability.node_process import NodeProcess
-from flashdrive_ros.reliability.observer import NodeObserver
-from flashdrive_ros.reliability.stream_player import StreamPlayer
+from flashdrive_ros.ros.node_process import NodeProcess
+from flashdrive_ros.ros.node_observer import NodeObserver
+from flashdrive_ros.ros.stream_player import StreamPlayer
 from flashdrive_ros.ros.loopback import local_context, process_domain_id
 
 START_TIMEOUT_S = 300.0
