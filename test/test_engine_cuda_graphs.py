@@ -40,7 +40,8 @@ def _engine(parts, dtype: str, **changes) -> Engine:
 
 
 def _snapshot(cache: KVCache) -> tuple:
-    return cache.k.clone(), cache.v.clone(), cache.positions.clone(), cache.length
+    k_rot = None if cache.k_rot is None else cache.k_rot.clone()
+    return cache.k.clone(), cache.v.clone(), cache.positions.clone(), cache.length, k_rot
 
 
 def _restore(cache: KVCache, state: tuple) -> None:
@@ -48,6 +49,8 @@ def _restore(cache: KVCache, state: tuple) -> None:
     cache.v.copy_(state[1])
     cache.positions.copy_(state[2])
     cache.length = state[3]
+    if state[4] is not None:
+        cache.k_rot.copy_(state[4])
 
 
 def _close(got: torch.Tensor, want: torch.Tensor, dtype: str) -> None:
@@ -55,9 +58,10 @@ def _close(got: torch.Tensor, want: torch.Tensor, dtype: str) -> None:
     torch.testing.assert_close(got.float(), want.float(), rtol=tol, atol=tol)
 
 
+@pytest.mark.parametrize("rotated_keys", [True, False])
 @pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
-def test_each_graphed_step_replays_like_eager(parts, dtype):
-    eng = _engine(parts, dtype, cuda_graphs=False)
+def test_each_graphed_step_replays_like_eager(parts, dtype, rotated_keys):
+    eng = _engine(parts, dtype, cuda_graphs=False, rotated_keys=rotated_keys)
     eng.step(window(0))
     graphed, eager = eng.graphed_steps(), eng.graphed_steps(enabled=False)
     images = window(0).images
@@ -84,6 +88,8 @@ def test_each_graphed_step_replays_like_eager(parts, dtype):
                 _close(after[0], cache.k, dtype)
                 _close(after[1], cache.v, dtype)
                 assert torch.equal(after[2], cache.positions) and after[3] == cache.length
+                if cache.k_rot is not None:
+                    _close(after[4], cache.k_rot, dtype)
         block = graphed.target.run_tokens(list(range(20, 28)), cache, 50)
         slots = torch.arange(cache.length - 8, cache.length, device="cuda")
         request = ProposalRequest(27, [27], block.features, slots, cache.positions[:, :, slots],
@@ -100,12 +106,13 @@ def test_each_graphed_step_replays_like_eager(parts, dtype):
     assert eager.captured_graphs == 0
 
 
+@pytest.mark.parametrize("rotated_keys", [True, False])
 @pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
-def test_engine_steps_with_graphs_match_eager(parts, dtype):
-    graphed = _engine(parts, dtype, num_samples=2, cuda_graphs=True)
-    eager = _engine(parts, dtype, num_samples=2, cuda_graphs=True)
+def test_engine_steps_with_graphs_match_eager(parts, dtype, rotated_keys):
+    graphed = _engine(parts, dtype, num_samples=2, cuda_graphs=True, rotated_keys=rotated_keys)
+    eager = _engine(parts, dtype, num_samples=2, cuda_graphs=True, rotated_keys=rotated_keys)
     eager.graphs = eager.graphed_steps(enabled=False)
-    plain = _engine(parts, dtype, num_samples=2, cuda_graphs=False)
+    plain = _engine(parts, dtype, num_samples=2, cuda_graphs=False, rotated_keys=rotated_keys)
     assert plain.graphs is None
     for step in (0, 1, 2, 3, 5, 6, 7):
         a, b, c = graphed.step(window(step)), eager.step(window(step)), plain.step(window(step))
