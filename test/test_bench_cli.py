@@ -84,3 +84,19 @@ def test_variants_past_the_time_budget_are_skipped_and_reported(tmp_path, capsys
     assert "time budget" in bench["skipped"]["reference"]
     assert "time budget" in bench["skipped"]["flashdrive"]
     assert "### Not measured" in capsys.readouterr().out
+
+
+def test_variants_option_times_only_the_named_variants(tmp_path):
+    main(["--shape", "tiny", "--device", "cpu", "--out", str(tmp_path), "--windows", "1",
+          "--warmup", "1", "--threads", "1", "--samples", "1", "--no-reference",
+          "--variants", "baseline,cached_velocity"])
+    bench = json.loads((tmp_path / "bench.json").read_text())
+    assert set(bench["variants"]) == {"baseline", "cached_velocity"}
+    assert bench["skipped"] == {}
+
+
+def test_variants_option_refuses_an_unknown_name(tmp_path, capsys):
+    with pytest.raises(SystemExit):
+        main(["--shape", "tiny", "--device", "cpu", "--out", str(tmp_path),
+              "--variants", "baseline,warp_drive"])
+    assert "warp_drive" in capsys.readouterr().err

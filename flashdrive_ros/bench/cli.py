@@ -14,6 +14,8 @@ import torch
 from flashdrive_ros.bench.report import markdown
 from flashdrive_ros.bench.shapes import SHAPES
 from flashdrive_ros.bench.suite import Settings, run_suite
+from flashdrive_ros.bench.variants import ALL, ALL_PRE_ROPE, BASELINE
+from flashdrive_ros.engine.config import SHORTCUTS
 
 BENCH_FILE = "bench.json"
 DEFAULT_COC_TOKENS = 16
@@ -27,6 +29,19 @@ def sample_counts(text: str) -> list[int]:
     if not counts or min(counts) < 1:
         raise argparse.ArgumentTypeError("--samples needs counts >= 1")
     return counts
+
+
+def variant_choices() -> list[str]:
+    return [BASELINE, ALL, ALL_PRE_ROPE, *SHORTCUTS]
+
+
+def variant_names(text: str) -> list[str]:
+    names = [n for n in text.split(",") if n]
+    unknown = sorted(set(names) - set(variant_choices()))
+    if not names or unknown:
+        raise argparse.ArgumentTypeError(
+            f"--variants takes names from {', '.join(variant_choices())}; got {text!r}")
+    return names
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -48,6 +63,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                         help="start no further variant after this many seconds")
     parser.add_argument("--no-reference", action="store_true",
                         help="skip the HF transformers reference path")
+    parser.add_argument("--variants", type=variant_names, default=None,
+                        help="engine variants to time, comma-separated (default: all of "
+                             f"{', '.join(variant_choices())})")
     args = parser.parse_args(argv)
     if args.windows < 1 or args.warmup < 1 or args.coc_tokens < 2 or (
             args.threads is not None and args.threads < 1):
@@ -72,7 +90,8 @@ def main(argv: list[str] | None = None) -> int:
     path = args.out / BENCH_FILE
     command = shlex.join(["flashdrive-bench", *(sys.argv[1:] if argv is None else argv)])
     settings = Settings(args.shape, args.device, args.windows, args.warmup, args.samples,
-                        args.coc_tokens, args.seed, not args.no_reference, args.budget_s)
+                        args.coc_tokens, args.seed, not args.no_reference, args.budget_s,
+                        args.variants)
 
     def progress(bench: dict) -> None:
         write_json(path, bench)

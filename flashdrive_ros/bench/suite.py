@@ -48,6 +48,7 @@ class Settings:
     seed: int = 0
     reference: bool = True
     budget_s: float | None = None
+    only: list[str] | None = None
 
     @property
     def dtype(self) -> torch.dtype:
@@ -137,6 +138,9 @@ def run_suite(s: Settings, command: str, on_update: Callable[[dict], None]) -> d
     floors = measure_floors(s.device, s.dtype)
     bench.update(model=model_entry(parts), floors=floors.to_dict(), variants={})
     overrides, skipped = variant_overrides(s.device)
+    if s.only is not None:
+        overrides = {name: v for name, v in overrides.items() if name in s.only}
+        skipped = {name: why for name, why in skipped.items() if name in s.only}
     bench["skipped"] = skipped
     variants = bench["variants"]
     jobs = [(REFERENCE, lambda: run_reference_variant(s, parts, floors))] if s.reference else []
