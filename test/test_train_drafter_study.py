@@ -40,6 +40,11 @@ def test_smoke_runs_every_stage_and_writes_every_drafter(smoke_run):
     assert study["rl"]["rl_static"]["anchor"] == "static"
     assert study["rl"]["rl_policy"]["anchor"] == "policy"
     assert study["rl_base"] in ("flat", "mrope", "eagle")
+    assert study["rl_seeds"] == [study["train_seeds"][-1] + 1]
+    assert study["corpus_rl_rows"] > 0
+    for anchor in ("rl_static", "rl_policy"):
+        rl = study["rl"][anchor]
+        assert rl["updates"] >= 1 and rl["updates"] + rl["skipped"] == rl["steps"]
     assert (out / "study.md").read_text().count("| drafter |") == 3
 
 

@@ -137,19 +137,21 @@ class Study:
     def simulate_drives(self) -> None:
         cfg = self.cfg
         train_list = train_seeds(cfg.train_drives)
+        rl_list = train_seeds(cfg.rl_drives, offset=cfg.train_drives)
         eval_list = eval_seeds(cfg.eval_drives)
-        drives = generate_drives(train_list + eval_list, cfg.drive_seconds, self.mcfg,
-                                 cfg.workers)
+        drives = generate_drives(train_list + rl_list + eval_list, cfg.drive_seconds,
+                                 self.mcfg, cfg.workers)
         stats = {k: getattr(self.mcfg.action, k) for k in ACTION_STATS}
-        self.train_data = TrainSet.build(self.mcfg, self.tokenizer, drives[:len(train_list)],
-                                         stats=stats, device=self.device)
-        self.eval_data = TrainSet.build(self.mcfg, self.tokenizer, drives[len(train_list):],
-                                        stats=stats, device=self.device)
-        self.result.update(train_seeds=[train_list[0], train_list[-1]], eval_seeds=eval_list,
-                           train_windows=len(self.train_data),
-                           eval_windows=len(self.eval_data))
+        split = (len(train_list), len(train_list) + len(rl_list))
+        self.train_data, self.rl_data, self.eval_data = (
+            TrainSet.build(self.mcfg, self.tokenizer, part, stats=stats, device=self.device)
+            for part in (drives[:split[0]], drives[split[0]:split[1]], drives[split[1]:]))
+        self.result.update(train_seeds=[train_list[0], train_list[-1]], rl_seeds=rl_list,
+                           eval_seeds=eval_list, train_windows=len(self.train_data),
+                           rl_windows=len(self.rl_data), eval_windows=len(self.eval_data))
         self.log.write("data", 0, drives=len(drives), train_windows=len(self.train_data),
-                       eval_windows=len(self.eval_data), seconds=round(self.elapsed, 1))
+                       rl_windows=len(self.rl_data), eval_windows=len(self.eval_data),
+                       seconds=round(self.elapsed, 1))
 
     def build_corpus(self) -> None:
         cfg = self.cfg
@@ -158,6 +160,7 @@ class Study:
         gen = torch.Generator().manual_seed(self.seed)
         rows = torch.randperm(len(self.train_data), generator=gen)[:cfg.corpus_rows]
         eval_rows = torch.randperm(len(self.eval_data), generator=gen)[:cfg.eval_rows]
+        rl_rows = torch.randperm(len(self.rl_data), generator=gen)[:cfg.rl_rows]
         dtype = torch.bfloat16 if self.cuda else torch.float32
         flat = self.configs["flat"]
         self.train_corpus = build_draft_corpus(self.model, self.train_data, rows, flat,
@@ -166,11 +169,15 @@ class Study:
         eval_corpus = build_draft_corpus(self.model, self.eval_data, eval_rows, flat,
                                          self.device, self.autocast, cfg.corpus_batch, dtype,
                                          cfg.corpus_max_coc_tokens)
+        self.rl_corpus = build_draft_corpus(self.model, self.rl_data, rl_rows, flat,
+                                            self.device, self.autocast, cfg.corpus_batch,
+                                            dtype, cfg.corpus_max_coc_tokens)
         self.merged = concat_corpora(self.train_corpus, eval_corpus)
         self.train_rows = torch.arange(len(self.train_corpus))
         self.eval_rows = torch.arange(len(self.train_corpus), len(self.merged))
         lengths = self.train_corpus.lengths - self.train_corpus.context_len
         self.result.update(corpus_rows=len(self.train_corpus), corpus_eval_rows=len(eval_corpus),
+                           corpus_rl_rows=len(self.rl_corpus),
                            context_len=context, prompt_len=self.train_data.prompt_len,
                            greedy_coc_len_mean=float(lengths.float().mean()))
         self.log.write("corpus", 0, rows=len(self.train_corpus), eval_rows=len(eval_corpus),
@@ -213,13 +220,14 @@ class Study:
         base = max(sft, key=sft.get)
         self.result["rl_base"] = base
         seed_everything(self.seed)
-        target = RLTarget(self.model, self.train_data, FlowSchedule(), self.cache_dtype,
+        target = RLTarget(self.model, self.rl_data, FlowSchedule(), self.cache_dtype,
                           self.tokenizer.token_id("cot_end"),
                           self.tokenizer.token_id("traj_future_start"))
         rl_cfg = RLConfig(anchor=anchor, lr=cfg.rl_lr, prompts=cfg.rl_prompts,
                           candidates=cfg.rl_candidates, steps=cfg.rl_steps,
                           block_sizes=cfg.block_sizes)
-        policy, stats = rl_post_train(self.drafters[base], self.train_corpus, self.train_rows,
+        policy, stats = rl_post_train(self.drafters[base], self.rl_corpus,
+                                      torch.arange(len(self.rl_corpus)),
                                       target, self.embed, self.head, rl_cfg, self.seed,
                                       self.log, f"rl_{anchor}", self.autocast,
                                       seconds=cfg.rl_share * self.training_seconds,

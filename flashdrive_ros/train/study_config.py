@@ -12,6 +12,7 @@ class StudyConfig:
     and `reserve_seconds`, whichever comes first."""
 
     train_drives: int = 14
+    rl_drives: int = 2
     eval_drives: int = 2
     drive_seconds: float = 30.0
     corpus_rows: int = 4096
@@ -22,6 +23,7 @@ class StudyConfig:
     sft_steps: int = 3000
     sft_batch: int = 256
     sft_lr: float = 1e-3
+    rl_rows: int = 1024
     rl_steps: int = 400
     rl_prompts: int = 16
     rl_candidates: int = 64
@@ -39,7 +41,8 @@ class StudyConfig:
 
     def __post_init__(self) -> None:
         self.block_sizes = tuple(sorted(set(self.block_sizes)))
-        if min(self.train_drives, self.eval_drives, self.corpus_rows, self.eval_rows,
+        if min(self.train_drives, self.rl_drives, self.eval_drives, self.corpus_rows,
+               self.eval_rows, self.rl_rows,
                self.sft_steps, self.sft_batch, self.rl_steps, self.rl_prompts,
                self.eval_windows_per_drive, self.budget_rows, self.corpus_batch) < 1:
             raise ValueError("study counts must be >= 1")
@@ -56,10 +59,10 @@ class StudyConfig:
 
 
 def smoke() -> StudyConfig:
-    """A few steps of everything on two short drives (CPU test)."""
-    return StudyConfig(train_drives=1, eval_drives=1, drive_seconds=2.5, corpus_rows=6,
-                       eval_rows=4, corpus_batch=6, corpus_max_coc_tokens=12, sft_steps=2,
-                       sft_batch=4, rl_steps=1, rl_prompts=2, rl_candidates=4,
-                       eval_windows_per_drive=2, eval_seconds=5.0, warmup_windows=0,
-                       eval_max_coc_tokens=6, budget_rows=4,
-                       reserve_seconds=0.0, workers=1, log_every=1)
+    """A few steps of everything on three short drives (CPU test)."""
+    return StudyConfig(train_drives=1, rl_drives=1, eval_drives=1, drive_seconds=2.5,
+                       corpus_rows=6, eval_rows=4, rl_rows=4, corpus_batch=6,
+                       corpus_max_coc_tokens=12, sft_steps=2, sft_batch=4, rl_steps=1,
+                       rl_prompts=2, rl_candidates=4, eval_windows_per_drive=2,
+                       eval_seconds=5.0, warmup_windows=0, eval_max_coc_tokens=6,
+                       budget_rows=4, reserve_seconds=0.0, workers=1, log_every=1)
