@@ -3,6 +3,7 @@ import dataclasses
 import torch
 
 from flashdrive_ros.model.action import ActionInProj, velocity
+from flashdrive_ros.model.alpamayo import AlpamayoModel
 from flashdrive_ros.model.config import tiny
 from flashdrive_ros.model.expert import ActionExpert
 from flashdrive_ros.model.flow import (euler_integrate, euler_sample, initial_noise,
@@ -82,3 +83,26 @@ def test_interpolation_target_is_integrated_exactly_by_euler():
     torch.testing.assert_close(x_t[1], 0.5 * (x0[1] + x1[1]))
     out = euler_integrate(lambda x, t: interpolate(x1, x0, t)[1], x0, steps=4)
     torch.testing.assert_close(out, x1)
+
+
+def test_model_sampler_is_seeded_and_batches_samples_in_one_expert_call_per_step():
+    torch.manual_seed(0)
+    model = AlpamayoModel(tiny()).eval()
+    t = model.cfg.text
+    cache = KVCache(t.num_hidden_layers, 1, t.num_key_value_heads, 40, t.head_dim)
+    cache.k.normal_(generator=torch.Generator().manual_seed(1))
+    cache.v.normal_(generator=torch.Generator().manual_seed(2))
+    cache.positions[:] = torch.arange(40)
+    cache.advance_to(30)
+    batches = []
+    model.expert.register_forward_hook(lambda _, args, out: batches.append(args[0].shape[0]))
+
+    def sample(seed):
+        return model.sample_actions(cache, 30, 3, torch.Generator().manual_seed(seed), steps=4)
+
+    a, b, c = sample(7), sample(7), sample(8)
+    assert batches == [3] * 12
+    assert a.shape == (3, 64, 2) and torch.isfinite(a).all()
+    assert torch.equal(a, b)
+    assert (a - c).abs().min() > 0
+    assert not torch.allclose(a[0], a[1])

@@ -2,14 +2,19 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 import pytest
 import torch
 
-from flashdrive_ros.model.config import tiny
+from flashdrive_ros.model.config import preset, tiny
+from flashdrive_ros.model.history import HistoryTokenizer
 from flashdrive_ros.model.kv_cache import KVCache
 from flashdrive_ros.model.positions import next_position, prompt_positions, text_positions
 from flashdrive_ros.model.preprocess import preprocess_images
+from flashdrive_ros.model.prompt import PromptBuilder
+from flashdrive_ros.model.tokenizer import build_tokenizer
 from flashdrive_ros.model.vlm import VLM
 
 transformers = pytest.importorskip("transformers")
@@ -20,9 +25,15 @@ VISION_END = 4002
 VIDEO_TOKEN = 4003
 HISTORY_TOKEN = 4010
 TOL = 1e-4
+CORPUS = ["Front camera: frame 0 the lead car brakes, so the ego vehicle slows down.",
+          "output the chain-of-thought reasoning of the driving process, then output the "
+          "future trajectory. You are a driving assistant that generates safe and accurate "
+          "actions."] * 10
 
 
-def _hf_model(cfg) -> torch.nn.Module:
+def _hf_model(cfg, image_token: int = IMAGE_TOKEN, video_token: int = VIDEO_TOKEN,
+              vision_start: int = VISION_START, vision_end: int = VISION_END
+              ) -> torch.nn.Module:
     from transformers import Qwen3VLConfig, Qwen3VLForConditionalGeneration
 
     v, t = cfg.vision, cfg.text
@@ -44,8 +55,8 @@ def _hf_model(cfg) -> torch.nn.Module:
             rope_parameters={"rope_type": "default", "rope_theta": t.rope_theta,
                              "mrope_section": list(t.mrope_section),
                              "mrope_interleaved": True}),
-        image_token_id=IMAGE_TOKEN, video_token_id=VIDEO_TOKEN,
-        vision_start_token_id=VISION_START, vision_end_token_id=VISION_END,
+        image_token_id=image_token, video_token_id=video_token,
+        vision_start_token_id=vision_start, vision_end_token_id=vision_end,
         tie_word_embeddings=False)
     hf_cfg._attn_implementation = "eager"
     hf_cfg.vision_config._attn_implementation = "eager"
@@ -110,6 +121,17 @@ def test_state_dict_keys_match_hf(setup):
     _, ours, hf, *_ = setup
     assert set(ours.state_dict()) == set(hf.state_dict())
     assert any(k.startswith("model.visual.deepstack_merger_list.") for k in ours.state_dict())
+
+
+@pytest.mark.parametrize("name", ["alpamayo-r1-10b", "alpamayo-1.5-10b"])
+def test_release_size_state_dict_names_and_shapes_match_hf(name):
+    cfg = preset(name)
+    with torch.device("meta"):
+        ours = VLM(cfg.vision, cfg.text)
+        hf = _hf_model(cfg)
+    mine = {k: tuple(v.shape) for k, v in ours.state_dict().items()}
+    theirs = {k: tuple(v.shape) for k, v in hf.state_dict().items()}
+    assert mine == theirs
 
 
 @pytest.mark.parametrize("uniform", [True, False])
@@ -189,6 +211,47 @@ def test_chunked_prefill_and_decode_match_hf(setup):
         step_logits = ours.logits(step.hidden)
     assert torch.allclose(torch.cat(chunk_logits, dim=1), ref[:, :t], atol=TOL, rtol=0)
     assert torch.allclose(step_logits, ref[:, t:], atol=TOL, rtol=0)
+
+
+def _prefill_logits(vlm: VLM, cfg, input_ids: torch.Tensor, patches: torch.Tensor,
+                    grid: torch.Tensor, image_token: int) -> torch.Tensor:
+    """Our prompt prefill: logits [1, T, V]."""
+    t, text = input_ids.shape[1], cfg.text
+    embeds, visual_mask, deepstack = vlm.embed(input_ids, patches, grid, image_token)
+    positions = prompt_positions(input_ids, grid, image_token, cfg.vision.spatial_merge_size)
+    cache = KVCache(text.num_hidden_layers, 1, text.num_key_value_heads, t, text.head_dim)
+    out = vlm.model.language_model(embeds, positions, cache, torch.arange(t),
+                                   visual_mask=visual_mask, deepstack=deepstack)
+    return vlm.logits(out.hidden)
+
+
+@pytest.mark.parametrize("layout", ["alpamayo-1", "alpamayo-1.5"])
+def test_built_alpamayo_prompt_matches_hf(layout):
+    tok = build_tokenizer(CORPUS, vocab_size=4600)
+    cfg = tiny(vocab_size=tok.vocab_size)
+    cfg = dataclasses.replace(cfg, prompt=dataclasses.replace(cfg.prompt, layout=layout))
+    image_token = tok.token_id("<|image_pad|>")
+    ours = _ours(cfg)
+    hf = _hf_model(cfg, image_token, tok.token_id("<|video_pad|>"),
+                   tok.token_id("<|vision_start|>"), tok.token_id("<|vision_end|>"))
+    _load_into_hf(ours, hf)
+    history = HistoryTokenizer(cfg.action, tok.traj_token_start)
+    t = np.arange(-15, 1)[:, None] * 0.1
+    history_ids = history.encode(np.concatenate([4 * t, 0.2 * t * t, 0 * t], axis=1))
+    input_ids = torch.tensor([PromptBuilder(cfg, tok).build(history_ids).token_ids])
+    p = cfg.prompt
+    frames = np.random.default_rng(1).integers(
+        0, 256, size=(len(p.camera_names) * p.num_frames, 60, 80, 3), dtype=np.uint8)
+    patches, grid = preprocess_images(frames, cfg.vision, (p.image_height, p.image_width))
+    mm_types = (input_ids == image_token).int()
+    with torch.no_grad():
+        ref_positions, _ = hf.model.get_rope_index(input_ids, mm_types, image_grid_thw=grid)
+        ref = hf(input_ids=input_ids, pixel_values=patches, image_grid_thw=grid,
+                 mm_token_type_ids=mm_types, return_dict=True).logits
+        logits = _prefill_logits(ours, cfg, input_ids, patches, grid, image_token)
+    positions = prompt_positions(input_ids, grid, image_token, cfg.vision.spatial_merge_size)
+    assert torch.equal(positions, ref_positions)
+    assert (logits - ref).abs().max() <= TOL
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
