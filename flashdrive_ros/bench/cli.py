@@ -14,7 +14,7 @@ import torch
 from flashdrive_ros.bench.report import markdown
 from flashdrive_ros.bench.shapes import SHAPES
 from flashdrive_ros.bench.suite import Settings, run_suite
-from flashdrive_ros.bench.variants import ALL, ALL_PRE_ROPE, BASELINE
+from flashdrive_ros.bench.variants import ALL, ALL_PLAIN_LOGITS, ALL_PRE_ROPE, BASELINE
 from flashdrive_ros.engine.config import SHORTCUTS
 
 BENCH_FILE = "bench.json"
@@ -32,7 +32,7 @@ def sample_counts(text: str) -> list[int]:
 
 
 def variant_choices() -> list[str]:
-    return [BASELINE, ALL, ALL_PRE_ROPE, *SHORTCUTS]
+    return [BASELINE, ALL, ALL_PRE_ROPE, ALL_PLAIN_LOGITS, *SHORTCUTS]
 
 
 def variant_names(text: str) -> list[str]:

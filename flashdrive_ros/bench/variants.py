@@ -9,6 +9,7 @@ REFERENCE = "reference"
 BASELINE = "baseline"
 ALL = "flashdrive"
 ALL_PRE_ROPE = "flashdrive_prerope_keys"
+ALL_PLAIN_LOGITS = "flashdrive_plain_logits"
 ALL_OFF = {name: False for name in SHORTCUTS}
 
 
@@ -16,10 +17,16 @@ def variant_overrides(device: str) -> tuple[dict[str, dict], dict[str, str]]:
     """({variant: EngineConfig overrides}, {variant: why it is skipped}), baseline and all
     shortcuts first. `flashdrive` takes every shortcut at its mode default (CUDA graphs on
     where the device is CUDA); `flashdrive_prerope_keys` is the same with keys rotated at
-    every attention call instead of kept after RoPE."""
+    every attention call instead of kept after RoPE, `flashdrive_plain_logits` with the
+    plain lm_head product where `flashdrive` pads the rows (CUDA)."""
     variants: dict[str, dict] = {BASELINE: {"mode": "baseline"}, ALL: {"mode": "flashdrive"},
                                  ALL_PRE_ROPE: {"mode": "flashdrive", "rotated_keys": False}}
     skipped: dict[str, str] = {}
+    if EngineConfig(device=device).padded_logits:
+        variants[ALL_PLAIN_LOGITS] = {"mode": "flashdrive", "padded_logits": False}
+    else:
+        skipped[ALL_PLAIN_LOGITS] = ("flashdrive already uses the plain lm_head product on "
+                                     f"{device} (padded_logits defaults off)")
     for name in SHORTCUTS:
         overrides = {"mode": "flashdrive", **ALL_OFF, name: True}
         try:

@@ -26,7 +26,9 @@ class EngineConfig:
     keys after RoPE, rotated once per write or move instead of at every attention call) is
     on by default in flashdrive mode with the torch backend. `drafter_file` names the drafter
     weights in the model directory that speculative decoding loads (DFlash or EAGLE-3, as
-    the file's stored config says)."""
+    the file's stored config says). `padded_logits` computes the lm_head of the verify and
+    draft rows as weight @ rows^T with the rows padded to a multiple of 8 (default on CUDA in
+    flashdrive mode, where the plain product runs several times under memory bandwidth)."""
 
     mode: str = "flashdrive"
     streaming: bool | None = None
@@ -45,6 +47,7 @@ class EngineConfig:
     seed: int = 0
     backend: str = "torch"
     rotated_keys: bool | None = None
+    padded_logits: bool | None = None
     drafter_file: str = DRAFTER_FILE
 
     def __post_init__(self) -> None:
@@ -68,6 +71,11 @@ class EngineConfig:
         elif not isinstance(self.rotated_keys, bool):
             raise ConfigError(f"rotated_keys must be true, false or null, got "
                               f"{self.rotated_keys!r}")
+        if self.padded_logits is None:
+            self.padded_logits = self.mode == "flashdrive" and self.device.startswith("cuda")
+        elif not isinstance(self.padded_logits, bool):
+            raise ConfigError(f"padded_logits must be true, false or null, got "
+                              f"{self.padded_logits!r}")
         if self.rotated_keys and self.backend != "torch":
             raise ConfigError("rotated_keys keeps post-RoPE keys in the torch backend's cache; "
                               "set rotated_keys false with backend 'tensorrt'")

@@ -24,6 +24,7 @@ from flashdrive_ros.engine.decoding import (DecodeResult, PrefillOutput, Samplin
 from flashdrive_ros.engine.encoded_frames import Encoded, EncodedFrames
 from flashdrive_ros.engine.flow_cached import euler_cached
 from flashdrive_ros.engine.graphed_steps import GraphedSteps
+from flashdrive_ros.engine.padded_logits import PaddedRowLogits
 from flashdrive_ros.engine.proposers import make_proposer
 from flashdrive_ros.engine.slot_features import SlotFeatures
 from flashdrive_ros.engine.speculative import speculative_decode
@@ -86,9 +87,10 @@ class Engine:
                              tokenizer.token_id("traj_future_start"), max_coc)
         self.sampling = Sampling(cfg.temperature, cfg.top_p) if cfg.temperature > 0 else None
         vlm = model.vlm
+        lm_head = PaddedRowLogits(vlm.lm_head) if cfg.padded_logits else vlm.lm_head
         feature_layers = self.drafter.cfg.target_layer_ids if self.drafter else ()
         self.proposer = (make_proposer(self.drafter, vlm.language_model.embed_tokens,
-                                       vlm.lm_head) if self.drafter else None)
+                                       lm_head) if self.drafter else None)
         self.frame_layout, positions = prompt_geometry(self.prompt_builder, self.image_token_id,
                                                        mcfg.vision, self.image_size)
         self.prompt_positions = positions.to(self.device)  # [3, 1, N]
@@ -103,7 +105,7 @@ class Engine:
                                     self.device)
         self.stream = StreamingKVCache(cache, streaming=cfg.streaming, features=features)
         self.backend = backend or make_backend(cfg.backend, model, self.shapes)
-        self.target = Target(self.backend.backbone, vlm.lm_head, feature_layers)
+        self.target = Target(self.backend.backbone, lm_head, feature_layers)
         self.graphs = self.graphed_steps() if cfg.cuda_graphs else None
         self.encoded_frames: EncodedFrames | None = None
         self._encoder_lock = threading.Lock()
