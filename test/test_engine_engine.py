@@ -131,6 +131,18 @@ def test_plans_are_deterministic_under_a_seed(parts):
     assert sampled[0].coc_token_ids == sampled[1].coc_token_ids
 
 
+def test_speculative_decoding_samples_when_a_temperature_is_set(parts):
+    """Drafts are accepted by the speculative-sampling rule (its distribution is tested in
+    test_engine_speculative.py); the draws are seeded per window."""
+    greedy = engine(parts).step(window(0))
+    sampled = [engine(parts, temperature=1.0, top_p=0.95, seed=seed).step(window(0))
+               for seed in (1, 1, 2, 3, 4)]
+    assert sampled[0].coc_token_ids == sampled[1].coc_token_ids
+    assert all(plan.accepted_lengths for plan in sampled)
+    assert all(sum(p.accepted_lengths) + 1 == p.tokens_generated for p in sampled)
+    assert any(plan.coc_token_ids != greedy.coc_token_ids for plan in sampled)
+
+
 def test_a_window_gets_its_plan_whatever_came_before(parts):
     """Noise is seeded by the window's t0: the same window after other windows (full
     prefill, streaming off) or with another sequence number draws the same samples."""
@@ -185,8 +197,8 @@ def test_bad_history_and_config_raise(parts):
         Engine(model, tok, None, EngineConfig())
     with pytest.raises(ConfigError, match="bfloat16"):
         Engine(model, tok, drafter, EngineConfig(dtype="bfloat16"))
-    with pytest.raises(ConfigError, match="speculative"):
-        EngineConfig(temperature=0.7)
+    with pytest.raises(ConfigError, match="temperature"):
+        EngineConfig(temperature=-0.5)
     with pytest.raises(ConfigError, match="cuda"):
         EngineConfig(cuda_graphs=True)
 
