@@ -88,6 +88,17 @@ def test_baseline_and_flashdrive_agree_on_the_first_window(parts):
     assert base.mode == "baseline"
 
 
+def test_baseline_recomputes_every_window_and_decodes_one_token_per_forward(parts):
+    model, tok, _ = parts
+    base = Engine(model, tok, None, EngineConfig.baseline(max_coc_tokens=MAX_COC))
+    assert base.graphs is None and base.proposer is None
+    for plan in run(base, (0, 1, 2)):
+        assert plan.full_prefill and plan.accepted_lengths == []
+        assert plan.prefill_reason == "streaming off"
+        assert plan.mode == "baseline"
+    assert base.cfg.flow_schedule.num_velocity_calls == base.cfg.baseline_flow_steps == 10
+
+
 def test_each_switch_changes_only_its_stage(parts):
     ref_engine, spec_off_engine = engine(parts), engine(parts, speculative=False)
     ref, no_spec = [], []
