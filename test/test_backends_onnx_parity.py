@@ -3,13 +3,15 @@ including a prefill -> verify -> decode sequence passing the external KV cache a
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 import pytest
 import torch
 
 from flashdrive_ros.backends.graph_backend import GraphBackbone, GraphEncoder
-from flashdrive_ros.backends.model_specs import model_specs
-from flashdrive_ros.backends.onnx_export import export_all
+from flashdrive_ros.backends.model_specs import drafter_spec, model_specs
+from flashdrive_ros.backends.onnx_export import export_all, export_graph
 from flashdrive_ros.backends.specs import EngineShapes
 from flashdrive_ros.model.alpamayo import AlpamayoModel
 from flashdrive_ros.model.config import tiny
@@ -141,6 +143,22 @@ def test_drafter_graph_matches_torch(exported):
     positions = torch.arange(30, 30 + ctx + k)[None]
     got = graphs["drafter"]({"context_features": features, "block_embeds": block,
                              "positions": positions})["hidden"]
+    with torch.no_grad():
+        _close(got, drafter(features, block, positions))
+
+
+def test_mrope_drafter_graph_matches_torch(tmp_path):
+    cfg = tiny()
+    torch.manual_seed(1)
+    drafter = Drafter(dataclasses.replace(cfg.drafter, rotary="mrope"), cfg.text).eval()
+    graph = OrtGraph(export_graph(drafter_spec(drafter, SHAPES), tmp_path))
+    ctx, k = drafter.cfg.context_len, drafter.cfg.block_size
+    features = torch.randn(1, ctx, drafter.feature_size)
+    block = torch.randn(1, k, drafter.cfg.hidden_size)
+    positions = text_positions(30, ctx + k)
+    positions[1:, :, :6] += torch.arange(6) % 3  # image-like context: axes differ
+    got = graph({"context_features": features, "block_embeds": block,
+                 "positions": positions})["hidden"]
     with torch.no_grad():
         _close(got, drafter(features, block, positions))
 

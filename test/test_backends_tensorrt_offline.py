@@ -11,13 +11,14 @@ import pytest
 import torch
 
 from flashdrive_ros.backends.base import make_backend
+from flashdrive_ros.backends.digest import graph_sha256
 from flashdrive_ros.backends.engine_cache import EngineCache, EngineKey, IntegrityError
-from flashdrive_ros.backends.model_specs import backbone_spec
+from flashdrive_ros.backends.model_specs import backbone_spec, vision_spec
 from flashdrive_ros.backends.specs import (EngineShapes, profile_shapes, select_profile,
                                            symbol_sizes)
 from flashdrive_ros.backends.tensorrt_import import TensorRTUnavailable
-from flashdrive_ros.backends.trt_builder import (dynamic_profile_shapes, engine_key,
-                                                 precision_flags)
+from flashdrive_ros.backends.trt_builder import (cleared_flags, dynamic_profile_shapes,
+                                                 engine_key, precision_flags)
 from flashdrive_ros.engine.config import EngineConfig
 from flashdrive_ros.model.alpamayo import AlpamayoModel
 from flashdrive_ros.model.config import ConfigError, tiny
@@ -129,6 +130,21 @@ def test_profile_selection_by_token_count(model):
     assert symbol_sizes(spec, {"slots": torch.zeros(4)}) == {"T": 4}
 
 
+@pytest.mark.parametrize("make_spec", [vision_spec, backbone_spec])
+def test_exports_are_reproducible_so_cached_plans_are_found(model, make_spec, tmp_path):
+    """The tensorrt backend exports its graphs at every start and keys plans by the graph's
+    SHA-256: a second export must give the same bytes, other shapes other bytes."""
+    pytest.importorskip("onnx")
+    from flashdrive_ros.backends.onnx_export import export_graph
+
+    first = graph_sha256(export_graph(make_spec(model, SHAPES), tmp_path / "a"))
+    again = graph_sha256(export_graph(make_spec(model, SHAPES), tmp_path / "b"))
+    other = dataclasses.replace(SHAPES, capacity=96, grid_hw=(8, 8))
+    changed = graph_sha256(export_graph(make_spec(model, other), tmp_path / "c"))
+    assert first == again
+    assert changed != first
+
+
 def test_precision_flags():
     assert precision_flags("fp32") == ()
     assert precision_flags("fp16") == ("FP16",)
@@ -136,6 +152,10 @@ def test_precision_flags():
     assert "FP8" in precision_flags("fp8")
     with pytest.raises(ValueError):
         precision_flags("int8")
+    assert cleared_flags("fp32") == ("TF32",)
+    assert all(cleared_flags(p) == () for p in ("fp16", "bf16", "fp8"))
+    with pytest.raises(ValueError):
+        cleared_flags("int8")
 
 
 @pytest.mark.skipif(importlib.util.find_spec("tensorrt") is not None,

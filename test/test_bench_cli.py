@@ -1,9 +1,11 @@
+import importlib.util
 import json
 
 import pytest
 import torch
 
 from flashdrive_ros.bench.cli import main
+from flashdrive_ros.bench.variants import ALL_PRE_ROPE, ar_counterpart, variant_overrides
 from flashdrive_ros.engine.types import STAGES
 
 ENGINE_VARIANTS = ("baseline", "streaming", "speculative", "cached_velocity", "flashdrive",
@@ -100,3 +102,33 @@ def test_variants_option_refuses_an_unknown_name(tmp_path, capsys):
         main(["--shape", "tiny", "--device", "cpu", "--out", str(tmp_path),
               "--variants", "baseline,warp_drive"])
     assert "warp_drive" in capsys.readouterr().err
+
+
+def test_tensorrt_variants_leave_out_what_the_backend_cannot_run():
+    torch_variants, torch_skipped = variant_overrides("cuda")
+    assert {ALL_PRE_ROPE, "cuda_graphs"} <= set(torch_variants) and not torch_skipped
+    assert ar_counterpart("flashdrive", torch_variants["flashdrive"], "cuda") == "cuda_graphs"
+    variants, skipped = variant_overrides("cuda", "tensorrt")
+    assert set(variants) == {"baseline", "flashdrive", "streaming", "speculative",
+                             "cached_velocity", "flashdrive_plain_logits"}
+    assert "before RoPE" in skipped[ALL_PRE_ROPE] and "cuda_graphs" in skipped["cuda_graphs"]
+    assert ar_counterpart("flashdrive", variants["flashdrive"], "cuda", "tensorrt") == "baseline"
+
+
+def test_tensorrt_backend_is_refused_on_the_cpu(tmp_path, capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        main(["--shape", "tiny", "--device", "cpu", "--out", str(tmp_path),
+              "--backend", "tensorrt"])
+    assert exit_info.value.code == 2
+    assert "--backend tensorrt needs --device cuda" in capsys.readouterr().err
+    assert not (tmp_path / "bench.json").exists()
+
+
+@pytest.mark.skipif(importlib.util.find_spec("tensorrt") is not None,
+                    reason="TensorRT is installed here")
+def test_tensorrt_backend_without_tensorrt_is_refused_clearly(tmp_path, capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        main(["--shape", "tiny", "--device", "cuda", "--out", str(tmp_path),
+              "--backend", "tensorrt"])
+    assert exit_info.value.code == 2
+    assert "import tensorrt" in capsys.readouterr().err

@@ -163,10 +163,12 @@ def test_eager_graphed_encoder_and_flow_equal_the_plain_steps(parts):
     torch.testing.assert_close(got, want, rtol=0, atol=1e-5)
 
 
-@pytest.mark.parametrize("speculative", [True, False])
-def test_engine_with_eager_graphed_steps_matches_the_plain_engine(parts, speculative):
+@pytest.mark.parametrize("speculative,temperature", [(True, 0.0), (False, 0.0), (True, 1.0)])
+def test_engine_with_eager_graphed_steps_matches_the_plain_engine(parts, speculative,
+                                                                  temperature):
     # One Euler step: the random tiny expert amplifies float rounding over many steps.
-    changes = dict(speculative=speculative, cached_velocity=False, baseline_flow_steps=1)
+    changes = dict(speculative=speculative, cached_velocity=False, baseline_flow_steps=1,
+                   temperature=temperature)
     plain, graphed = _engine(parts, **changes), _engine(parts, **changes)
     graphed.graphs = graphed.graphed_steps()
     for step in (0, 1, 2, 4):

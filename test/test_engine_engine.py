@@ -88,6 +88,17 @@ def test_baseline_and_flashdrive_agree_on_the_first_window(parts):
     assert base.mode == "baseline"
 
 
+def test_baseline_recomputes_every_window_and_decodes_one_token_per_forward(parts):
+    model, tok, _ = parts
+    base = Engine(model, tok, None, EngineConfig.baseline(max_coc_tokens=MAX_COC))
+    assert base.graphs is None and base.proposer is None
+    for plan in run(base, (0, 1, 2)):
+        assert plan.full_prefill and plan.accepted_lengths == []
+        assert plan.prefill_reason == "streaming off"
+        assert plan.mode == "baseline"
+    assert base.cfg.flow_schedule.num_velocity_calls == base.cfg.baseline_flow_steps == 10
+
+
 def test_each_switch_changes_only_its_stage(parts):
     ref_engine, spec_off_engine = engine(parts), engine(parts, speculative=False)
     ref, no_spec = [], []
@@ -129,6 +140,18 @@ def test_plans_are_deterministic_under_a_seed(parts):
     sampled = [run(engine(parts, speculative=False, temperature=1.0, seed=3), steps=(0,))[0]
                for _ in range(2)]
     assert sampled[0].coc_token_ids == sampled[1].coc_token_ids
+
+
+def test_speculative_decoding_samples_when_a_temperature_is_set(parts):
+    """Drafts are accepted by the speculative-sampling rule (its distribution is tested in
+    test_engine_speculative.py); the draws are seeded per window."""
+    greedy = engine(parts).step(window(0))
+    sampled = [engine(parts, temperature=1.0, top_p=0.95, seed=seed).step(window(0))
+               for seed in (1, 1, 2, 3, 4)]
+    assert sampled[0].coc_token_ids == sampled[1].coc_token_ids
+    assert all(plan.accepted_lengths for plan in sampled)
+    assert all(sum(p.accepted_lengths) + 1 == p.tokens_generated for p in sampled)
+    assert any(plan.coc_token_ids != greedy.coc_token_ids for plan in sampled)
 
 
 def test_a_window_gets_its_plan_whatever_came_before(parts):
@@ -185,8 +208,8 @@ def test_bad_history_and_config_raise(parts):
         Engine(model, tok, None, EngineConfig())
     with pytest.raises(ConfigError, match="bfloat16"):
         Engine(model, tok, drafter, EngineConfig(dtype="bfloat16"))
-    with pytest.raises(ConfigError, match="speculative"):
-        EngineConfig(temperature=0.7)
+    with pytest.raises(ConfigError, match="temperature"):
+        EngineConfig(temperature=-0.5)
     with pytest.raises(ConfigError, match="cuda"):
         EngineConfig(cuda_graphs=True)
 

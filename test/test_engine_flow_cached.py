@@ -3,8 +3,11 @@ import torch
 
 from flashdrive_ros.engine.config import EngineConfig
 from flashdrive_ros.engine.flow_cached import FlowSchedule, euler_cached
-from flashdrive_ros.model.config import ConfigError
+from flashdrive_ros.model.alpamayo import AlpamayoModel
+from flashdrive_ros.model.config import ConfigError, tiny
 from flashdrive_ros.model.flow import euler_integrate
+from flashdrive_ros.model.kv_cache import KVCache
+from flashdrive_ros.model.positions import text_positions
 
 
 class CountingVelocity:
@@ -79,6 +82,26 @@ def test_batched_samples_equal_separate_calls():
     for k in range(5):
         single = euler_cached(CountingVelocity(), x0[k:k + 1], schedule)
         torch.testing.assert_close(batched[k:k + 1], single, rtol=0, atol=1e-12)
+
+
+def test_batched_samples_equal_separate_calls_through_the_model_expert():
+    torch.manual_seed(0)
+    model = AlpamayoModel(tiny()).eval()
+    text, action = model.cfg.text, model.cfg.action
+    cache = KVCache(text.num_hidden_layers, 1, text.num_key_value_heads, 40, text.head_dim)
+    cache.k.normal_()
+    cache.v.normal_()
+    cache.positions.copy_(text_positions(0, 40))
+    cache.advance_to(31)
+    x0 = torch.randn(4, action.num_waypoints, action.action_dim,
+                     generator=torch.Generator().manual_seed(5))
+    with torch.no_grad():
+        field = model.velocity_fn(cache, 31)
+        batched = euler_cached(field, x0, FlowSchedule())
+        separate = torch.cat([euler_cached(field, x0[k:k + 1], FlowSchedule())
+                              for k in range(4)])
+    torch.testing.assert_close(batched, separate, rtol=1e-5, atol=1e-5)
+    assert not torch.allclose(batched[0], batched[1], atol=1e-3)
 
 
 def test_bad_velocity_shape_is_reported():

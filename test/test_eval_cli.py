@@ -1,5 +1,7 @@
 """flashdrive-replay command line: every bad input is one clear error and exit code 2."""
 
+import importlib.util
+
 import pytest
 from rosbags.rosbag2 import StoragePlugin, Writer
 from test_eval_bags import write_drive_bag
@@ -82,3 +84,27 @@ def test_command_line_topic_overrides(tmp_path):
                                 "--labels-topic", ""])
     options = options_from_args(args)
     assert options.topics == TopicMapping(cameras=("/a", "/b"), odometry="/odom2", labels=None)
+
+
+def test_backend_option_reaches_the_engines_and_the_node(tmp_path, capsys):
+    from flashdrive_ros.eval.through_ros import node_parameters
+
+    args = parser().parse_args(["bag", "--out", "o", "--model-dir", "m", "--backend",
+                                "tensorrt", "--device", "cuda"])
+    options = options_from_args(args)
+    assert options.backend == "tensorrt"
+    assert node_parameters(options, "flashdrive", True)["backend"] == "tensorrt"
+    assert options_from_args(parser().parse_args(["b", "--out", "o"])).backend == "torch"
+    bag = write_drive_bag(tmp_path / "bag", seconds=0.3)
+    code, err = run_cli(capsys, bag, "--model-dir", tmp_path, "--out", tmp_path / "o",
+                        "--backend", "tensorrt", "--device", "cpu", "--quiet")
+    assert code == 2 and "--backend tensorrt needs a CUDA device" in err
+
+
+@pytest.mark.skipif(importlib.util.find_spec("tensorrt") is not None,
+                    reason="TensorRT is installed here")
+def test_tensorrt_backend_without_tensorrt_exits_2_with_the_reason(tmp_path, capsys):
+    bag = write_drive_bag(tmp_path / "bag", seconds=0.3)
+    code, err = run_cli(capsys, bag, "--model-dir", tmp_path, "--out", tmp_path / "o",
+                        "--backend", "tensorrt", "--device", "cuda", "--quiet")
+    assert code == 2 and "import tensorrt" in err and "Traceback" not in err

@@ -127,3 +127,16 @@ def test_cpu_threads_default_leaves_a_core_to_the_callbacks():
     assert cpu_thread_count(3, 2) == 3
     with pytest.raises(ParameterError, match="cpu_threads"):
         DriveParams(cpu_threads=-1)
+
+
+def test_engine_config_uses_cuda_graphs_with_the_torch_backend_only():
+    from flashdrive_ros.ros.node import engine_config
+
+    assert engine_config(DriveParams(dtype="float32"), "cuda").cuda_graphs is True
+    trt = engine_config(DriveParams(backend="tensorrt", dtype="float32"), "cuda")
+    assert trt.backend == "tensorrt" and trt.cuda_graphs is False
+    assert trt.rotated_keys is False and trt.streaming and trt.speculative
+    assert engine_config(DriveParams(dtype="float32"), "cpu").cuda_graphs is False
+    base = engine_config(DriveParams(mode="baseline", backend="tensorrt", dtype="float32"),
+                         "cuda")
+    assert base.backend == "tensorrt" and not base.cuda_graphs

@@ -9,6 +9,7 @@ from flashdrive_ros.backends.specs import GraphSpec, profile_shapes
 from flashdrive_ros.backends.tensorrt_import import require_tensorrt
 
 PRECISION_FLAGS = {"fp32": (), "fp16": ("FP16",), "bf16": ("BF16",), "fp8": ("FP8", "FP16")}
+CLEARED_FLAGS = {"fp32": ("TF32",)}
 DEFAULT_WORKSPACE = 4 << 30
 
 
@@ -18,6 +19,13 @@ def precision_flags(precision: str) -> tuple[str, ...]:
     if precision not in PRECISIONS:
         raise ValueError(f"precision must be one of {PRECISIONS}, got {precision!r}")
     return PRECISION_FLAGS[precision]
+
+
+def cleared_flags(precision: str) -> tuple[str, ...]:
+    """`trt.BuilderFlag` names a precision turns off: TensorRT enables TF32 by default, which
+    rounds fp32 matmul inputs to 10 mantissa bits; fp32 plans compute in fp32 as torch does."""
+    precision_flags(precision)
+    return CLEARED_FLAGS.get(precision, ())
 
 
 def dynamic_profile_shapes(spec: GraphSpec, profile: str) -> dict:
@@ -39,8 +47,9 @@ def engine_key(spec: GraphSpec, onnx_sha256: str, precision: str, tensorrt_versi
 
 def build_plan(onnx_path: str | Path, spec: GraphSpec, precision: str,
                workspace_bytes: int = DEFAULT_WORKSPACE) -> bytes:
-    """Parse the graph, set precision flags and one optimization profile per spec profile
-    (in spec order, so profile index i is `list(spec.profiles)[i]`), build, serialize."""
+    """Parse the graph, set (and clear) precision flags and one optimization profile per spec
+    profile (in spec order, so profile index i is `list(spec.profiles)[i]`), build,
+    serialize."""
     trt = require_tensorrt()
     logger = trt.Logger(trt.Logger.WARNING)
     builder = trt.Builder(logger)
@@ -53,6 +62,8 @@ def build_plan(onnx_path: str | Path, spec: GraphSpec, precision: str,
     config.set_memory_pool_limit(trt.MemoryPoolType.WORKSPACE, workspace_bytes)
     for flag in precision_flags(precision):
         config.set_flag(getattr(trt.BuilderFlag, flag))
+    for flag in cleared_flags(precision):
+        config.clear_flag(getattr(trt.BuilderFlag, flag))
     for name in spec.profiles:
         profile = builder.create_optimization_profile()
         for tensor, (low, opt, high) in dynamic_profile_shapes(spec, name).items():

@@ -11,11 +11,12 @@ from pathlib import Path
 
 import torch
 
+from flashdrive_ros.backends.tensorrt_import import TensorRTUnavailable, require_tensorrt
 from flashdrive_ros.bench.report import markdown
 from flashdrive_ros.bench.shapes import SHAPES
 from flashdrive_ros.bench.suite import Settings, run_suite
 from flashdrive_ros.bench.variants import ALL, ALL_PLAIN_LOGITS, ALL_PRE_ROPE, BASELINE
-from flashdrive_ros.engine.config import SHORTCUTS
+from flashdrive_ros.engine.config import BACKENDS, SHORTCUTS
 
 BENCH_FILE = "bench.json"
 DEFAULT_COC_TOKENS = 16
@@ -66,11 +67,21 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--variants", type=variant_names, default=None,
                         help="engine variants to time, comma-separated (default: all of "
                              f"{', '.join(variant_choices())})")
+    parser.add_argument("--backend", default="torch", choices=BACKENDS,
+                        help="encoder and backbone steps of the engine variants in torch, or "
+                             "as TensorRT engines (CUDA)")
     args = parser.parse_args(argv)
     if args.windows < 1 or args.warmup < 1 or args.coc_tokens < 2 or (
             args.threads is not None and args.threads < 1):
         parser.error("--windows >= 1, --warmup >= 1, --coc-tokens >= 2 and --threads >= 1 "
                      "are required")
+    if args.backend == "tensorrt":
+        if args.device != "cuda":
+            parser.error("--backend tensorrt needs --device cuda")
+        try:
+            require_tensorrt()
+        except TensorRTUnavailable as exc:
+            parser.error(str(exc))
     if args.device == "cuda" and not torch.cuda.is_available():
         parser.error("--device cuda but CUDA is not available")
     return args
@@ -91,7 +102,7 @@ def main(argv: list[str] | None = None) -> int:
     command = shlex.join(["flashdrive-bench", *(sys.argv[1:] if argv is None else argv)])
     settings = Settings(args.shape, args.device, args.windows, args.warmup, args.samples,
                         args.coc_tokens, args.seed, not args.no_reference, args.budget_s,
-                        args.variants)
+                        args.backend, args.variants)
 
     def progress(bench: dict) -> None:
         write_json(path, bench)

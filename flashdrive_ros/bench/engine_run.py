@@ -27,9 +27,10 @@ def engine_work(engine: Engine, samples: int, coc_tokens: int, rounds: float) ->
 
 
 def run_engine(parts: Parts, overrides: dict, device: str, dtype: str, samples: int,
-               coc_tokens: int, warmup: int, windows: int, seed: int) -> tuple[dict, Work]:
+               coc_tokens: int, warmup: int, windows: int, seed: int,
+               backend: str = "torch") -> tuple[dict, Work]:
     cfg = EngineConfig(device=device, dtype=dtype, num_samples=samples,
-                       max_coc_tokens=coc_tokens, seed=seed, **overrides)
+                       max_coc_tokens=coc_tokens, seed=seed, backend=backend, **overrides)
     engine = Engine(parts.model, parts.tokenizer, parts.drafter, cfg)
     drive = SlidingWindows(parts.cfg, seed)
     for window in drive.take(warmup):

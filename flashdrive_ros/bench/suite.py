@@ -48,6 +48,7 @@ class Settings:
     seed: int = 0
     reference: bool = True
     budget_s: float | None = None
+    backend: str = "torch"
     only: list[str] | None = None
 
     @property
@@ -101,7 +102,7 @@ def run_engine_variant(s: Settings, parts: Parts, overrides: dict, floors) -> di
     entry: dict = {"overrides": overrides, "samples": {}}
     for count in s.samples:
         result, work = run_engine(parts, overrides, s.device, s.dtype_name, count,
-                                  s.coc_tokens, s.warmup, s.windows, s.seed)
+                                  s.coc_tokens, s.warmup, s.windows, s.seed, s.backend)
         entry["samples"][str(count)] = with_floors(result, parts, work, s.dtype, floors)
     return entry
 
@@ -114,7 +115,7 @@ def decode_section(s: Settings, variants: dict, overrides: dict) -> dict:
     count = str(s.samples[0])
     out = {}
     for name, switches in overrides.items():
-        partner = ar_counterpart(name, switches, s.device)
+        partner = ar_counterpart(name, switches, s.device, s.backend)
         if partner is None or "samples" not in variants.get(partner, {}) \
                 or "samples" not in variants.get(name, {}):
             continue
@@ -137,7 +138,7 @@ def run_suite(s: Settings, command: str, on_update: Callable[[dict], None]) -> d
     parts = build_parts(s.shape, s.device, s.dtype, s.seed)
     floors = measure_floors(s.device, s.dtype)
     bench.update(model=model_entry(parts), floors=floors.to_dict(), variants={})
-    overrides, skipped = variant_overrides(s.device)
+    overrides, skipped = variant_overrides(s.device, s.backend)
     if s.only is not None:
         overrides = {name: v for name, v in overrides.items() if name in s.only}
         skipped = {name: why for name, why in skipped.items() if name in s.only}

@@ -13,15 +13,21 @@ ALL_PLAIN_LOGITS = "flashdrive_plain_logits"
 ALL_OFF = {name: False for name in SHORTCUTS}
 
 
-def variant_overrides(device: str) -> tuple[dict[str, dict], dict[str, str]]:
+def variant_overrides(device: str, backend: str = "torch"
+                      ) -> tuple[dict[str, dict], dict[str, str]]:
     """({variant: EngineConfig overrides}, {variant: why it is skipped}), baseline and all
     shortcuts first. `flashdrive` takes every shortcut at its mode default (CUDA graphs on
-    where the device is CUDA); `flashdrive_prerope_keys` is the same with keys rotated at
-    every attention call instead of kept after RoPE, `flashdrive_plain_logits` with the
-    plain lm_head product where `flashdrive` pads the rows (CUDA)."""
-    variants: dict[str, dict] = {BASELINE: {"mode": "baseline"}, ALL: {"mode": "flashdrive"},
-                                 ALL_PRE_ROPE: {"mode": "flashdrive", "rotated_keys": False}}
+    where the device is CUDA and the backend torch); `flashdrive_prerope_keys` is the same
+    with keys rotated at every attention call instead of kept after RoPE (torch backend only:
+    the tensorrt backend's cache always keeps keys before RoPE); `flashdrive_plain_logits`
+    is the same with the plain lm_head product where `flashdrive` pads the rows (CUDA)."""
+    variants: dict[str, dict] = {BASELINE: {"mode": "baseline"}, ALL: {"mode": "flashdrive"}}
     skipped: dict[str, str] = {}
+    if backend == "torch":
+        variants[ALL_PRE_ROPE] = {"mode": "flashdrive", "rotated_keys": False}
+    else:
+        skipped[ALL_PRE_ROPE] = (f"the {backend} backend keeps keys before RoPE only: the "
+                                 f"same as {ALL}")
     if EngineConfig(device=device).padded_logits:
         variants[ALL_PLAIN_LOGITS] = {"mode": "flashdrive", "padded_logits": False}
     else:
@@ -30,7 +36,7 @@ def variant_overrides(device: str) -> tuple[dict[str, dict], dict[str, str]]:
     for name in SHORTCUTS:
         overrides = {"mode": "flashdrive", **ALL_OFF, name: True}
         try:
-            EngineConfig(device=device, **overrides)
+            EngineConfig(device=device, backend=backend, **overrides)
         except ConfigError as exc:
             skipped[name] = str(exc)
             continue
@@ -38,10 +44,11 @@ def variant_overrides(device: str) -> tuple[dict[str, dict], dict[str, str]]:
     return variants, skipped
 
 
-def ar_counterpart(variant: str, overrides: dict, device: str) -> str | None:
+def ar_counterpart(variant: str, overrides: dict, device: str, backend: str = "torch"
+                   ) -> str | None:
     """The variant that decodes autoregressively with the same decode-relevant switches
     (CUDA graphs), for the per-round / per-token decode comparison."""
-    if not EngineConfig(device=device, **overrides).speculative:
+    cfg = EngineConfig(device=device, backend=backend, **overrides)
+    if not cfg.speculative:
         return None
-    graphs = EngineConfig(device=device, **overrides).cuda_graphs
-    return "cuda_graphs" if graphs else BASELINE
+    return "cuda_graphs" if cfg.cuda_graphs else BASELINE

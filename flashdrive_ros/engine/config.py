@@ -24,11 +24,14 @@ class EngineConfig:
     shortcut defaults to on (CUDA graphs only on CUDA) and can be switched off alone.
     A shortcut left as None takes its mode's default. `rotated_keys` (the cache also keeps
     keys after RoPE, rotated once per write or move instead of at every attention call) is
-    on by default in flashdrive mode with the torch backend. `drafter_file` names the drafter
-    weights in the model directory that speculative decoding loads (DFlash or EAGLE-3, as
-    the file's stored config says). `padded_logits` computes the lm_head of the verify and
-    draft rows as weight @ rows^T with the rows padded to a multiple of 8 (default on CUDA in
-    flashdrive mode, where the plain product runs several times under memory bandwidth)."""
+    on by default in flashdrive mode with the torch backend. `temperature` 0 decodes greedily;
+    above 0 it samples (with `top_p`), and speculative decoding then accepts drafts by the
+    speculative-sampling rule, which keeps the target's sampling distribution.
+    `drafter_file` names the drafter weights in the model directory that speculative decoding
+    loads (DFlash or EAGLE-3, as the file's stored config says). `padded_logits` computes the
+    lm_head of the verify and draft rows as weight @ rows^T with the rows padded to a multiple
+    of 8 (default on CUDA in flashdrive mode, where the plain product runs several times under
+    memory bandwidth)."""
 
     mode: str = "flashdrive"
     streaming: bool | None = None
@@ -96,9 +99,6 @@ class EngineConfig:
             raise ConfigError(f"temperature must be >= 0, got {self.temperature}")
         if not 0 < self.top_p <= 1:
             raise ConfigError(f"top_p must be in (0, 1], got {self.top_p}")
-        if self.speculative and self.temperature > 0:
-            raise ConfigError("speculative decoding is lossless against greedy decoding only: "
-                              "set temperature 0 or speculative false")
         if self.dtype not in DTYPES:
             raise ConfigError(f"dtype must be one of {sorted(DTYPES)}, got {self.dtype!r}")
         if not (self.device == "cpu" or self.device.startswith("cuda")):

@@ -1,5 +1,6 @@
 """`flashdrive-replay BAG --model-dir DIR --out OUTDIR [--mode flashdrive|baseline|compare]
-[--through-ros] [--topics-yaml FILE]`: replay a rosbag through the planner and report."""
+[--through-ros] [--topics-yaml FILE] [--backend torch|tensorrt]`: replay a rosbag through
+the planner and report."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ import sys
 
 from flashdrive_ros.engine.dtype_choice import DTYPE_CHOICES
 from flashdrive_ros.eval.errors import ReplayError
-from flashdrive_ros.eval.replay import MODE_RUNS, ReplayOptions, run_replay
+from flashdrive_ros.eval.replay import BACKEND_CHOICES, MODE_RUNS, ReplayOptions, run_replay
 from flashdrive_ros.eval.report import print_summary
 from flashdrive_ros.eval.topics import TopicMapping
 from flashdrive_ros.paths import default_model_dir
@@ -36,6 +37,8 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--device", default="auto", help="auto, cpu or cuda[:N]")
     p.add_argument("--dtype", default="auto", choices=DTYPE_CHOICES,
                    help="compute dtype (auto: bfloat16 on a CPU with native bf16, else float32)")
+    p.add_argument("--backend", default="torch", choices=BACKEND_CHOICES,
+                   help="encoder and backbone steps in torch, or as TensorRT engines (CUDA)")
     p.add_argument("--control-rate", type=float, default=10.0, help="windows per bag second")
     p.add_argument("--max-windows", type=int, default=None, help="stop after N windows")
     p.add_argument("--no-plots", action="store_true")
@@ -59,6 +62,7 @@ def options_from_args(args: argparse.Namespace) -> ReplayOptions:
         bag=args.bag, model_dir=args.model_dir or embedded_model_dir(), out_dir=args.out,
         mode=args.mode, topics=topics, through_ros=args.through_ros, rate=args.rate,
         num_samples=args.num_samples, device=args.device, dtype=args.dtype,
+        backend=args.backend,
         control_rate_hz=args.control_rate,
         max_windows=args.max_windows, progress=not args.quiet, plots=not args.no_plots)
 

@@ -19,6 +19,7 @@ from flashdrive_ros.model.config import ConfigError, ModelConfig
 
 MODE_RUNS = {"flashdrive": ("flashdrive",), "baseline": ("baseline",),
              "compare": ("baseline", "flashdrive")}
+BACKEND_CHOICES = ("torch", "tensorrt")
 
 
 @dataclass
@@ -33,6 +34,7 @@ class ReplayOptions:
     num_samples: int = 6
     device: str = "auto"
     dtype: str = "auto"
+    backend: str = "torch"
     control_rate_hz: float = 10.0
     max_plan_age_s: float | None = None
     max_windows: int | None = None
@@ -52,6 +54,9 @@ class ReplayOptions:
             raise ReplayError(f"--device must be auto, cpu or cuda[:N], got {self.device!r}")
         if self.dtype not in DTYPE_CHOICES:
             raise ReplayError(f"--dtype must be one of {DTYPE_CHOICES}, got {self.dtype!r}")
+        if self.backend not in BACKEND_CHOICES:
+            raise ReplayError(f"--backend must be one of {BACKEND_CHOICES}, got "
+                              f"{self.backend!r}")
         if not (math.isfinite(self.control_rate_hz) and self.control_rate_hz > 0):
             raise ReplayError(f"--control-rate must be > 0, got {self.control_rate_hz}")
         if self.max_plan_age_s is not None and not self.through_ros:
@@ -75,6 +80,21 @@ class ReplayOptions:
         return "cuda" if torch.cuda.is_available() else "cpu"
 
 
+def check_backend(options: ReplayOptions) -> None:
+    """The tensorrt backend needs a CUDA device and the TensorRT Python bindings."""
+    if options.backend != "tensorrt":
+        return
+    from flashdrive_ros.backends.tensorrt_import import TensorRTUnavailable, require_tensorrt
+
+    if not options.resolved_device().startswith("cuda"):
+        raise ReplayError(f"--backend tensorrt needs a CUDA device, got "
+                          f"{options.resolved_device()!r}")
+    try:
+        require_tensorrt()
+    except TensorRTUnavailable as exc:
+        raise ReplayError(str(exc)) from None
+
+
 def load_model_config(model_dir: Path) -> ModelConfig:
     if not model_dir.is_dir():
         raise ReplayError(f"model directory not found: {model_dir}")
@@ -93,7 +113,7 @@ def load_engines(options: ReplayOptions) -> dict:
     engines = {}
     for mode in options.modes:
         config = EngineConfig(mode=mode, num_samples=options.num_samples, device=device,
-                              dtype=dtype)
+                              dtype=dtype, backend=options.backend)
         try:
             engine = Engine.load(options.model_dir, config)
         except (ValueError, OSError) as exc:
@@ -136,6 +156,7 @@ def build_report(options: ReplayOptions, replay: ReplayResults,
               "control_rate_hz": options.control_rate_hz, "num_samples": options.num_samples,
               "device": options.resolved_device(),
               "dtype": resolve_dtype(options.dtype, options.resolved_device()),
+              "backend": options.backend,
               "ticks": replay.ticks,
               "topics": {"cameras": list(options.topics.cameras),
                          "odometry": options.topics.odometry, "labels": options.topics.labels}}
@@ -148,6 +169,7 @@ def build_report(options: ReplayOptions, replay: ReplayResults,
 
 
 def run_replay(options: ReplayOptions) -> dict:
+    check_backend(options)
     if options.through_ros:
         from flashdrive_ros.eval.through_ros import run_through_ros
 

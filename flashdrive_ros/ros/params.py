@@ -85,14 +85,15 @@ class DriveParams:
     cached_velocity: bool = _spec(True, "Cached-velocity flow matching (flashdrive mode "
                                   "only); applied at the next configure.")
     cuda_graphs: bool = _spec(True, "CUDA graphs for fixed-shape steps, used when the "
-                              "device is CUDA and the mode is flashdrive; applied at the next "
-                              "configure.")
+                              "device is CUDA, the backend torch and the mode flashdrive; "
+                              "applied at the next configure.")
     mode: str = _spec("flashdrive", "flashdrive: the shortcuts above; baseline: every "
                       "shortcut off. Applied at the next configure.", choices=CHOICES_MODE)
     device: str = _spec("auto", "Torch device: auto (cuda when available, else cpu), cpu, "
                         "cuda or cuda:N.", read_only=True)
-    backend: str = _spec("torch", "Inference backend.", read_only=True,
-                         choices=CHOICES_BACKEND)
+    backend: str = _spec("torch", "Inference backend of the encoder and backbone steps: "
+                         "torch, or tensorrt (engines built and cached on first start, CUDA "
+                         "only).", read_only=True, choices=CHOICES_BACKEND)
     encode_ahead: bool = _spec(True, "Encode each camera set on a thread of its own as it "
                                "arrives, so the planner worker finds its window's frames "
                                "encoded; applied at the next activate.")
