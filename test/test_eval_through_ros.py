@@ -128,5 +128,6 @@ def test_control_ticks_count_ticks_without_a_new_plan():
     ticks = [(1.0, None), (1.1, 0.9), (1.2, 0.9), (1.3, None), (1.4, 1.2), (1.5, 1.3),
              (1.6, 1.3)]
     assert control_ticks(ticks, end_s=1.55) == {"control_ticks": 5, "deadline_misses": 2,
-                                                "control_rate_held": 0.6}
+                                                "control_rate_held": 0.6,
+                                                "valid_trajectory_rate": 0.8}
     assert control_ticks([(1.0, None)], end_s=2.0)["control_rate_held"] is None

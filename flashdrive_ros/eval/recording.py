@@ -84,8 +84,9 @@ def control_ticks(path_ticks: list[tuple[float, float | None]], end_s: float,
                   start_s: float | None = None) -> dict:
     """path_ticks: (receipt time, plan t0 or None for an empty Path), one per control tick.
     From `start_s` (default: the first valid plan) to `end_s` (the bag's end), a tick that
-    does not bring a new valid plan is a deadline miss."""
-    ticks = misses = 0
+    does not bring a new valid plan is a deadline miss; `valid_trajectory_rate` is the share
+    of ticks that published a valid (non-empty) Path, new or not."""
+    ticks = misses = valid = 0
     previous = None
     for received, t0 in path_ticks:
         if (start_s is None and previous is None and t0 is None) or \
@@ -94,11 +95,13 @@ def control_ticks(path_ticks: list[tuple[float, float | None]], end_s: float,
         if received > end_s:
             break
         ticks += 1
+        valid += t0 is not None
         if t0 is None or t0 == previous:
             misses += 1
         previous = t0 if t0 is not None else previous
     return {"control_ticks": ticks, "deadline_misses": misses,
-            "control_rate_held": (ticks - misses) / ticks if ticks else None}
+            "control_rate_held": (ticks - misses) / ticks if ticks else None,
+            "valid_trajectory_rate": valid / ticks if ticks else None}
 
 
 def read_recording(path: str | Path, topics: dict[str, str], end_s: float,

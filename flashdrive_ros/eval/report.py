@@ -53,6 +53,9 @@ def _rows(report: dict) -> tuple[list[str], list[list[str]]]:
     held = ("control rate held (ticks with a new plan)" if report.get("through_ros")
             else "control rate held (windows within the period)")
     rows.append([held, *(_fmt(b.get("control_rate_held")) for b in blocks.values())])
+    if any("valid_trajectory_rate" in b for b in blocks.values()):
+        rows.append(["ticks publishing a valid trajectory",
+                     *(_fmt(b.get("valid_trajectory_rate")) for b in blocks.values())])
     if any("finished_plans" in b for b in blocks.values()):
         rows.append(["plans published as valid / finished",
                      *(f"{b['plans_published_valid']} / {b['finished_plans']}"
