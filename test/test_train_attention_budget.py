@@ -60,3 +60,16 @@ def test_budget_of_a_drafter_sums_to_one():
                               HISTORY, 0, contextlib.nullcontext, block_size=4)
     assert abs(sum(shares.values()) - 1.0) < 1e-5
     assert min(shares.values()) >= 0.0 and shares["vision"] > 0.0
+
+
+def test_a_drafter_reading_only_recent_text_puts_no_attention_on_images():
+    import contextlib
+    import dataclasses
+
+    cfg = tiny(vocab_size=60)
+    torch.manual_seed(0)
+    drafter = Drafter(dataclasses.replace(cfg.drafter, context_len=4), cfg.text)
+    embed = torch.nn.Embedding(60, cfg.text.hidden_size)
+    shares = attention_budget(drafter, _corpus(), torch.arange(6), embed, PROMPT_LEN, IMAGE,
+                              HISTORY, 0, contextlib.nullcontext, block_size=4)
+    assert shares["vision"] == 0.0 and shares["prompt_text"] + shares["generated"] > 0.0

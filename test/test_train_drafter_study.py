@@ -67,7 +67,7 @@ def test_smoke_measures_inside_the_engine_losslessly(smoke_run):
 def test_smoke_attention_budget_reaches_images_and_history(smoke_run):
     out, _ = smoke_run
     budget = json.loads((out / "study.json").read_text())["attention_budget"]
-    for name in ("flat", "mrope"):
+    for name in ("flat", "mrope", "shipped"):
         assert sum(budget[name].values()) == pytest.approx(1.0, abs=1e-4)
         assert budget[name]["vision"] > 0 and budget[name]["history"] > 0
-    assert budget["shipped"]["vision"] == 0.0 and budget["shipped"]["history"] == 0.0
+
