@@ -8,6 +8,8 @@ from types import SimpleNamespace
 
 import pytest
 from lifecycle_msgs.msg import Transition
+from lifecycle_msgs.srv import ChangeState, GetState
+from rclpy.callback_groups import ReentrantCallbackGroup
 from rclpy.executors import MultiThreadedExecutor
 from rclpy.lifecycle import LifecycleNode, TransitionCallbackReturn
 from rclpy.node import Node
@@ -17,9 +19,9 @@ from test_eval_bags import TYPESTORE, T_START, write_drive_bag
 
 from flashdrive_ros.eval.topics import TopicMapping
 from flashdrive_ros.ros.bag_player import BagPlayer
+from flashdrive_ros.ros.lifecycle_client import RESEND_S, LifecycleClient, LifecycleError
 from flashdrive_ros.ros.loopback import local_context
-from flashdrive_ros.ros.plan_recorder import (LifecycleClient, LifecycleError, PlanRecorder,
-                                              SessionSettings, _drain)
+from flashdrive_ros.ros.plan_recorder import PlanRecorder, SessionSettings, _drain
 
 pytestmark = pytest.mark.ros
 
@@ -124,6 +126,50 @@ def test_lifecycle_client_names_a_missing_node(ros):
     executor.add_node(node)
     with pytest.raises(LifecycleError, match="/nobody/change_state to appear did not happen"):
         LifecycleClient(node, "/nobody").transition(Transition.TRANSITION_CONFIGURE, 0.3)
+
+
+class LifecycleServices:
+    """`/<name>/get_state` and `/<name>/change_state` served by a plain node that logs the
+    requests in arrival order and holds its first get_state answer until `release` is set
+    (an answer that does not come, as when DDS drops it)."""
+
+    def __init__(self, context, name):
+        self.node = Node(name, context=context)
+        self.requests = []
+        self.release = threading.Event()
+        group = ReentrantCallbackGroup()
+        self.node.create_service(GetState, f"/{name}/get_state", self._get_state,
+                                 callback_group=group)
+        self.node.create_service(ChangeState, f"/{name}/change_state", self._change_state,
+                                 callback_group=group)
+
+    def _get_state(self, request, response):
+        self.requests.append("get_state")
+        if self.requests.count("get_state") == 1:
+            self.release.wait(10.0)
+        response.current_state.label = "unconfigured"
+        return response
+
+    def _change_state(self, request, response):
+        self.requests.append("change_state")
+        response.success = True
+        return response
+
+
+def test_lifecycle_client_asks_get_state_again_and_transitions_after_its_answer(ros):
+    context, executor = ros
+    server = LifecycleServices(context, "held")
+    client_node = Node("controller3", context=context)
+    executor.add_node(server.node)
+    executor.add_node(client_node)
+    client = LifecycleClient(client_node, "/held")
+    try:
+        start = time.monotonic()
+        client.transition(Transition.TRANSITION_CONFIGURE, 10.0)
+        assert time.monotonic() - start < RESEND_S + 2.0
+        assert server.requests[:3] == ["get_state", "get_state", "change_state"]
+    finally:
+        server.release.set()
 
 
 def test_drain_waits_for_a_first_plan_then_for_quiet():

@@ -52,6 +52,31 @@ def test_launch_file_passes_only_declared_parameters():
     assert transitions == {"TRANSITION_CONFIGURE", "TRANSITION_ACTIVATE"}
 
 
+@pytest.mark.ros
+def test_launch_and_yaml_parameters_are_declared_by_the_node():
+    from rclpy.parameter import Parameter
+
+    from flashdrive_ros.ros.loopback import local_context
+    from flashdrive_ros.ros.node import DriveNode
+
+    tree = ast.parse(LAUNCH.read_text())
+    passed = {ast.literal_eval(k) for d in ast.walk(keyword(calls(tree, "LifecycleNode")[0],
+                                                            "parameters"))
+              if isinstance(d, ast.Dict) for k in d.keys}
+    in_yaml = set(yaml.safe_load((ROOT / "config" / "drive.yaml").read_text())[
+        "/**/drive_node"]["ros__parameters"])
+    context = local_context()
+    node = DriveNode(context=context, parameter_overrides=[
+        Parameter("model_dir", value="/nonexistent/model")])
+    try:
+        node.trigger_configure()
+        declared = set(node.get_parameters_by_prefix(""))
+    finally:
+        node.destroy_node()
+        context.shutdown()
+    assert passed | in_yaml <= declared, (passed | in_yaml) - declared
+
+
 class Recorded:
     """Stands in for a launch / launch_ros class: keeps what it was constructed with."""
 

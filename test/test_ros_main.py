@@ -5,46 +5,73 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
 import pytest
 import yaml
-from lifecycle_msgs.msg import State, Transition
-from lifecycle_msgs.srv import ChangeState, GetState
+from lifecycle_msgs.msg import Transition
 from rcl_interfaces.srv import GetParameters
 from rclpy.executors import SingleThreadedExecutor
 from rclpy.node import Node
 from test_ros_fixtures import make_tiny_model_dir
 
+from flashdrive_ros.ros.lifecycle_client import LifecycleClient, LifecycleError
 from flashdrive_ros.ros.loopback import local_context, process_domain_id
 
 pytestmark = [pytest.mark.ros, pytest.mark.timeout(180)]
 CONSOLE_SCRIPT = Path(sys.executable).with_name("drive_node")
 NAMESPACE = "/main_test"
+BASE = f"{NAMESPACE}/drive_node"
 WAIT_S = 60.0
 
 
-def call(executor, client, request):
+def call(client, request):
     assert client.wait_for_service(timeout_sec=WAIT_S), f"{client.srv_name} not available"
     future = client.call_async(request)
-    executor.spin_until_future_complete(future, timeout_sec=WAIT_S)
+    deadline = time.monotonic() + WAIT_S
+    while not future.done() and time.monotonic() < deadline:
+        time.sleep(0.02)
     assert future.done(), f"{client.srv_name} did not answer"
     return future.result()
 
 
 @pytest.fixture()
-def context():
+def client_node():
+    """A node on a loopback context, spun on a thread of its own."""
     context = local_context()
-    yield context
+    node = Node("main_test_client", context=context)
+    executor = SingleThreadedExecutor(context=context)
+    executor.add_node(node)
+    spinner = threading.Thread(target=executor.spin, daemon=True)
+    spinner.start()
+    yield node
+    executor.shutdown()
+    node.destroy_node()
     context.shutdown()
+    spinner.join(timeout=5.0)
+
+
+def drive_lifecycle(lifecycle, transitions, log_path):
+    try:
+        for transition in transitions:
+            lifecycle.transition(transition, WAIT_S)
+    except LifecycleError as exc:
+        pytest.fail(f"{exc}; node log:\n{log_path.read_text()}")
+
+
+def stop(process):
+    if process.poll() is None:
+        process.kill()
+        process.wait()
 
 
 @pytest.mark.parametrize("command", [
     [str(CONSOLE_SCRIPT)],
     [sys.executable, "-m", "flashdrive_ros.ros.node"],
 ], ids=["console_script", "module"])
-def test_main_reads_params_file_and_runs_the_lifecycle(command, context, tmp_path):
+def test_main_reads_params_file_and_runs_the_lifecycle(command, client_node, tmp_path):
     if command[0] == str(CONSOLE_SCRIPT) and not CONSOLE_SCRIPT.is_file():
         pytest.skip("drive_node console script not installed (pip install -e .)")
     model_dir = make_tiny_model_dir(tmp_path / "model")
@@ -54,42 +81,29 @@ def test_main_reads_params_file_and_runs_the_lifecycle(command, context, tmp_pat
         "speculative": False}}}))
     env = dict(os.environ, ROS_DOMAIN_ID=str(process_domain_id()), OMP_NUM_THREADS="1",
                ROS_AUTOMATIC_DISCOVERY_RANGE="LOCALHOST")
-    log = (tmp_path / "node.log").open("w")
-    process = subprocess.Popen([*command, "--ros-args", "--params-file", str(params_file),
-                                "-r", f"__ns:={NAMESPACE}"], stdout=log,
-                               stderr=subprocess.STDOUT, env=env)
-    node = Node("main_test_client", context=context)
-    executor = SingleThreadedExecutor(context=context)
-    executor.add_node(node)
-    base = f"{NAMESPACE}/drive_node"
+    log_path = tmp_path / "node.log"
+    with log_path.open("w") as log:
+        process = subprocess.Popen([*command, "--ros-args", "--params-file", str(params_file),
+                                    "-r", f"__ns:={NAMESPACE}"], stdout=log,
+                                   stderr=subprocess.STDOUT, env=env)
     try:
-        get_state = node.create_client(GetState, f"{base}/get_state")
-        change = node.create_client(ChangeState, f"{base}/change_state")
-        state = call(executor, get_state, GetState.Request()).current_state.id
-        assert state == State.PRIMARY_STATE_UNCONFIGURED
-        for transition in (Transition.TRANSITION_CONFIGURE, Transition.TRANSITION_ACTIVATE):
-            request = ChangeState.Request(transition=Transition(id=transition))
-            result = call(executor, change, request)
-            assert result.success, (tmp_path / "node.log").read_text()
-        state = call(executor, get_state, GetState.Request()).current_state.id
-        assert state == State.PRIMARY_STATE_ACTIVE
-        params = node.create_client(GetParameters, f"{base}/get_parameters")
-        values = call(executor, params, GetParameters.Request(
+        lifecycle = LifecycleClient(client_node, BASE, alive=lambda: process.poll() is None)
+        assert lifecycle.state(WAIT_S) == "unconfigured"
+        drive_lifecycle(lifecycle, (Transition.TRANSITION_CONFIGURE,
+                                    Transition.TRANSITION_ACTIVATE), log_path)
+        assert lifecycle.state(WAIT_S) == "active"
+        params = client_node.create_client(GetParameters, f"{BASE}/get_parameters")
+        values = call(params, GetParameters.Request(
             names=["control_rate_hz", "speculative", "mode"])).values
         assert (values[0].double_value, values[1].bool_value, values[2].string_value) == \
             (5.0, False, "flashdrive")
         process.send_signal(signal.SIGINT)
-        assert process.wait(timeout=30) == 0, (tmp_path / "node.log").read_text()
+        assert process.wait(timeout=30) == 0, log_path.read_text()
     finally:
-        executor.shutdown()
-        node.destroy_node()
-        if process.poll() is None:
-            process.kill()
-            process.wait()
-        log.close()
+        stop(process)
 
 
-def test_autostart_activates_and_a_bad_model_exits_with_an_error(context, tmp_path):
+def test_autostart_activates_and_a_bad_model_exits_with_an_error(client_node, tmp_path):
     model_dir = make_tiny_model_dir(tmp_path / "model")
     env = dict(os.environ, ROS_DOMAIN_ID=str(process_domain_id()), OMP_NUM_THREADS="1",
                ROS_AUTOMATIC_DISCOVERY_RANGE="LOCALHOST")
@@ -99,26 +113,19 @@ def test_autostart_activates_and_a_bad_model_exits_with_an_error(context, tmp_pa
                          capture_output=True, text=True, timeout=120)
     assert bad.returncode == 1
     assert "configure failed" in bad.stderr + bad.stdout
-    log = (tmp_path / "node.log").open("w")
-    process = subprocess.Popen([*command, "-p", f"model_dir:={model_dir}"], stdout=log,
-                               stderr=subprocess.STDOUT, env=env)
-    node = Node("autostart_client", context=context)
-    executor = SingleThreadedExecutor(context=context)
-    executor.add_node(node)
+    log_path = tmp_path / "node.log"
+    with log_path.open("w") as log:
+        process = subprocess.Popen([*command, "-p", f"model_dir:={model_dir}"], stdout=log,
+                                   stderr=subprocess.STDOUT, env=env)
     try:
-        get_state = node.create_client(GetState, f"{NAMESPACE}/drive_node/get_state")
-        state = call(executor, get_state, GetState.Request()).current_state.id
+        lifecycle = LifecycleClient(client_node, BASE, alive=lambda: process.poll() is None)
+        state = lifecycle.state(WAIT_S)
         deadline = time.monotonic() + WAIT_S
-        while state != State.PRIMARY_STATE_ACTIVE and time.monotonic() < deadline:
+        while state != "active" and time.monotonic() < deadline:
             time.sleep(0.1)
-            state = call(executor, get_state, GetState.Request()).current_state.id
-        assert state == State.PRIMARY_STATE_ACTIVE, (tmp_path / "node.log").read_text()
+            state = lifecycle.state(WAIT_S)
+        assert state == "active", log_path.read_text()
         process.send_signal(signal.SIGINT)
         assert process.wait(timeout=30) == 0
     finally:
-        executor.shutdown()
-        node.destroy_node()
-        if process.poll() is None:
-            process.kill()
-            process.wait()
-        log.close()
+        stop(process)

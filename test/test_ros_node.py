@@ -3,6 +3,7 @@
 import math
 import threading
 import time
+from dataclasses import dataclass
 
 import cv2
 import numpy as np
@@ -16,10 +17,14 @@ from rclpy.executors import MultiThreadedExecutor
 from rclpy.lifecycle import TransitionCallbackReturn
 from rclpy.node import Node
 from rclpy.parameter import Parameter
+from rclpy.qos import ReliabilityPolicy
 from sensor_msgs.msg import CameraInfo, CompressedImage, Image
 from std_msgs.msg import String
 from test_ros_fixtures import make_tiny_model_dir
+from visualization_msgs.msg import Marker, MarkerArray
 
+from flashdrive_ros.engine.types import STAGES
+from flashdrive_ros.engine.window import WindowLimits
 from flashdrive_ros.ros import names
 from flashdrive_ros.ros.convert import seconds_to_stamp, stamp_to_seconds
 from flashdrive_ros.ros.loopback import local_context
@@ -31,6 +36,11 @@ pytestmark = [pytest.mark.ros, pytest.mark.timeout(240)]
 CAMERAS = DriveParams().camera_names
 SPEED = 5.0
 WAIT_S = 30.0
+NUM_SAMPLES = 2
+LIMITS = WindowLimits()
+FRAME_DT = 0.1
+WINDOW_SPAN_S = 3 * FRAME_DT
+HISTORY_SPAN_S = 1.5
 
 
 def wait_for(predicate, timeout=WAIT_S, what="condition"):
@@ -49,6 +59,36 @@ def jpeg(seed):
     return buf.tobytes()
 
 
+@dataclass(frozen=True)
+class PublishedSet:
+    """A camera set the feeder published; skip_camera published nothing, corrupt_camera a
+    truncated JPEG."""
+
+    stamp: float
+    skip_camera: int | None
+    corrupt_camera: int | None
+
+    @property
+    def complete(self):
+        return self.skip_camera is None and self.corrupt_camera is None
+
+
+def spoiled_t0_ranges(sets):
+    """t0 ranges of the windows that would take a frame of an incomplete set: a window at t0
+    takes frames at t0 - 0.3 s .. t0, each within the frame tolerance."""
+    tolerance = LIMITS.frame_tolerance
+    return [(s.stamp - tolerance, s.stamp + WINDOW_SPAN_S + tolerance)
+            for s in sets if not s.complete]
+
+
+def values_of(status):
+    return {kv.key: kv.value for kv in status.values}
+
+
+def decoded_rgb(data):
+    return cv2.imdecode(np.frombuffer(data, np.uint8), cv2.IMREAD_COLOR)[:, :, ::-1]
+
+
 class Feeder:
     """The test's side of the graph: publishes cameras and odometry, records outputs."""
 
@@ -61,9 +101,11 @@ class Feeder:
                 DriveParams().overlay_camera)], 10)
         self.odom = self.node.create_publisher(Odometry, DriveParams().odom_topic, 50)
         self.paths, self.reasoning, self.diagnostics, self.overlays = [], [], [], []
+        self.samples = []
         self.lock = threading.Lock()
         for msg_type, topic, store in [
                 (Path, names.TRAJECTORY_TOPIC, self.paths),
+                (MarkerArray, names.SAMPLES_TOPIC, self.samples),
                 (String, names.REASONING_TOPIC, self.reasoning),
                 (DiagnosticArray, names.DIAGNOSTICS_TOPIC, self.diagnostics),
                 (Image, names.OVERLAY_TOPIC, self.overlays)]:
@@ -74,6 +116,7 @@ class Feeder:
         self.next_stamp = None
         self.last_stamp = None
         self.payload = [jpeg(i) for i in range(len(CAMERAS))]
+        self.sets = []
 
     def _store(self, store, msg):
         with self.lock:
@@ -136,6 +179,7 @@ class Feeder:
                     data = data[: len(data) // 3]
                 publisher.publish(CompressedImage(
                     header=self._header(stamp, CAMERAS[i]), format="jpeg", data=data))
+            self.sets.append(PublishedSet(stamp, skip_camera, corrupt_camera))
             self.last_stamp = stamp
             self.next_stamp = round(self.next_stamp + 0.1, 6)
             published += 1
@@ -160,9 +204,13 @@ class Feeder:
         return future.result().current_state.id
 
     def planner_statuses(self):
+        return [s for _, s in self.timed_planner_statuses()]
+
+    def timed_planner_statuses(self):
+        """(receipt time, planner DiagnosticStatus) in arrival order."""
         with self.lock:
-            arrays = [m for _, m in self.diagnostics]
-        return [s for a in arrays for s in a.status if s.name.endswith(": planner")]
+            arrays = list(self.diagnostics)
+        return [(t, s) for t, a in arrays for s in a.status if s.name.endswith(": planner")]
 
     def input_faults(self):
         with self.lock:
@@ -189,6 +237,7 @@ def graph(tiny_model_dir):
         Parameter("max_plan_age_s", value=3.0),
         Parameter("device", value="cpu"),
         Parameter("cpu_threads", value=2),
+        Parameter("num_samples", value=NUM_SAMPLES),
         Parameter("overlay_intrinsics", value=[50.0, 50.0, 32.0, 24.0]),
         Parameter("overlay_extrinsic", value=[1.5, 0.0, 1.5, 0.0, 0.15, 0.0])])
     feeder = Feeder(context)
@@ -216,19 +265,52 @@ def test_configure_activate_plan_and_recover_from_faults(graph):
              and feeder.odom.get_subscription_count() >= 1, what="node subscriptions")
     wait_for(lambda: node.count_subscribers(names.resolved(names.OVERLAY_TOPIC)) >= 1,
              what="overlay subscriber matched")
+    for topic in DriveParams().camera_topics:
+        qos = [i.qos_profile for i in feeder.node.get_subscriptions_info_by_topic(topic)
+               if i.node_name == names.NODE_NAME]
+        assert qos and all(q.reliability == ReliabilityPolicy.BEST_EFFORT for q in qos)
 
+    active_from = time.monotonic()
     feeder.drive(2.5, until=lambda: feeder.valid_paths() and feeder.reasoning and feeder.overlays
                  and any(s.message == "planning" for s in feeder.planner_statuses()),
                  what="a plan with its reasoning, overlay and planning status")
-    planner = {kv.key: kv.value for kv in feeder.planner_statuses()[-1].values}
+    feeder.drive(1.0)
+    planning_until = time.monotonic()
+    planner = values_of(feeder.planner_statuses()[-1])
     assert planner["cpu_threads"] == "2" and torch.get_num_threads() == 1
     assert node.encoder.encoded >= 1 and len(node.engine.encoded_frames) >= 1
+    assert {f"latency_ms.{stage}" for stage in STAGES} <= set(planner)
+    assert float(planner["accepted_length_mean"]) >= 1.0
+    assert 0.0 <= float(planner["plan_age_s"]) <= 3.0
+    ticks, skipped = int(planner["ticks"]), int(planner["skipped_ticks"])
+    assert 1 <= skipped < ticks and ticks - skipped <= int(planner["windows_planned"])
+    inputs = {s.name.split(": input ")[1] for a in [m for _, m in feeder.diagnostics]
+              for s in a.status if ": input " in s.name}
+    assert inputs == {*CAMERAS, "odometry"}
+
+    with feeder.lock:
+        received = [t for t, _ in feeder.paths if active_from <= t <= planning_until]
+    intervals = np.diff(received)
+    print(f"~/trajectory: {len(received)} in {planning_until - active_from:.2f} s, interval "
+          f"median {np.median(intervals):.3f} s")
+    assert np.median(intervals) == pytest.approx(0.1, abs=0.03)
+    assert len(received) >= 0.6 * (received[-1] - received[0]) / 0.1
+
     _, path = feeder.valid_paths()[-1]
     assert len(path.poses) == 64 and path.header.frame_id == "base_link"
     assert all(math.isfinite(p.pose.position.x) for p in path.poses)
-    assert abs(stamp_to_seconds(path.header.stamp) - feeder.now()) < 5.0
+    with feeder.lock:
+        samples = [m for _, m in feeder.samples if len(m.markers) > 1]
+    strips = [m for m in samples[-1].markers if m.type == Marker.LINE_STRIP]
+    assert samples[-1].markers[0].action == Marker.DELETEALL and len(strips) == NUM_SAMPLES
+    assert all(m.header.frame_id == "base_link" and len(m.points) == 65 for m in strips)
+    path_stamps = {stamp_to_seconds(m.header.stamp) for _, m in feeder.valid_paths()}
+    assert stamp_to_seconds(strips[0].header.stamp) in path_stamps
     overlay = feeder.overlays[-1][1]
-    assert overlay.encoding == "rgb8" and overlay.width == 64
+    assert overlay.encoding == "rgb8" and (overlay.width, overlay.height) == (64, 48)
+    front = decoded_rgb(feeder.payload[CAMERAS.index(DriveParams().overlay_camera)])
+    drawn = np.frombuffer(overlay.data, np.uint8).reshape(48, 64, 3)
+    assert not np.array_equal(drawn, front)
 
     assert node.set_parameters([Parameter("max_plan_age_s", value=2.5)])[0].successful
     assert node.outputs.params.max_plan_age_s == 2.5
@@ -277,11 +359,30 @@ def test_configure_activate_plan_and_recover_from_faults(graph):
         return counted and any("time_backwards" in f for f in feeder.input_faults())
 
     backwards_from = time.monotonic()
+    time_base_before = max([int(values_of(s).get("plan_time_base", 0))
+                            for t, s in feeder.timed_planner_statuses() if t < backwards_from],
+                           default=0)
+    first_rewound = len(feeder.sets)
     feeder.drive(0.3, rewind_s=0.6)
+    first_rewound_stamp = feeder.sets[first_rewound].stamp
     feeder.drive(2.5, until=backwards_named_and_counted,
                  what="stamps going backwards named in diagnostics and counted as rejections")
     feeder.drive(until=lambda: feeder.valid_paths(after=backwards_from + 0.5),
                  what="recovery after stamps went backwards")
+    new_base_t0s = [float(v["plan_t0"]) for t, v in
+                    ((t, values_of(s)) for t, s in feeder.timed_planner_statuses())
+                    if t >= backwards_from and "plan_t0" in v
+                    and int(v["plan_time_base"]) > time_base_before]
+    history_from = first_rewound_stamp - 0.08 + HISTORY_SPAN_S
+    assert new_base_t0s and min(new_base_t0s) >= history_from - 1e-6, \
+        f"a plan after the jump back to {first_rewound_stamp} took input from before it"
+
+    complete = np.array(sorted(s.stamp for s in feeder.sets if s.complete))
+    t0s = sorted({stamp_to_seconds(m.header.stamp) for _, m in feeder.valid_paths()})
+    assert all(np.abs(complete - t0).min() < 1e-6 for t0 in t0s), \
+        "a Path is stamped with a time that no published camera set had"
+    spoiled = [t0 for t0 in t0s if any(a <= t0 <= b for a, b in spoiled_t0_ranges(feeder.sets))]
+    assert not spoiled, f"planned from windows holding a corrupt or missing frame: {spoiled}"
 
     assert feeder.transition(Transition.TRANSITION_DEACTIVATE)
     wait_for(lambda: all(p.get_subscription_count() == 0 for p in feeder.images),
@@ -369,6 +470,9 @@ def test_raw_images_with_row_padding_are_planned(graph, tiny_model_dir):
         assert node.trigger_activate() == TransitionCallbackReturn.SUCCESS
         wait_for(lambda: all(p.get_subscription_count() >= 1 for p in images)
                  and odom.get_subscription_count() >= 1, what="raw subscriptions")
+        for topic in topics:
+            qos = [i.qos_profile for i in client.get_subscriptions_info_by_topic(topic)]
+            assert [q.reliability for q in qos] == [ReliabilityPolicy.RELIABLE]
         bgr = np.zeros((48, 64 * 3 + 8), np.uint8)
         bgr[:, : 64 * 3] = np.random.default_rng(1).integers(0, 256, (48, 64 * 3))
         stamp = round(client.get_clock().now().nanoseconds * 1e-9, 1)

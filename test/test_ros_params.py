@@ -140,3 +140,20 @@ def test_engine_config_uses_cuda_graphs_with_the_torch_backend_only():
     base = engine_config(DriveParams(mode="baseline", backend="tensorrt", dtype="float32"),
                          "cuda")
     assert base.backend == "tensorrt" and not base.cuda_graphs
+
+
+def test_every_engine_switch_is_a_node_parameter():
+    from flashdrive_ros.engine.config import SHORTCUTS, EngineConfig
+    from flashdrive_ros.ros.node import engine_config
+
+    switches = {f.name for f in dataclasses.fields(EngineConfig) if "bool" in str(f.type)}
+    assert switches == {*SHORTCUTS, "rotated_keys", "padded_logits"}
+    assert switches <= set(DriveParams.field_names())
+    on_cuda = engine_config(DriveParams(dtype="float32"), "cuda")
+    assert on_cuda.rotated_keys and on_cuda.padded_logits
+    on_cpu = engine_config(DriveParams(dtype="float32"), "cpu")
+    assert on_cpu.rotated_keys and not on_cpu.padded_logits
+    for name in switches:
+        off = engine_config(DriveParams(dtype="float32").replace(**{name: False}), "cuda")
+        assert getattr(off, name) is False
+        assert all(getattr(off, other) for other in switches - {name})

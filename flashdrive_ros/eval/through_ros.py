@@ -47,9 +47,9 @@ def node_name() -> str:
 
 
 def run_mode(options: ReplayOptions, mode: str, raw_images: bool, domain_id: int):
+    from flashdrive_ros.ros.lifecycle_client import LifecycleError
     from flashdrive_ros.ros.node_process import NodeProcess
-    from flashdrive_ros.ros.plan_recorder import (LifecycleError, SessionSettings,
-                                                  record_replay)
+    from flashdrive_ros.ros.plan_recorder import SessionSettings, record_replay
 
     recorded = options.out_dir / f"recorded_{mode}"
     if recorded.exists():

@@ -67,16 +67,21 @@ def cpu_thread_count(requested: int, cores: int | None) -> int:
 
 
 def engine_config(params: DriveParams, device: str) -> EngineConfig:
-    """EngineConfig from the node parameters; in baseline mode the shortcut switches are
-    ignored (every shortcut is off) and CUDA graphs are used only on a CUDA device with the
-    torch backend (they capture torch steps)."""
+    """EngineConfig from the node parameters; in baseline mode the switches are ignored
+    (every shortcut is off). CUDA graphs are used only on a CUDA device with the torch backend
+    (they capture torch steps), rotated keys only with the torch backend (its cache keeps
+    them), padded logits only on a CUDA device."""
     common = dict(mode=params.mode, num_samples=params.num_samples, device=device,
                   backend=params.backend, dtype=resolve_dtype(params.dtype, device))
     if params.mode == "baseline":
         return EngineConfig(**common)
-    graphs = params.cuda_graphs and device.startswith("cuda") and params.backend == "torch"
+    cuda = device.startswith("cuda")
+    torch_backend = params.backend == "torch"
     return EngineConfig(streaming=params.streaming, speculative=params.speculative,
-                        cached_velocity=params.cached_velocity, cuda_graphs=graphs, **common)
+                        cached_velocity=params.cached_velocity,
+                        cuda_graphs=params.cuda_graphs and cuda and torch_backend,
+                        rotated_keys=params.rotated_keys and torch_backend,
+                        padded_logits=params.padded_logits and cuda, **common)
 
 
 def set_torch_threads(count: int) -> dict[str, object]:

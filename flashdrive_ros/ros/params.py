@@ -87,6 +87,13 @@ class DriveParams:
     cuda_graphs: bool = _spec(True, "CUDA graphs for fixed-shape steps, used when the "
                               "device is CUDA, the backend torch and the mode flashdrive; "
                               "applied at the next configure.")
+    rotated_keys: bool = _spec(True, "The KV cache also keeps keys after RoPE, rotated once "
+                               "per write instead of at every attention call; used when the "
+                               "backend is torch and the mode flashdrive; applied at the next "
+                               "configure.")
+    padded_logits: bool = _spec(True, "lm_head of the verify and draft rows with the rows "
+                                "padded to a multiple of 8; used when the device is CUDA and "
+                                "the mode flashdrive; applied at the next configure.")
     mode: str = _spec("flashdrive", "flashdrive: the shortcuts above; baseline: every "
                       "shortcut off. Applied at the next configure.", choices=CHOICES_MODE)
     device: str = _spec("auto", "Torch device: auto (cuda when available, else cpu), cpu, "

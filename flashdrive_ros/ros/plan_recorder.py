@@ -15,7 +15,6 @@ from functools import partial
 from pathlib import Path
 
 from lifecycle_msgs.msg import Transition
-from lifecycle_msgs.srv import ChangeState, GetState
 from rclpy.executors import SingleThreadedExecutor
 from rclpy.node import Node
 from rclpy.parameter import Parameter
@@ -25,6 +24,7 @@ from rosbags.typesys import Stores, get_typestore
 from tqdm import tqdm
 
 from flashdrive_ros.ros.bag_player import BagPlayer, PlayStats, message_class
+from flashdrive_ros.ros.lifecycle_client import LifecycleClient, LifecycleError
 from flashdrive_ros.ros.loopback import local_context
 from flashdrive_ros.ros.names import (DIAGNOSTICS_TOPIC, FINISHED_PLANS_TOPIC, NODE_NAME,
                                       OVERLAY_TOPIC, REASONING_TOPIC, SAMPLES_TOPIC,
@@ -41,49 +41,6 @@ OUTPUT_TYPES = {
 REQUIRED_OUTPUTS = (TRAJECTORY_TOPIC, SAMPLES_TOPIC, REASONING_TOPIC, FINISHED_PLANS_TOPIC,
                     DIAGNOSTICS_TOPIC)
 RECORD_DEPTH = 200
-POLL_S = 0.02
-
-
-class LifecycleError(RuntimeError):
-    pass
-
-
-class LifecycleClient:
-    """Calls `<node>/change_state` and `<node>/get_state`; an executor must spin `node`.
-    `alive` (when given) is polled while waiting; a False ends the wait with an error."""
-
-    def __init__(self, node: Node, target: str,
-                 alive: Callable[[], bool] | None = None) -> None:
-        self.target = target
-        self.alive = alive or (lambda: True)
-        self.change = node.create_client(ChangeState, f"{target}/change_state")
-        self.get = node.create_client(GetState, f"{target}/get_state")
-
-    def _wait(self, ready: Callable[[], bool], timeout_s: float, what: str) -> None:
-        deadline = time.monotonic() + timeout_s
-        while not ready():
-            if not self.alive():
-                raise LifecycleError(f"{self.target} exited while waiting for {what}")
-            if time.monotonic() > deadline:
-                raise LifecycleError(f"{what} did not happen within {timeout_s} s")
-            time.sleep(POLL_S)
-
-    def _call(self, client, request, timeout_s: float):
-        self._wait(client.service_is_ready, timeout_s,
-                   f"service {client.srv_name} to appear")
-        future = client.call_async(request)
-        self._wait(future.done, timeout_s, f"an answer from {client.srv_name}")
-        return future.result()
-
-    def state(self, timeout_s: float = 10.0) -> str:
-        return self._call(self.get, GetState.Request(), timeout_s).current_state.label
-
-    def transition(self, transition_id: int, timeout_s: float) -> None:
-        request = ChangeState.Request()
-        request.transition.id = transition_id
-        if not self._call(self.change, request, timeout_s).success:
-            raise LifecycleError(f"{self.target}: transition {transition_id} failed (state "
-                                 f"now {self.state()})")
 
 
 class PlanRecorder:

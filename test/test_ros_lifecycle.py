@@ -1,0 +1,105 @@
+"""drive_node in a process of its own, driven over DDS through configure / activate /
+deactivate / cleanup again and again with a drive flowing in while it is active: every
+activation plans, after each cleanup the process has the same threads, and from the second
+cleanup on its resident memory stays put (the first cycles also hold torch's one-time
+initialisation; an engine kept alive per cycle adds about 9 MB a cycle)."""
+
+import os
+import threading
+import time
+
+import pytest
+from lifecycle_msgs.msg import Transition
+from rclpy.executors import SingleThreadedExecutor
+from rclpy.node import Node
+from test_ros_fixtures import make_tiny_model_dir
+
+from flashdrive_ros.reliability.stream import NS_PER_S, looped, read_stream
+from flashdrive_ros.ros.lifecycle_client import LifecycleClient
+from flashdrive_ros.ros.loopback import local_context, process_domain_id
+from flashdrive_ros.ros.node_observer import NodeObserver
+from flashdrive_ros.ros.node_process import NodeProcess, read_process
+from flashdrive_ros.ros.params import DriveParams
+from flashdrive_ros.ros.stream_player import StreamPlayer
+from flashdrive_ros.sim.bag import write_bag
+
+pytestmark = [pytest.mark.ros, pytest.mark.timeout(400)]
+
+PARAMS = DriveParams()
+TOPICS = {**{t: "sensor_msgs/msg/CompressedImage" for t in PARAMS.camera_topics},
+          PARAMS.odom_topic: "nav_msgs/msg/Odometry"}
+CYCLES = 5
+TRANSITION_TIMEOUT_S = 120.0
+PLAN_TIMEOUT_S = 90.0
+SETTLE_S = 1.0
+RSS_GROWTH_LIMIT_MB = 12.0
+
+
+@pytest.fixture(scope="module")
+def drive(tmp_path_factory):
+    bag = tmp_path_factory.mktemp("bag") / "bag"
+    write_bag(bag, 6.0, seed=7, width=64, height=48, workers=1)
+    return looped(read_stream(bag, list(TOPICS)), NS_PER_S // 10)
+
+
+@pytest.fixture()
+def client_node():
+    context = local_context()
+    node = Node("lifecycle_cycles_client", context=context)
+    executor = SingleThreadedExecutor(context=context)
+    executor.add_node(node)
+    spinner = threading.Thread(target=executor.spin, daemon=True)
+    spinner.start()
+    yield node
+    executor.shutdown()
+    node.destroy_node()
+    context.shutdown()
+    spinner.join(timeout=5.0)
+
+
+def wait_for(predicate, timeout_s, what, process):
+    deadline = time.monotonic() + timeout_s
+    while not predicate():
+        assert process.alive(), f"the node exited waiting for {what}:\n{process.log_tail()}"
+        assert time.monotonic() < deadline, f"no {what} in {timeout_s} s:\n{process.log_tail()}"
+        time.sleep(0.05)
+
+
+def planned_since(observer, since):
+    return any(t.received_at >= since and t.poses and not t.stop
+               for t in observer.snapshot().trajectories)
+
+
+def test_repeated_lifecycle_cycles_leak_no_threads_or_memory(drive, client_node, tmp_path):
+    name = f"drive_node_cycles_{os.getpid()}"
+    parameters = {"model_dir": str(make_tiny_model_dir(tmp_path / "model")), "device": "cpu",
+                  "cpu_threads": 2, "image_reliability": "reliable", "overlay_camera": "",
+                  "max_plan_age_s": 5.0}
+    player = StreamPlayer(client_node, TOPICS)
+    observer = NodeObserver(client_node, name)
+    samples = []
+    with NodeProcess(name, parameters, process_domain_id(), tmp_path, autostart=False) as process:
+        lifecycle = LifecycleClient(client_node, f"/{name}", alive=process.alive)
+        assert lifecycle.state(TRANSITION_TIMEOUT_S) == "unconfigured"
+        for _ in range(CYCLES):
+            lifecycle.transition(Transition.TRANSITION_CONFIGURE, TRANSITION_TIMEOUT_S)
+            lifecycle.transition(Transition.TRANSITION_ACTIVATE, TRANSITION_TIMEOUT_S)
+            assert player.wait_for_subscribers(list(TOPICS), 30.0) == []
+            active_from = time.monotonic()
+            stop = threading.Event()
+            playing = threading.Thread(target=player.play, args=(drive, stop), daemon=True)
+            playing.start()
+            try:
+                wait_for(lambda: planned_since(observer, active_from), PLAN_TIMEOUT_S,
+                         "plan in this activation", process)
+            finally:
+                stop.set()
+                playing.join(timeout=10.0)
+            lifecycle.transition(Transition.TRANSITION_DEACTIVATE, TRANSITION_TIMEOUT_S)
+            lifecycle.transition(Transition.TRANSITION_CLEANUP, TRANSITION_TIMEOUT_S)
+            assert lifecycle.state() == "unconfigured"
+            time.sleep(SETTLE_S)
+            samples.append(read_process(process.pid))
+    print([(round(s.rss_mb, 1), s.threads) for s in samples])
+    assert all(s.threads == samples[0].threads for s in samples), samples
+    assert max(s.rss_mb for s in samples[2:]) - samples[1].rss_mb < RSS_GROWTH_LIMIT_MB, samples
