@@ -157,3 +157,13 @@ def test_every_engine_switch_is_a_node_parameter():
         off = engine_config(DriveParams(dtype="float32").replace(**{name: False}), "cuda")
         assert getattr(off, name) is False
         assert all(getattr(off, other) for other in switches - {name})
+
+
+def test_drafter_file_names_a_safetensors_file_in_the_model_dir():
+    from flashdrive_ros.ros.node import engine_config
+
+    chosen = DriveParams(dtype="float32", drafter_file="drafter_mrope.safetensors")
+    assert engine_config(chosen, "cpu").drafter_file == "drafter_mrope.safetensors"
+    for bad in ("../drafter.safetensors", "drafter.pt", ""):
+        with pytest.raises(ParameterError, match="drafter_file"):
+            DriveParams(drafter_file=bad)

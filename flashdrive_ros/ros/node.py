@@ -81,7 +81,8 @@ def engine_config(params: DriveParams, device: str) -> EngineConfig:
                         cached_velocity=params.cached_velocity,
                         cuda_graphs=params.cuda_graphs and cuda and torch_backend,
                         rotated_keys=params.rotated_keys and torch_backend,
-                        padded_logits=params.padded_logits and cuda, **common)
+                        padded_logits=params.padded_logits and cuda,
+                        drafter_file=params.drafter_file, **common)
 
 
 def set_torch_threads(count: int) -> dict[str, object]:

@@ -94,6 +94,9 @@ class DriveParams:
     padded_logits: bool = _spec(True, "lm_head of the verify and draft rows with the rows "
                                 "padded to a multiple of 8; used when the device is CUDA and "
                                 "the mode flashdrive; applied at the next configure.")
+    drafter_file: str = _spec("drafter.safetensors", "Drafter weights in model_dir for "
+                              "speculative decoding (DFlash or EAGLE-3, as the file's stored "
+                              "config says).", read_only=True)
     mode: str = _spec("flashdrive", "flashdrive: the shortcuts above; baseline: every "
                       "shortcut off. Applied at the next configure.", choices=CHOICES_MODE)
     device: str = _spec("auto", "Torch device: auto (cuda when available, else cpu), cpu, "
@@ -159,6 +162,9 @@ class DriveParams:
                 t.rstrip("/").endswith("/compressed") for t in self.camera_topics):
             raise ParameterError("image_transport 'raw' subscribes sensor_msgs/Image, but "
                                  "camera_topics name '.../compressed' topics")
+        if "/" in self.drafter_file or not self.drafter_file.endswith(".safetensors"):
+            raise ParameterError(f"drafter_file must be a .safetensors file name in model_dir, "
+                                 f"got {self.drafter_file!r}")
         if not self.odom_topic or not self.base_frame or not self.odom_frame:
             raise ParameterError("odom_topic, base_frame and odom_frame must not be empty")
         if self.overlay_camera and self.overlay_camera not in self.camera_names:
