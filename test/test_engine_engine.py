@@ -22,12 +22,7 @@ CORPUS = ["Front camera: frame 0 the car ahead brakes, so the ego vehicle slows 
 MAX_COC = 6
 
 
-@pytest.fixture(scope="module", autouse=True)
-def one_thread():
-    previous = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(previous)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 @pytest.fixture(scope="module")

@@ -12,12 +12,7 @@ from flashdrive_ros.engine.padded_logits import PaddedRowLogits
 from flashdrive_ros.model.config import ConfigError
 
 
-@pytest.fixture(scope="module", autouse=True)
-def one_thread():
-    previous = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(previous)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 @pytest.mark.parametrize("shape", [(1, 48), (7, 48), (1, 9, 48), (2, 3, 16, 48)])

@@ -13,12 +13,7 @@ from flashdrive_ros.model.kv_cache import KVCache
 from flashdrive_ros.model.rope import apply_rotary
 
 
-@pytest.fixture(scope="module", autouse=True)
-def one_thread():
-    previous = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(previous)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 def rotated_state(cfg):

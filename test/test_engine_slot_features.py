@@ -17,12 +17,7 @@ from flashdrive_ros.model.tokenizer import build_tokenizer
 WHOLE_PROMPT = 4096
 
 
-@pytest.fixture(scope="module", autouse=True)
-def one_thread():
-    previous = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(previous)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 @pytest.fixture(scope="module")

@@ -17,12 +17,7 @@ VIEWS, FRAMES = 3, 4
 HEIGHT, WIDTH = 48, 64
 
 
-@pytest.fixture(scope="module", autouse=True)
-def one_thread():
-    previous = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(previous)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 def make_vlm(layers: int) -> tuple[VLM, ModelConfig]:
