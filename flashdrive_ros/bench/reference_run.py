@@ -139,7 +139,7 @@ class ReferenceRunner:
         marks = Marks(self.device)
         marks.mark("start")
         velocity_fn = model.velocity_fn(cache, cache.length)
-        x0 = initial_noise(samples, (a.num_waypoints, a.action_dim), generator, self.dtype)
+        x0 = initial_noise(samples, (a.num_waypoints, a.action_dim), generator, torch.float32)
         actions = euler_cached(velocity_fn, x0, FlowSchedule.plain(REFERENCE_FLOW_STEPS))
         history = torch.as_tensor(window.ego_history, dtype=torch.float64)
         v0 = fit_v0(history[:, :3], history[:, 3], a.history_dt)
