@@ -11,6 +11,7 @@ from __future__ import annotations
 import math
 import threading
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -22,7 +23,7 @@ from flashdrive_ros.engine.config import EngineConfig
 from flashdrive_ros.engine.decoding import (DecodeResult, PrefillOutput, Sampling, StopRule,
                                             Target, autoregressive_decode, required_capacity)
 from flashdrive_ros.engine.encoded_frames import Encoded, EncodedFrames
-from flashdrive_ros.engine.flow_cached import euler_cached
+from flashdrive_ros.engine.flow_cached import VelocityFn, euler_cached
 from flashdrive_ros.engine.graphed_steps import GraphedSteps
 from flashdrive_ros.engine.padded_logits import PaddedRowLogits
 from flashdrive_ros.engine.proposers import make_proposer
@@ -49,6 +50,21 @@ MAX_ASPECT_DISTORTION = 0.2
 def window_seed(seed: int, t0: float) -> int:
     """The random seed of the window at `t0` (seconds) under config seed `seed`."""
     return (seed * 1_000_003 + round(t0 * 1000)) % 2 ** 63
+
+
+@dataclass
+class Reasoning:
+    """A window after encode, prefill and decode, waiting for its action: the seeded
+    generator carries on into the flow noise; `velocity` is the detached expert (None: the
+    action reads the live cache)."""
+
+    window: Window
+    generator: torch.Generator
+    decoded: DecodeResult
+    full_prefill: bool
+    prefill_reason: str
+    timer: StageTimer
+    velocity: VelocityFn | None
 
 
 class Engine:
@@ -185,12 +201,21 @@ class Engine:
                              ego_history=history, sequence=n))
         self.reset()
 
-    @torch.no_grad()
     def step(self, window: Window) -> Plan:
         """The plan of `window`; its random draws are seeded by the config seed and the
         window's t0 (in ms), so a window gets the same plan whichever windows came before it
         (streaming state aside), offline or through the node."""
+        return self.act(self.reason(window))
+
+    @torch.no_grad()
+    def reason(self, window: Window, detach: bool = False) -> Reasoning:
+        """Encode, prefill and decode `window`. With `detach` (no CUDA graphs) the action's
+        prefix is copied out of the cache, so `act` may run while the next window is
+        reasoned; otherwise `act` must come before the next `reason`."""
         self.check_window(window)
+        if detach and self.graphs is not None:
+            raise ConfigError("a detached action reads copies of the cache; CUDA graphs read "
+                              "the cache itself: set cuda_graphs false to act apart")
         timer = StageTimer(self.device)
         generator = torch.Generator(device=self.device).manual_seed(
             window_seed(self.cfg.seed, window.t0))
@@ -204,8 +229,18 @@ class Engine:
             prefill_out = self.prefill(prompt.token_ids, plan, image_embeds, deepstack)
         with timer.stage("decode"):
             decoded = self.decode(prefill_out, generator)
+        velocity = None
+        if detach:
+            cache = self.stream.cache
+            velocity = self.model.detached_velocity_fn(cache, cache.length)
+        return Reasoning(window, generator, decoded, plan.full, plan.reason, timer, velocity)
+
+    @torch.no_grad()
+    def act(self, reasoning: Reasoning) -> Plan:
+        """The plan of a reasoned window: flow matching and the CoC text."""
+        window, decoded, timer = reasoning.window, reasoning.decoded, reasoning.timer
         with timer.stage("action"):
-            trajectories = self.action(window, generator)
+            trajectories = self.action(window, reasoning.generator, reasoning.velocity)
         coc_ids = decoded.tokens[:decoded.tokens.index(self.stop.cot_end_id)]
         return Plan(t0=window.t0, trajectories=trajectories, dt=self.model.cfg.action.dt,
                     coc_text=self.tokenizer.decode(coc_ids, skip_special_tokens=True),
@@ -213,8 +248,8 @@ class Engine:
                     accepted_lengths=list(decoded.accepted_lengths),
                     tokens_generated=len(coc_ids) + (decoded.stopped_by == "cot_end"),
                     mode=self.cfg.mode,
-                    full_prefill=plan.full, sequence=window.sequence,
-                    prefill_reason=plan.reason)
+                    full_prefill=reasoning.full_prefill, sequence=window.sequence,
+                    prefill_reason=reasoning.prefill_reason)
 
     def check_window(self, window: Window) -> None:
         p, a = self.model.cfg.prompt, self.model.cfg.action
@@ -292,15 +327,19 @@ class Engine:
         return autoregressive_decode(target, prefill_out, cache, self.stop, self.sampling,
                                      generator)
 
-    def action(self, window: Window, generator: torch.Generator) -> np.ndarray:
-        """[K, N_wp, 3] (x, y, yaw) float64 in the t0 ego frame. The samples are drawn and
-        integrated in float32 whatever the model dtype: the action's Fourier features reach
-        fourier_max_freq cycles per unit, beyond bfloat16's resolution."""
+    def action(self, window: Window, generator: torch.Generator,
+               velocity_fn: VelocityFn | None = None) -> np.ndarray:
+        """[K, N_wp, 3] (x, y, yaw) float64 in the t0 ego frame, from `velocity_fn` (default:
+        the live cache). The samples are drawn and integrated in float32 whatever the model
+        dtype: the action's Fourier features reach fourier_max_freq cycles per unit, beyond
+        bfloat16's resolution."""
         a = self.model.cfg.action
         cache = self.stream.cache
         x0 = initial_noise(self.cfg.num_samples, (a.num_waypoints, a.action_dim), generator,
                            torch.float32)
-        if self.graphs is not None:
+        if velocity_fn is not None:
+            actions = euler_cached(velocity_fn, x0, self.cfg.flow_schedule)
+        elif self.graphs is not None:
             actions = self.graphs.flow(x0, cache.length)
         else:
             actions = euler_cached(self.model.velocity_fn(cache, cache.length), x0,

@@ -59,6 +59,22 @@ class AlpamayoModel(nn.Module):
 
         return fn
 
+    def detached_velocity_fn(self, cache: KVCache, prefix_len: int
+                             ) -> Callable[[torch.Tensor, torch.Tensor], torch.Tensor]:
+        """`velocity_fn` over copies of the prefix keys, values and positions: the same
+        function, unaffected by later writes to `cache`."""
+        positions = expert_positions(cache, prefix_len, self.cfg.action.num_waypoints)
+        prefix = [(k.clone(), v.clone()) for k, v in self.expert.rotated_prefix(
+            cache, prefix_len, self.action_out_proj.weight.dtype)]
+
+        def fn(x: torch.Tensor, t: torch.Tensor) -> torch.Tensor:
+            t = torch.as_tensor(t, dtype=x.dtype, device=x.device).expand(x.shape[0])
+            tokens = self.action_in_proj(x, t)  # tokens: [K, N, H_exp]
+            return self.action_out_proj(
+                self.expert.forward_prefix(tokens, positions, prefix)).to(x.dtype)
+
+        return fn
+
     @torch.no_grad()
     def sample_actions(self, cache: KVCache, prefix_len: int, num_samples: int,
                        generator: torch.Generator, steps: int | None = None) -> torch.Tensor:

@@ -1,0 +1,54 @@
+"""A window's action run apart from its reasoning, on copies of the cache, against the plain
+step: the same plans, also when the next window was reasoned in between."""
+
+import numpy as np
+import pytest
+import torch
+from test_engine_engine import MAX_COC, parts, window  # noqa: F401
+
+from flashdrive_ros.engine.config import EngineConfig
+from flashdrive_ros.engine.engine import Engine
+
+pytestmark = pytest.mark.usefixtures("one_thread")
+
+
+def _same(a, b) -> None:
+    assert a.t0 == b.t0 and a.coc_token_ids == b.coc_token_ids
+    assert a.accepted_lengths == b.accepted_lengths and a.full_prefill == b.full_prefill
+    np.testing.assert_array_equal(a.trajectories, b.trajectories)
+
+
+def test_detached_actions_equal_plain_steps_with_the_next_window_reasoned_first(parts):  # noqa: F811
+    model, tok, drafter = parts
+    cfg = EngineConfig(max_coc_tokens=MAX_COC, num_samples=2)
+    plain = Engine(model, tok, drafter, cfg)
+    want = [plain.step(window(s)) for s in range(4)]
+    apart = Engine(model, tok, drafter, cfg)
+    pending = apart.reason(window(0), detach=True)
+    got = []
+    for s in range(1, 4):
+        following = apart.reason(window(s), detach=True)
+        got.append(apart.act(pending))
+        pending = following
+    got.append(apart.act(pending))
+    for a, b in zip(got, want):
+        _same(a, b)
+    assert [p.full_prefill for p in got] == [True, False, False, False]
+
+
+def test_detached_velocity_is_the_velocity_of_the_cache_it_copied(parts):  # noqa: F811
+    model, tok, drafter = parts
+    eng = Engine(model, tok, drafter, EngineConfig(max_coc_tokens=MAX_COC))
+    eng.reason(window(0))
+    cache = eng.stream.cache
+    live = model.velocity_fn(cache, cache.length)
+    detached = model.detached_velocity_fn(cache, cache.length)
+    x = torch.randn(3, model.cfg.action.num_waypoints, 2)
+    t = torch.tensor([0.0, 0.4, 0.9])
+    want = live(x, t)
+    torch.testing.assert_close(detached(x, t), want, rtol=0, atol=0)
+    cache.k.normal_()
+    cache.v.normal_()
+    if cache.k_rot is not None:
+        cache.k_rot.normal_()
+    torch.testing.assert_close(detached(x, t), want, rtol=0, atol=0)
