@@ -207,3 +207,63 @@ def test_silent_inputs_are_named(engine):
     faults = {h.name: h.fault for h in inputs}
     assert faults["front"] == ""
     assert faults["left"] == "silent: silent for 1.20 s; no publisher on /left"
+
+
+class RecordingEngine:
+    """The engine, recording which thread reasons and acts and every plan it acts out."""
+
+    def __init__(self, engine):
+        self.engine = engine
+        self.plans = []
+        self.threads = {"reason": set(), "act": set()}
+
+    def reason(self, window, detach=False):
+        self.threads["reason"].add(threading.get_ident())
+        return self.engine.reason(window, detach)
+
+    def act(self, reasoning):
+        self.threads["act"].add(threading.get_ident())
+        plan = self.engine.act(reasoning)
+        self.plans.append(plan)
+        return plan
+
+    def step(self, window):
+        return self.act(self.reason(window))
+
+    def reset(self):
+        self.engine.reset()
+
+    def warmup(self):
+        self.engine.warmup()
+
+
+def test_actions_apart_give_the_plans_of_plain_steps(engine):
+    engine.reset()
+    recording = RecordingEngine(engine)
+    loop = PlannerLoop(recording, WindowBuilder(len(CAMERAS)), CAMERAS, act_apart=True)
+    loop.start()
+    try:
+        feed(loop, 60.0, 61.5)
+        for k in range(1, 9):
+            feed(loop, 61.5 + 0.02 * (5 * k - 4), 61.5 + 0.1 * k)
+            deadline = time.monotonic() + 30
+            while (not recording.plans or recording.plans[-1].t0 < 61.5 + 0.1 * k - 1e-6) \
+                    and time.monotonic() < deadline:
+                time.sleep(0.01)
+    finally:
+        loop.stop()
+    assert loop._actor is None and len(recording.plans) >= 4
+    reasoned, acted = recording.threads["reason"], recording.threads["act"]
+    assert len(reasoned) == len(acted) == 1 and reasoned != acted
+    assert threading.get_ident() not in reasoned | acted
+    assert loop.health()[0].windows_planned == len(recording.plans)
+    replay = make_loop(engine)
+    fed_to = None
+    for got in recording.plans:
+        feed(replay, 60.0 if fed_to is None else round(fed_to + 0.02, 6), got.t0)
+        fed_to = got.t0
+        want = engine.step(replay.builder.build(got.t0))
+        assert got.coc_token_ids == want.coc_token_ids
+        assert got.full_prefill == want.full_prefill
+        np.testing.assert_array_equal(got.trajectories, want.trajectories)
+    assert not all(p.full_prefill for p in recording.plans)

@@ -200,6 +200,7 @@ class DriveNode(LifecycleNode):
                                 params.camera_names, overlay_index,
                                 limits=params.plan_limits,
                                 stay_streaming=self.engine.cfg.streaming,
+                                act_apart=params.act_apart and self.engine.graphs is None,
                                 worker_setup=partial(set_torch_threads, self.cpu_threads),
                                 on_camera_set=self.encoder.submit if self.encoder else None)
         self.outputs.reset()

@@ -7,7 +7,7 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 import numpy as np
 
@@ -15,6 +15,9 @@ from flashdrive_ros.engine.types import Plan, Window
 from flashdrive_ros.engine.window import WindowBuilder, WindowRejection
 from flashdrive_ros.ros.diagnostics import InputHealth, PlannerHealth
 from flashdrive_ros.ros.plan_sanity import PlanLimits, check_plan
+
+if TYPE_CHECKING:
+    from flashdrive_ros.engine.engine import Reasoning
 
 ODOMETRY_INPUT = "odometry"
 FAULT_HOLD_S = 2.0
@@ -26,6 +29,10 @@ class PlanningEngine(Protocol):
     """What the node needs of flashdrive_ros.engine.engine.Engine."""
 
     def step(self, window: Window) -> Plan: ...
+
+    def reason(self, window: Window, detach: bool = False) -> Reasoning: ...
+
+    def act(self, reasoning: Reasoning) -> Plan: ...
 
     def reset(self) -> None: ...
 
@@ -60,8 +67,14 @@ class PlannerLoop:
     the window one frame older does, plan that one: a streaming window instead of a full
     prefill, whose plan comes out sooner although its input is a frame older.
 
-    worker_setup runs on the worker thread before its first window (per-thread settings such
-    as the torch thread count); the values it returns are reported as planner extras.
+    act_apart: the worker reasons a window (encode, prefill, decode) and hands its action to
+    an actor thread, then goes on to the next window while the actor runs the flow matching
+    on copies of the cache (Engine.reason(detach=True)); the worker waits only while the actor
+    is still busy with the window before. Plans are the same as with `engine.step`.
+
+    worker_setup runs on the worker thread (and the actor thread) before its first window
+    (per-thread settings such as the torch thread count); the values it returns are reported
+    as planner extras.
     on_camera_set(stamps, images) gets every camera set once it is in the window buffer."""
 
     def __init__(self, engine: PlanningEngine, builder: WindowBuilder,
@@ -69,6 +82,7 @@ class PlannerLoop:
                  clock: Callable[[], float] = time.monotonic,
                  limits: PlanLimits | None = None,
                  stay_streaming: bool = False,
+                 act_apart: bool = False,
                  worker_setup: Callable[[], dict[str, object]] | None = None,
                  on_camera_set: Callable[[list[float], list[np.ndarray]], None] | None = None
                  ) -> None:
@@ -83,6 +97,7 @@ class PlannerLoop:
         self.limits = limits
         self._rejected_plan: tuple[float, str] | None = None
         self.stay_streaming = stay_streaming
+        self.act_apart = act_apart
         self.worker_setup = worker_setup
         self.on_camera_set = on_camera_set
         self._inputs = {name: InputHealth(name) for name in self.camera_names}
@@ -99,6 +114,11 @@ class PlannerLoop:
         self._wake = threading.Condition(self._lock)
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
+        self._actor: threading.Thread | None = None
+        self._handoff = threading.Condition(threading.Lock())
+        self._pending: tuple[Window, Reasoning] | None = None
+        self._acting = False
+        self._reset_requested = False
 
     def add_camera_set(self, stamps: list[float], images: list[np.ndarray]) -> None:
         """One synchronized image per camera (camera slot order)."""
@@ -198,17 +218,25 @@ class PlannerLoop:
         self._stop.clear()
         self._thread = threading.Thread(target=self._run, name="planner", daemon=True)
         self._thread.start()
+        if self.act_apart:
+            self._actor = threading.Thread(target=self._run_actor, name="planner-actor",
+                                           daemon=True)
+            self._actor.start()
 
     def stop(self, timeout_s: float = 30.0) -> None:
         """Stop the worker after its current step (waits up to `timeout_s`)."""
         self._stop.set()
         with self._wake:
             self._wake.notify_all()
-        if self._thread is not None:
-            self._thread.join(timeout_s)
-            if self._thread.is_alive():
-                raise RuntimeError(f"planner worker did not stop within {timeout_s} s")
-        self._thread = None
+        with self._handoff:
+            self._handoff.notify_all()
+        for thread in (self._thread, self._actor):
+            if thread is not None:
+                thread.join(timeout_s)
+                if thread.is_alive():
+                    raise RuntimeError(f"{thread.name} did not stop within {timeout_s} s")
+        self._thread = self._actor = None
+        self._pending, self._acting = None, False
 
     def run_once(self) -> bool:
         """Build the newest window and plan it on the calling thread; False if there was
@@ -290,11 +318,63 @@ class PlannerLoop:
             self._last_rejected = (t0, rejection.code)
 
     def _plan(self, window: Window) -> None:
+        if self.act_apart and self._actor is not None:
+            self._reason_and_hand_off(window)
+            return
         try:
             plan = self.engine.step(window)
         except Exception as exc:
             self._plan_failed(window, f"{type(exc).__name__}: {exc}", engine_error=True)
             return
+        self._finish(window, plan)
+
+    def _reason_and_hand_off(self, window: Window) -> None:
+        with self._handoff:
+            while self._acting and not self._stop.is_set():
+                self._handoff.wait(IDLE_WAIT_S)
+            reset, self._reset_requested = self._reset_requested, False
+        if self._stop.is_set():
+            return
+        try:
+            if reset:
+                self.engine.reset()
+            reasoning = self.engine.reason(window, detach=True)
+        except Exception as exc:
+            self._plan_failed(window, f"{type(exc).__name__}: {exc}", engine_error=True)
+            return
+        with self._lock:
+            self._planned_t0 = (window.t0 if window.time_base_reset
+                                else max(self._planned_t0, window.t0))
+        with self._handoff:
+            self._pending, self._acting = (window, reasoning), True
+            self._handoff.notify_all()
+
+    def _run_actor(self) -> None:
+        if self.worker_setup is not None:
+            self.worker_setup()
+        while not self._stop.is_set():
+            with self._handoff:
+                while self._pending is None and not self._stop.is_set():
+                    self._handoff.wait(IDLE_WAIT_S)
+                pending, self._pending = self._pending, None
+            if pending is None:
+                break
+            window, reasoning = pending
+            try:
+                plan = self.engine.act(reasoning)
+            except Exception as exc:
+                self._act_failed(window, f"{type(exc).__name__}: {exc}", engine_error=True)
+            else:
+                self._finish(window, plan, advance_planned=False)
+            with self._handoff:
+                self._acting = False
+                self._handoff.notify_all()
+            with self._wake:
+                self._wake.notify_all()
+
+    def _finish(self, window: Window, plan: Plan, advance_planned: bool = True) -> None:
+        """Publish-side bookkeeping of a finished plan; `advance_planned` False where the
+        worker advanced the planned t0 when it reasoned the window."""
         problem = check_plan(plan, self.limits)
         if problem:
             self._plan_failed(window, problem, engine_error=False)
@@ -310,18 +390,31 @@ class PlannerLoop:
                 counts = health.full_prefills_by_reason
                 counts[plan.prefill_reason] = counts.get(plan.prefill_reason, 0) + 1
             self._rejected_plan = None
-            self._planned_t0 = (window.t0 if window.time_base_reset
-                                else max(self._planned_t0, window.t0))
+            if advance_planned:
+                self._planned_t0 = (window.t0 if window.time_base_reset
+                                    else max(self._planned_t0, window.t0))
             serial = (self._latest.serial + 1) if self._latest else 1
             self._latest = PlanRecord(plan, overlay, self.clock(), serial, self._time_base)
 
     def _plan_failed(self, window: Window, problem: str, engine_error: bool) -> None:
-        """Drop the streaming state (the next window is prefilled in full) and report."""
+        """Drop the streaming state (the next window is prefilled in full) and report. On
+        the actor thread the worker resets the engine before its next window instead."""
+        if threading.current_thread() is self._actor:
+            self._act_failed(window, problem, engine_error)
+            return
         try:
             self.engine.reset()
         except Exception as exc:
             problem += f"; reset failed: {type(exc).__name__}: {exc}"
             engine_error = True
+        self._report_failure(window, problem, engine_error)
+
+    def _act_failed(self, window: Window, problem: str, engine_error: bool) -> None:
+        with self._handoff:
+            self._reset_requested = True
+        self._report_failure(window, problem, engine_error)
+
+    def _report_failure(self, window: Window, problem: str, engine_error: bool) -> None:
         with self._lock:
             if engine_error:
                 self._health.engine_error = problem
