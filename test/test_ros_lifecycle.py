@@ -74,7 +74,7 @@ def test_repeated_lifecycle_cycles_leak_no_threads_or_memory(drive, client_node,
     name = f"drive_node_cycles_{os.getpid()}"
     parameters = {"model_dir": str(make_tiny_model_dir(tmp_path / "model")), "device": "cpu",
                   "cpu_threads": 2, "image_reliability": "reliable", "overlay_camera": "",
-                  "max_plan_age_s": 5.0}
+                  "max_plan_age_s": 5.0, "act_apart": True}
     player = StreamPlayer(client_node, TOPICS)
     observer = NodeObserver(client_node, name)
     samples = []

@@ -330,11 +330,7 @@ class PlannerLoop:
 
     def _reason_and_hand_off(self, window: Window) -> None:
         with self._handoff:
-            while self._acting and not self._stop.is_set():
-                self._handoff.wait(IDLE_WAIT_S)
             reset, self._reset_requested = self._reset_requested, False
-        if self._stop.is_set():
-            return
         try:
             if reset:
                 self.engine.reset()
@@ -346,6 +342,10 @@ class PlannerLoop:
             self._planned_t0 = (window.t0 if window.time_base_reset
                                 else max(self._planned_t0, window.t0))
         with self._handoff:
+            while self._acting and not self._stop.is_set():
+                self._handoff.wait(IDLE_WAIT_S)
+            if self._stop.is_set():
+                return
             self._pending, self._acting = (window, reasoning), True
             self._handoff.notify_all()
 
