@@ -108,3 +108,29 @@ def test_tensorrt_backend_without_tensorrt_exits_2_with_the_reason(tmp_path, cap
     code, err = run_cli(capsys, bag, "--model-dir", tmp_path, "--out", tmp_path / "o",
                         "--backend", "tensorrt", "--device", "cuda", "--quiet")
     assert code == 2 and "import tensorrt" in err and "Traceback" not in err
+
+
+def test_drafter_file_option_reaches_the_engines_and_the_node(tmp_path, capsys):
+    from test_ros_fixtures import make_tiny_model_dir
+
+    from flashdrive_ros.eval.replay import ReplayOptions, load_engines
+    from flashdrive_ros.eval.through_ros import node_parameters
+
+    options = options_from_args(parser().parse_args(
+        ["b", "--out", "o", "--model-dir", "m", "--drafter-file", "drafter_mrope.safetensors"]))
+    assert node_parameters(options, "flashdrive", False)["drafter_file"] == \
+        "drafter_mrope.safetensors"
+    default = options_from_args(parser().parse_args(["b", "--out", "o", "--model-dir", "m"]))
+    assert "drafter_file" not in node_parameters(default, "flashdrive", False)
+    model_dir = make_tiny_model_dir(tmp_path / "model")
+    (model_dir / "drafter.safetensors").rename(model_dir / "drafter_other.safetensors")
+    engines = load_engines(ReplayOptions(bag="b", model_dir=model_dir, out_dir="o",
+                                         device="cpu", drafter_file="drafter_other.safetensors"))
+    assert engines["flashdrive"].drafter is not None
+    bag = write_drive_bag(tmp_path / "bag", seconds=0.3)
+    code, err = run_cli(capsys, bag, "--model-dir", model_dir, "--out", tmp_path / "o",
+                        "--drafter-file", "../drafter.pt", "--quiet")
+    assert code == 2 and "--drafter-file must be a .safetensors file name" in err
+    code, err = run_cli(capsys, bag, "--model-dir", model_dir, "--out", tmp_path / "o2",
+                        "--device", "cpu", "--quiet")
+    assert code == 2 and "cannot load the flashdrive engine" in err

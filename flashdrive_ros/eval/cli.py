@@ -39,6 +39,9 @@ def parser() -> argparse.ArgumentParser:
                    help="compute dtype (auto: bfloat16 on a CPU with native bf16, else float32)")
     p.add_argument("--backend", default="torch", choices=BACKEND_CHOICES,
                    help="encoder and backbone steps in torch, or as TensorRT engines (CUDA)")
+    p.add_argument("--drafter-file", default=None,
+                   help="drafter weights in the model directory for speculative decoding "
+                        "(default: drafter.safetensors)")
     p.add_argument("--control-rate", type=float, default=10.0, help="windows per bag second")
     p.add_argument("--max-windows", type=int, default=None, help="stop after N windows")
     p.add_argument("--no-plots", action="store_true")
@@ -62,7 +65,7 @@ def options_from_args(args: argparse.Namespace) -> ReplayOptions:
         bag=args.bag, model_dir=args.model_dir or embedded_model_dir(), out_dir=args.out,
         mode=args.mode, topics=topics, through_ros=args.through_ros, rate=args.rate,
         num_samples=args.num_samples, device=args.device, dtype=args.dtype,
-        backend=args.backend,
+        backend=args.backend, drafter_file=args.drafter_file,
         control_rate_hz=args.control_rate,
         max_windows=args.max_windows, progress=not args.quiet, plots=not args.no_plots)
 

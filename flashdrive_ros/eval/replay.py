@@ -35,6 +35,7 @@ class ReplayOptions:
     device: str = "auto"
     dtype: str = "auto"
     backend: str = "torch"
+    drafter_file: str | None = None
     control_rate_hz: float = 10.0
     max_plan_age_s: float | None = None
     max_windows: int | None = None
@@ -57,6 +58,10 @@ class ReplayOptions:
         if self.backend not in BACKEND_CHOICES:
             raise ReplayError(f"--backend must be one of {BACKEND_CHOICES}, got "
                               f"{self.backend!r}")
+        if self.drafter_file is not None and (
+                "/" in self.drafter_file or not self.drafter_file.endswith(".safetensors")):
+            raise ReplayError(f"--drafter-file must be a .safetensors file name in the model "
+                              f"directory, got {self.drafter_file!r}")
         if not (math.isfinite(self.control_rate_hz) and self.control_rate_hz > 0):
             raise ReplayError(f"--control-rate must be > 0, got {self.control_rate_hz}")
         if self.max_plan_age_s is not None and not self.through_ros:
@@ -67,6 +72,10 @@ class ReplayOptions:
         if self.max_windows is not None and self.through_ros:
             raise ReplayError("--max-windows applies to the offline replay; through ROS the "
                               "whole bag is played")
+
+    def drafter_choice(self) -> dict[str, str]:
+        """{"drafter_file": name} when one was chosen; else {} (the engine's default)."""
+        return {} if self.drafter_file is None else {"drafter_file": self.drafter_file}
 
     @property
     def modes(self) -> tuple[str, ...]:
@@ -113,7 +122,7 @@ def load_engines(options: ReplayOptions) -> dict:
     engines = {}
     for mode in options.modes:
         config = EngineConfig(mode=mode, num_samples=options.num_samples, device=device,
-                              dtype=dtype, backend=options.backend)
+                              dtype=dtype, backend=options.backend, **options.drafter_choice())
         try:
             engine = Engine.load(options.model_dir, config)
         except (ValueError, OSError) as exc:

@@ -31,6 +31,7 @@ def node_parameters(options: ReplayOptions, mode: str, raw_images: bool) -> dict
         "device": options.device,
         "dtype": options.dtype,
         "backend": options.backend,
+        **options.drafter_choice(),
     }
     if options.max_plan_age_s is not None:
         params["max_plan_age_s"] = float(options.max_plan_age_s)
