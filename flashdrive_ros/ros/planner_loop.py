@@ -14,6 +14,7 @@ import numpy as np
 from flashdrive_ros.engine.types import Plan, Window
 from flashdrive_ros.engine.window import WindowBuilder, WindowRejection
 from flashdrive_ros.ros.diagnostics import InputHealth, PlannerHealth
+from flashdrive_ros.ros.plan_actor import PlanActor
 from flashdrive_ros.ros.plan_sanity import PlanLimits, check_plan
 
 if TYPE_CHECKING:
@@ -114,11 +115,7 @@ class PlannerLoop:
         self._wake = threading.Condition(self._lock)
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
-        self._actor: threading.Thread | None = None
-        self._handoff = threading.Condition(threading.Lock())
-        self._pending: tuple[Window, Reasoning] | None = None
-        self._acting = False
-        self._reset_requested = False
+        self._actor: PlanActor | None = None
 
     def add_camera_set(self, stamps: list[float], images: list[np.ndarray]) -> None:
         """One synchronized image per camera (camera slot order)."""
@@ -219,8 +216,7 @@ class PlannerLoop:
         self._thread = threading.Thread(target=self._run, name="planner", daemon=True)
         self._thread.start()
         if self.act_apart:
-            self._actor = threading.Thread(target=self._run_actor, name="planner-actor",
-                                           daemon=True)
+            self._actor = PlanActor(self.engine.act, self._act_done, self.worker_setup)
             self._actor.start()
 
     def stop(self, timeout_s: float = 30.0) -> None:
@@ -228,15 +224,14 @@ class PlannerLoop:
         self._stop.set()
         with self._wake:
             self._wake.notify_all()
-        with self._handoff:
-            self._handoff.notify_all()
-        for thread in (self._thread, self._actor):
-            if thread is not None:
-                thread.join(timeout_s)
-                if thread.is_alive():
-                    raise RuntimeError(f"{thread.name} did not stop within {timeout_s} s")
-        self._thread = self._actor = None
-        self._pending, self._acting = None, False
+        if self._actor is not None:
+            self._actor.stop(timeout_s)
+            self._actor = None
+        if self._thread is not None:
+            self._thread.join(timeout_s)
+            if self._thread.is_alive():
+                raise RuntimeError(f"planner worker did not stop within {timeout_s} s")
+        self._thread = None
 
     def run_once(self) -> bool:
         """Build the newest window and plan it on the calling thread; False if there was
@@ -318,21 +313,21 @@ class PlannerLoop:
             self._last_rejected = (t0, rejection.code)
 
     def _plan(self, window: Window) -> None:
-        if self.act_apart and self._actor is not None:
-            self._reason_and_hand_off(window)
+        if self._actor is not None:
+            self._reason_and_hand_off(window, self._actor)
             return
         try:
             plan = self.engine.step(window)
         except Exception as exc:
             self._plan_failed(window, f"{type(exc).__name__}: {exc}", engine_error=True)
             return
-        self._finish(window, plan)
+        problem = self._finish(window, plan)
+        if problem:
+            self._plan_failed(window, problem, engine_error=False)
 
-    def _reason_and_hand_off(self, window: Window) -> None:
-        with self._handoff:
-            reset, self._reset_requested = self._reset_requested, False
+    def _reason_and_hand_off(self, window: Window, actor: PlanActor) -> None:
         try:
-            if reset:
+            if actor.take_reset_request():
                 self.engine.reset()
             reasoning = self.engine.reason(window, detach=True)
         except Exception as exc:
@@ -341,44 +336,24 @@ class PlannerLoop:
         with self._lock:
             self._planned_t0 = (window.t0 if window.time_base_reset
                                 else max(self._planned_t0, window.t0))
-        with self._handoff:
-            while self._acting and not self._stop.is_set():
-                self._handoff.wait(IDLE_WAIT_S)
-            if self._stop.is_set():
-                return
-            self._pending, self._acting = (window, reasoning), True
-            self._handoff.notify_all()
+        actor.hand_off(window, reasoning)
 
-    def _run_actor(self) -> None:
-        if self.worker_setup is not None:
-            self.worker_setup()
-        while not self._stop.is_set():
-            with self._handoff:
-                while self._pending is None and not self._stop.is_set():
-                    self._handoff.wait(IDLE_WAIT_S)
-                pending, self._pending = self._pending, None
-            if pending is None:
-                break
-            window, reasoning = pending
-            try:
-                plan = self.engine.act(reasoning)
-            except Exception as exc:
-                self._act_failed(window, f"{type(exc).__name__}: {exc}", engine_error=True)
-            else:
-                self._finish(window, plan, advance_planned=False)
-            with self._handoff:
-                self._acting = False
-                self._handoff.notify_all()
-            with self._wake:
-                self._wake.notify_all()
+    def _act_done(self, window: Window, plan: Plan | None, problem: str) -> bool:
+        """The actor's report of a window; True: reset the engine before the next one."""
+        if plan is not None:
+            problem = self._finish(window, plan, advance_planned=False)
+            if not problem:
+                return False
+        self._report_failure(window, problem, engine_error=plan is None)
+        return True
 
-    def _finish(self, window: Window, plan: Plan, advance_planned: bool = True) -> None:
-        """Publish-side bookkeeping of a finished plan; `advance_planned` False where the
-        worker advanced the planned t0 when it reasoned the window."""
+    def _finish(self, window: Window, plan: Plan, advance_planned: bool = True) -> str:
+        """Make a finished plan the latest unless `check_plan` finds a problem, which is
+        returned ("" when none); `advance_planned` False where the worker advanced the
+        planned t0 when it reasoned the window."""
         problem = check_plan(plan, self.limits)
         if problem:
-            self._plan_failed(window, problem, engine_error=False)
-            return
+            return problem
         overlay = None
         if self.overlay_index is not None:
             overlay = window.images[self.overlay_index, -1]
@@ -395,23 +370,15 @@ class PlannerLoop:
                                     else max(self._planned_t0, window.t0))
             serial = (self._latest.serial + 1) if self._latest else 1
             self._latest = PlanRecord(plan, overlay, self.clock(), serial, self._time_base)
+        return ""
 
     def _plan_failed(self, window: Window, problem: str, engine_error: bool) -> None:
-        """Drop the streaming state (the next window is prefilled in full) and report. On
-        the actor thread the worker resets the engine before its next window instead."""
-        if threading.current_thread() is self._actor:
-            self._act_failed(window, problem, engine_error)
-            return
+        """Drop the streaming state (the next window is prefilled in full) and report."""
         try:
             self.engine.reset()
         except Exception as exc:
             problem += f"; reset failed: {type(exc).__name__}: {exc}"
             engine_error = True
-        self._report_failure(window, problem, engine_error)
-
-    def _act_failed(self, window: Window, problem: str, engine_error: bool) -> None:
-        with self._handoff:
-            self._reset_requested = True
         self._report_failure(window, problem, engine_error)
 
     def _report_failure(self, window: Window, problem: str, engine_error: bool) -> None:
