@@ -95,6 +95,18 @@ class ActionSpace(nn.Module):
         return torch.stack([a, c], dim=-1)
 
 
+def sample_times(x_t: torch.Tensor, t: torch.Tensor | float) -> torch.Tensor:
+    """The flow time of each sample, [K] in x_t's dtype, for x_t: [K, N, 2] and t a scalar
+    or [K]."""
+    if x_t.ndim != 3 or x_t.shape[-1] != 2:
+        raise ValueError(f"x_t must be [K, N, 2], got {tuple(x_t.shape)}")
+    t = torch.as_tensor(t, dtype=x_t.dtype, device=x_t.device)
+    t = t.expand(x_t.shape[0]) if t.ndim == 0 else t
+    if t.shape != (x_t.shape[0],):
+        raise ValueError(f"t must be a scalar or [K={x_t.shape[0]}], got {tuple(t.shape)}")
+    return t
+
+
 def velocity(expert: ActionExpert, in_proj: ActionInProj, out_proj: nn.Linear,
              x_t: torch.Tensor, t: torch.Tensor | float, cache: KVCache, prefix_len: int,
              positions: torch.Tensor | None = None,
@@ -105,12 +117,7 @@ def velocity(expert: ActionExpert, in_proj: ActionInProj, out_proj: nn.Linear,
     right after cache slot prefix_len - 1 (expert_positions). prefix: optional
     `expert.rotated_prefix(...)` computed once for all flow steps.
     """
-    if x_t.ndim != 3 or x_t.shape[-1] != 2:
-        raise ValueError(f"x_t must be [K, N, 2], got {tuple(x_t.shape)}")
-    t = torch.as_tensor(t, dtype=x_t.dtype, device=x_t.device)
-    t = t.expand(x_t.shape[0]) if t.ndim == 0 else t
-    if t.shape != (x_t.shape[0],):
-        raise ValueError(f"t must be a scalar or [K={x_t.shape[0]}], got {tuple(t.shape)}")
+    t = sample_times(x_t, t)
     if positions is None:
         positions = expert_positions(cache, prefix_len, x_t.shape[1])
     tokens = in_proj(x_t, t)  # tokens: [K, N, H_exp]

@@ -13,7 +13,7 @@ from pathlib import Path
 import torch
 from torch import nn
 
-from flashdrive_ros.model.action import ActionInProj, ActionSpace, velocity
+from flashdrive_ros.model.action import ActionInProj, ActionSpace, sample_times, velocity
 from flashdrive_ros.model.config import ModelConfig
 from flashdrive_ros.model.expert import ActionExpert, expert_positions
 from flashdrive_ros.model.flow import euler_sample
@@ -68,8 +68,7 @@ class AlpamayoModel(nn.Module):
             cache, prefix_len, self.action_out_proj.weight.dtype)]
 
         def fn(x: torch.Tensor, t: torch.Tensor) -> torch.Tensor:
-            t = torch.as_tensor(t, dtype=x.dtype, device=x.device).expand(x.shape[0])
-            tokens = self.action_in_proj(x, t)  # tokens: [K, N, H_exp]
+            tokens = self.action_in_proj(x, sample_times(x, t))  # tokens: [K, N, H_exp]
             return self.action_out_proj(
                 self.expert.forward_prefix(tokens, positions, prefix)).to(x.dtype)
 
