@@ -9,12 +9,12 @@ import torch
 
 from flashdrive_ros.engine.flow_cached import FlowSchedule
 from flashdrive_ros.model.config import ConfigError
+from flashdrive_ros.model.drafter_name import DRAFTER_FILE, drafter_name_problem
 
 MODES = ("flashdrive", "baseline")
 BACKENDS = ("torch", "tensorrt")
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 SHORTCUTS = ("streaming", "speculative", "cached_velocity", "cuda_graphs")
-DRAFTER_FILE = "drafter.safetensors"
 
 
 @dataclass
@@ -108,9 +108,8 @@ class EngineConfig:
         if self.backend == "tensorrt" and not self.device.startswith("cuda"):
             raise ConfigError(f"backend 'tensorrt' needs a CUDA device, got "
                               f"device={self.device!r}")
-        if "/" in self.drafter_file or not self.drafter_file.endswith(".safetensors"):
-            raise ConfigError(f"drafter_file must be a .safetensors file name in the model "
-                              f"directory, got {self.drafter_file!r}")
+        if problem := drafter_name_problem(self.drafter_file):
+            raise ConfigError(f"drafter_file {problem}")
         if self.backend == "tensorrt" and self.cuda_graphs:
             raise ConfigError("cuda_graphs captures the torch backend's steps; set "
                               "cuda_graphs false with backend 'tensorrt'")

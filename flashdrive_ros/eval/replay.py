@@ -16,6 +16,7 @@ from flashdrive_ros.eval.report import write_report
 from flashdrive_ros.eval.summary import compare_blocks, summarize
 from flashdrive_ros.eval.topics import TopicMapping
 from flashdrive_ros.model.config import ConfigError, ModelConfig
+from flashdrive_ros.model.drafter_name import drafter_name_problem
 
 MODE_RUNS = {"flashdrive": ("flashdrive",), "baseline": ("baseline",),
              "compare": ("baseline", "flashdrive")}
@@ -59,9 +60,8 @@ class ReplayOptions:
             raise ReplayError(f"--backend must be one of {BACKEND_CHOICES}, got "
                               f"{self.backend!r}")
         if self.drafter_file is not None and (
-                "/" in self.drafter_file or not self.drafter_file.endswith(".safetensors")):
-            raise ReplayError(f"--drafter-file must be a .safetensors file name in the model "
-                              f"directory, got {self.drafter_file!r}")
+                problem := drafter_name_problem(self.drafter_file)):
+            raise ReplayError(f"--drafter-file {problem}")
         if not (math.isfinite(self.control_rate_hz) and self.control_rate_hz > 0):
             raise ReplayError(f"--control-rate must be > 0, got {self.control_rate_hz}")
         if self.max_plan_age_s is not None and not self.through_ros:

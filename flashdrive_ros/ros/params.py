@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from flashdrive_ros.sim import topics
+from flashdrive_ros.model.drafter_name import DRAFTER_FILE, drafter_name_problem
 from flashdrive_ros.sim.cameras import rig
 
 CHOICES_TRANSPORT = ("compressed", "raw")
@@ -94,7 +95,7 @@ class DriveParams:
     padded_logits: bool = _spec(True, "lm_head of the verify and draft rows with the rows "
                                 "padded to a multiple of 8; used when the device is CUDA and "
                                 "the mode flashdrive; applied at the next configure.")
-    drafter_file: str = _spec("drafter.safetensors", "Drafter weights in model_dir for "
+    drafter_file: str = _spec(DRAFTER_FILE, "Drafter weights in model_dir for "
                               "speculative decoding (DFlash or EAGLE-3, as the file's stored "
                               "config says).", read_only=True)
     mode: str = _spec("flashdrive", "flashdrive: the shortcuts above; baseline: every "
@@ -165,9 +166,8 @@ class DriveParams:
                 t.rstrip("/").endswith("/compressed") for t in self.camera_topics):
             raise ParameterError("image_transport 'raw' subscribes sensor_msgs/Image, but "
                                  "camera_topics name '.../compressed' topics")
-        if "/" in self.drafter_file or not self.drafter_file.endswith(".safetensors"):
-            raise ParameterError(f"drafter_file must be a .safetensors file name in model_dir, "
-                                 f"got {self.drafter_file!r}")
+        if problem := drafter_name_problem(self.drafter_file):
+            raise ParameterError(f"drafter_file {problem}")
         if not self.odom_topic or not self.base_frame or not self.odom_frame:
             raise ParameterError("odom_topic, base_frame and odom_frame must not be empty")
         if self.overlay_camera and self.overlay_camera not in self.camera_names:
