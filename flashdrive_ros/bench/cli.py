@@ -15,8 +15,8 @@ from flashdrive_ros.backends.tensorrt_import import TensorRTUnavailable, require
 from flashdrive_ros.bench.report import markdown
 from flashdrive_ros.bench.shapes import SHAPES
 from flashdrive_ros.bench.suite import Settings, run_suite
-from flashdrive_ros.bench.variants import ALL, ALL_PLAIN_LOGITS, ALL_PRE_ROPE, BASELINE
-from flashdrive_ros.engine.config import BACKENDS, SHORTCUTS
+from flashdrive_ros.bench.variants import VARIANT_NAMES
+from flashdrive_ros.engine.config import BACKENDS
 
 BENCH_FILE = "bench.json"
 DEFAULT_COC_TOKENS = 16
@@ -32,16 +32,12 @@ def sample_counts(text: str) -> list[int]:
     return counts
 
 
-def variant_choices() -> list[str]:
-    return [BASELINE, ALL, ALL_PRE_ROPE, ALL_PLAIN_LOGITS, *SHORTCUTS]
-
-
 def variant_names(text: str) -> list[str]:
     names = [n for n in text.split(",") if n]
-    unknown = sorted(set(names) - set(variant_choices()))
+    unknown = sorted(set(names) - set(VARIANT_NAMES))
     if not names or unknown:
         raise argparse.ArgumentTypeError(
-            f"--variants takes names from {', '.join(variant_choices())}; got {text!r}")
+            f"--variants takes names from {', '.join(VARIANT_NAMES)}; got {text!r}")
     return names
 
 
@@ -66,7 +62,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                         help="skip the HF transformers reference path")
     parser.add_argument("--variants", type=variant_names, default=None,
                         help="engine variants to time, comma-separated (default: all of "
-                             f"{', '.join(variant_choices())})")
+                             f"{', '.join(VARIANT_NAMES)})")
     parser.add_argument("--backend", default="torch", choices=BACKENDS,
                         help="encoder and backbone steps of the engine variants in torch, or "
                              "as TensorRT engines (CUDA)")

@@ -11,6 +11,7 @@ ALL = "flashdrive"
 ALL_PRE_ROPE = "flashdrive_prerope_keys"
 ALL_PLAIN_LOGITS = "flashdrive_plain_logits"
 ALL_OFF = {name: False for name in SHORTCUTS}
+VARIANT_NAMES = (BASELINE, ALL, ALL_PRE_ROPE, ALL_PLAIN_LOGITS, *SHORTCUTS)
 
 
 def variant_overrides(device: str, backend: str = "torch"
