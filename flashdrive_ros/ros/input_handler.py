@@ -16,6 +16,9 @@ from flashdrive_ros.ros.params import DriveParams
 from flashdrive_ros.ros.planner_loop import ODOMETRY_INPUT, PlannerLoop
 from flashdrive_ros.ros.sync import ApproximateTimeSynchronizer
 
+OUT_OF_ORDER = "out_of_order"
+TIME_BACKWARDS = "time_backwards"
+
 
 class InputHandler:
     def __init__(self, params: DriveParams, loop: PlannerLoop) -> None:
@@ -34,6 +37,19 @@ class InputHandler:
     def clear(self) -> None:
         self.sync.clear()
 
+    def _stamp_order(self, name: str, stamp: float, newest: float) -> str:
+        """"" for a stamp at or after its stream's newest; OUT_OF_ORDER (drop it) up to
+        max_reorder behind it, TIME_BACKWARDS further back; faults are noted on `name`."""
+        if newest - self.max_reorder <= stamp < newest:
+            self.loop.note_fault(name, f"{OUT_OF_ORDER}: stamp {stamp:.3f} arrived after "
+                                       f"{newest:.3f}; dropped")
+            return OUT_OF_ORDER
+        if stamp < newest:
+            self.loop.note_fault(name, f"{TIME_BACKWARDS}: stamp went back from "
+                                       f"{newest:.3f} to {stamp:.3f}")
+            return TIME_BACKWARDS
+        return ""
+
     def on_image(self, index: int, msg) -> None:
         name = self.params.camera_names[index]
         self.loop.note_received(name)
@@ -44,14 +60,10 @@ class InputHandler:
             self.loop.note_fault(name, f"{exc.reason}: {exc}")
             return
         with self._sync_lock:
-            newest = self._last_received[index]
-            if newest - self.max_reorder <= stamp < newest:
-                self.loop.note_fault(name, f"out_of_order: stamp {stamp:.3f} arrived after "
-                                           f"{newest:.3f}; dropped")
+            order = self._stamp_order(name, stamp, self._last_received[index])
+            if order == OUT_OF_ORDER:
                 return
-            if stamp < newest:
-                self.loop.note_fault(name, f"time_backwards: stamp went back from "
-                                           f"{newest:.3f} to {stamp:.3f}")
+            if order == TIME_BACKWARDS:
                 self.sync.clear()
                 self._last_handed = [-math.inf] * len(self._last_handed)
             self._last_received[index] = stamp
@@ -78,14 +90,8 @@ class InputHandler:
             self.loop.note_fault(ODOMETRY_INPUT, f"frame: odometry frame_id {frame!r} is not "
                                                  f"odom_frame {self.params.odom_frame!r}")
             return
-        newest = self._last_odometry_stamp
-        if newest - self.max_reorder <= stamp < newest:
-            self.loop.note_fault(ODOMETRY_INPUT, f"out_of_order: stamp {stamp:.3f} arrived "
-                                                 f"after {newest:.3f}; dropped")
+        if self._stamp_order(ODOMETRY_INPUT, stamp, self._last_odometry_stamp) == OUT_OF_ORDER:
             return
-        if stamp < newest:
-            self.loop.note_fault(ODOMETRY_INPUT, f"time_backwards: stamp went back from "
-                                                 f"{newest:.3f} to {stamp:.3f}")
         self._last_odometry_stamp = stamp
         try:
             sample = odometry_to_sample(msg)
