@@ -33,6 +33,17 @@ def message_class(msgtype: str):
         raise ImportError(f"{package}.{kind} has no message {name}") from None
 
 
+def unmatched_after(publishers: dict, topics: list[str], timeout_s: float) -> list[str]:
+    """Wait until the publisher of every topic in `topics` has a matched subscription;
+    returns the topics still unmatched at the timeout (empty on success)."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        unmatched = [t for t in topics if publishers[t].get_subscription_count() < 1]
+        if not unmatched or time.monotonic() > deadline:
+            return unmatched
+        time.sleep(0.02)
+
+
 @dataclass
 class PlayStats:
     messages: int = 0
@@ -79,12 +90,7 @@ class BagPlayer:
     def wait_for_subscribers(self, topics: list[str], timeout_s: float) -> list[str]:
         """Wait until every topic in `topics` has a matched subscription; returns the topics
         still unmatched at the timeout (empty on success)."""
-        deadline = time.monotonic() + timeout_s
-        while True:
-            unmatched = [t for t in topics if self.publishers[t].get_subscription_count() < 1]
-            if not unmatched or time.monotonic() > deadline:
-                return unmatched
-            time.sleep(0.02)
+        return unmatched_after(self.publishers, topics, timeout_s)
 
     def play(self, stop: threading.Event | None = None,
              on_message: Callable[[float], None] | None = None) -> PlayStats:

@@ -13,7 +13,7 @@ from rclpy.qos import QoSProfile, ReliabilityPolicy
 from rosgraph_msgs.msg import Clock
 
 from flashdrive_ros.reliability.stream import NS_PER_S, StreamMessage
-from flashdrive_ros.ros.bag_player import message_class
+from flashdrive_ros.ros.bag_player import message_class, unmatched_after
 from flashdrive_ros.ros.convert import seconds_to_stamp
 
 PUBLISH_DEPTH = 100
@@ -36,12 +36,7 @@ class StreamPlayer:
 
     def wait_for_subscribers(self, topics: list[str], timeout_s: float) -> list[str]:
         """Topics still without a matched subscription after timeout_s (empty on success)."""
-        deadline = time.monotonic() + timeout_s
-        while True:
-            unmatched = [t for t in topics if self.publishers[t].get_subscription_count() < 1]
-            if not unmatched or time.monotonic() > deadline:
-                return unmatched
-            time.sleep(0.02)
+        return unmatched_after(self.publishers, topics, timeout_s)
 
     def publish_clock(self, clock_ns: int) -> None:
         self.clock.publish(Clock(clock=seconds_to_stamp(clock_ns / NS_PER_S)))
