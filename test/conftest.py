@@ -9,3 +9,26 @@ def one_thread():
     torch.set_num_threads(1)
     yield
     torch.set_num_threads(previous)
+
+
+@pytest.fixture()
+def client_node():
+    """A node on a loopback context, spun on a thread of its own."""
+    import threading
+
+    from rclpy.executors import SingleThreadedExecutor
+    from rclpy.node import Node
+
+    from flashdrive_ros.ros.loopback import local_context
+
+    context = local_context()
+    node = Node("test_client", context=context)
+    executor = SingleThreadedExecutor(context=context)
+    executor.add_node(node)
+    spinner = threading.Thread(target=executor.spin, daemon=True)
+    spinner.start()
+    yield node
+    executor.shutdown()
+    node.destroy_node()
+    context.shutdown()
+    spinner.join(timeout=5.0)

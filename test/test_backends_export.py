@@ -91,7 +91,7 @@ def test_op_check_flags_unsupported_ops_opsets_and_domains(tmp_path):
     assert not any("Greater" in p or "If" in p for p in problems)
 
 
-def _windows(engine: Engine, count: int) -> list[Window]:
+def sliding_windows(engine: Engine, count: int) -> list[Window]:
     p, a = engine.model.cfg.prompt, engine.model.cfg.action
     rng = np.random.default_rng(0)
     shape = (len(p.camera_names), p.num_frames + count, p.image_height, p.image_width, 3)
@@ -131,7 +131,7 @@ def test_engine_runs_encoder_and_backbone_through_the_exported_graphs(exported):
                                     shapes.feature_layers, levels))
     graphed = Engine(reference.model, reference.tokenizer, reference.drafter, cfg, backend)
     prefills = []
-    for window in _windows(reference, 2):
+    for window in sliding_windows(reference, 2):
         want, got = reference.step(window), graphed.step(window)
         prefills.append(got.full_prefill)
         assert got.full_prefill == want.full_prefill

@@ -7,6 +7,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
+from test_backends_export import sliding_windows
 
 from flashdrive_ros.backends import base
 from flashdrive_ros.backends.base import CACHE_ENV, tensorrt_backend
@@ -14,7 +15,6 @@ from flashdrive_ros.backends.specs import EngineShapes
 from flashdrive_ros.backends.tensorrt_import import TensorRTUnavailable, require_tensorrt
 from flashdrive_ros.engine.config import EngineConfig
 from flashdrive_ros.engine.engine import Engine
-from flashdrive_ros.engine.types import Window
 from flashdrive_ros.model.alpamayo import AlpamayoModel
 from flashdrive_ros.model.config import tiny
 from flashdrive_ros.model.kv_cache import KVCache
@@ -139,21 +139,6 @@ def test_backbone_prefill_verify_decode_sequence_matches_torch(model, backend):
     _close(ext.v[:, :, :, :ext.length], ref.v[:, :, :, :ref.length])
 
 
-def _windows(engine: Engine, count: int) -> list[Window]:
-    p, a = engine.model.cfg.prompt, engine.model.cfg.action
-    rng = np.random.default_rng(0)
-    shape = (len(p.camera_names), p.num_frames + count, p.image_height, p.image_width, 3)
-    frames = rng.integers(0, 256, size=shape, dtype=np.uint8)
-    history = np.cumsum(np.tile([[0.5, 0.0, 0.0, 0.0]], (a.num_history, 1)), axis=0)
-    windows = []
-    for n in range(count):
-        stamps = p.frame_dt * (n + np.arange(p.num_frames, dtype=np.float64))
-        windows.append(Window(t0=float(stamps[-1]), images=frames[:, n:n + p.num_frames],
-                              image_stamps=np.tile(stamps, (shape[0], 1)),
-                              ego_history=history, sequence=n))
-    return windows
-
-
 def test_engine_on_tensorrt_plans_like_the_torch_engine(tmp_path, monkeypatch):
     monkeypatch.setenv(CACHE_ENV, str(tmp_path))
     common = dict(device="cuda", max_coc_tokens=MAX_COC, rotated_keys=False)
@@ -161,7 +146,7 @@ def test_engine_on_tensorrt_plans_like_the_torch_engine(tmp_path, monkeypatch):
     engine = Engine.load(default_model_dir(), EngineConfig(backend="tensorrt", **common))
     assert engine.backend.name == "tensorrt"
     assert len(list(tmp_path.glob("*.plan"))) == 2
-    for window in _windows(reference, 2):
+    for window in sliding_windows(reference, 2):
         want, got = reference.step(window), engine.step(window)
         assert got.full_prefill == want.full_prefill
         assert got.coc_token_ids == want.coc_token_ids

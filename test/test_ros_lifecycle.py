@@ -10,13 +10,11 @@ import time
 
 import pytest
 from lifecycle_msgs.msg import Transition
-from rclpy.executors import SingleThreadedExecutor
-from rclpy.node import Node
 from test_ros_fixtures import make_tiny_model_dir
 
 from flashdrive_ros.reliability.stream import NS_PER_S, looped, read_stream
 from flashdrive_ros.ros.lifecycle_client import LifecycleClient
-from flashdrive_ros.ros.loopback import local_context, process_domain_id
+from flashdrive_ros.ros.loopback import process_domain_id
 from flashdrive_ros.ros.node_observer import NodeObserver
 from flashdrive_ros.ros.node_process import NodeProcess, read_process
 from flashdrive_ros.ros.params import DriveParams
@@ -40,21 +38,6 @@ def drive(tmp_path_factory):
     bag = tmp_path_factory.mktemp("bag") / "bag"
     write_bag(bag, 6.0, seed=7, width=64, height=48, workers=1)
     return looped(read_stream(bag, list(TOPICS)), NS_PER_S // 10)
-
-
-@pytest.fixture()
-def client_node():
-    context = local_context()
-    node = Node("lifecycle_cycles_client", context=context)
-    executor = SingleThreadedExecutor(context=context)
-    executor.add_node(node)
-    spinner = threading.Thread(target=executor.spin, daemon=True)
-    spinner.start()
-    yield node
-    executor.shutdown()
-    node.destroy_node()
-    context.shutdown()
-    spinner.join(timeout=5.0)
 
 
 def wait_for(predicate, timeout_s, what, process):

@@ -5,7 +5,6 @@ import os
 import signal
 import subprocess
 import sys
-import threading
 import time
 from pathlib import Path
 
@@ -13,12 +12,10 @@ import pytest
 import yaml
 from lifecycle_msgs.msg import Transition
 from rcl_interfaces.srv import GetParameters
-from rclpy.executors import SingleThreadedExecutor
-from rclpy.node import Node
 from test_ros_fixtures import make_tiny_model_dir
 
 from flashdrive_ros.ros.lifecycle_client import LifecycleClient, LifecycleError
-from flashdrive_ros.ros.loopback import local_context, process_domain_id
+from flashdrive_ros.ros.loopback import process_domain_id
 
 pytestmark = [pytest.mark.ros, pytest.mark.timeout(180)]
 CONSOLE_SCRIPT = Path(sys.executable).with_name("drive_node")
@@ -35,22 +32,6 @@ def call(client, request):
         time.sleep(0.02)
     assert future.done(), f"{client.srv_name} did not answer"
     return future.result()
-
-
-@pytest.fixture()
-def client_node():
-    """A node on a loopback context, spun on a thread of its own."""
-    context = local_context()
-    node = Node("main_test_client", context=context)
-    executor = SingleThreadedExecutor(context=context)
-    executor.add_node(node)
-    spinner = threading.Thread(target=executor.spin, daemon=True)
-    spinner.start()
-    yield node
-    executor.shutdown()
-    node.destroy_node()
-    context.shutdown()
-    spinner.join(timeout=5.0)
 
 
 def drive_lifecycle(lifecycle, transitions, log_path):

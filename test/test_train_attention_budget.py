@@ -1,3 +1,6 @@
+import contextlib
+import dataclasses
+
 import torch
 
 from flashdrive_ros.model.config import tiny
@@ -48,28 +51,21 @@ def test_shares_split_the_attention_mass():
         "vision": 0.5, "history": 0.0, "prompt_text": 0.0, "generated": 0.25, "block": 0.25}
 
 
-def test_budget_of_a_drafter_sums_to_one():
-    import contextlib
-    import dataclasses
-
+def _budget_of_tiny_drafter(context_len: int) -> dict[str, float]:
     cfg = tiny(vocab_size=60)
     torch.manual_seed(0)
-    drafter = Drafter(dataclasses.replace(cfg.drafter, context_len=16), cfg.text)
+    drafter = Drafter(dataclasses.replace(cfg.drafter, context_len=context_len), cfg.text)
     embed = torch.nn.Embedding(60, cfg.text.hidden_size)
-    shares = attention_budget(drafter, _corpus(), torch.arange(6), embed, PROMPT_LEN, IMAGE,
-                              HISTORY, 0, contextlib.nullcontext, block_size=4)
+    return attention_budget(drafter, _corpus(), torch.arange(6), embed, PROMPT_LEN, IMAGE,
+                            HISTORY, 0, contextlib.nullcontext, block_size=4)
+
+
+def test_budget_of_a_drafter_sums_to_one():
+    shares = _budget_of_tiny_drafter(16)
     assert abs(sum(shares.values()) - 1.0) < 1e-5
     assert min(shares.values()) >= 0.0 and shares["vision"] > 0.0
 
 
 def test_a_drafter_reading_only_recent_text_puts_no_attention_on_images():
-    import contextlib
-    import dataclasses
-
-    cfg = tiny(vocab_size=60)
-    torch.manual_seed(0)
-    drafter = Drafter(dataclasses.replace(cfg.drafter, context_len=4), cfg.text)
-    embed = torch.nn.Embedding(60, cfg.text.hidden_size)
-    shares = attention_budget(drafter, _corpus(), torch.arange(6), embed, PROMPT_LEN, IMAGE,
-                              HISTORY, 0, contextlib.nullcontext, block_size=4)
+    shares = _budget_of_tiny_drafter(4)
     assert shares["vision"] == 0.0 and shares["prompt_text"] + shares["generated"] > 0.0
