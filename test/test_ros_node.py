@@ -89,6 +89,32 @@ def decoded_rgb(data):
     return cv2.imdecode(np.frombuffer(data, np.uint8), cv2.IMREAD_COLOR)[:, :, ::-1]
 
 
+class StampGrid:
+    """A 0.1 s stamp grid that follows `clock`: `next()` waits until the clock reaches the next
+    stamp and returns it; when publishing falls more than 0.3 s behind the clock (the test
+    waited, or the process stalled) the grid jumps up to the clock, so stamps never drift
+    behind it and plans are never too old to be valid."""
+
+    def __init__(self, clock):
+        self.clock = clock
+        self.stamp = None
+
+    def now(self):
+        return self.clock.now().nanoseconds * 1e-9
+
+    def upcoming(self):
+        if self.stamp is None or self.now() - self.stamp > 0.3:
+            self.stamp = round(self.now(), 1) + 0.1
+        return self.stamp
+
+    def next(self):
+        stamp = self.upcoming()
+        while self.now() < stamp:
+            time.sleep(0.005)
+        self.stamp = round(stamp + FRAME_DT, 6)
+        return stamp
+
+
 class Feeder:
     """The test's side of the graph: publishes cameras and odometry, records outputs."""
 
@@ -113,7 +139,7 @@ class Feeder:
                                           lambda m, s=store: self._store(s, m), 10)
         self.get_state = self.node.create_client(GetState, "/drive_node/get_state")
         self.change_state = self.node.create_client(ChangeState, "/drive_node/change_state")
-        self.next_stamp = None
+        self.grid = StampGrid(self.node.get_clock())
         self.last_stamp = None
         self.payload = [jpeg(i) for i in range(len(CAMERAS))]
         self.sets = []
@@ -121,9 +147,6 @@ class Feeder:
     def _store(self, store, msg):
         with self.lock:
             store.append((time.monotonic(), msg))
-
-    def now(self):
-        return self.node.get_clock().now().nanoseconds * 1e-9
 
     def odometry(self, stamp, x, bad=False):
         msg = Odometry()
@@ -139,8 +162,7 @@ class Feeder:
         """Publish camera sets on a 0.1 s stamp grid and odometry at 0.02 s spacing up to each
         set's stamp for `seconds`, then on until `until()` holds (an AssertionError after
         WAIT_S more), so that the node keeps getting input while the test waits for its
-        answer. The grid follows the clock; when publishing falls more than 0.3 s behind it
-        (the test waited, or the process stalled) the grid jumps up to the clock. Odometry
+        answer. The grid follows the clock (StampGrid). Odometry
         runs along x = SPEED * stamp, so wall-clock stamps put it near 1e10 m.
 
         nan_odometry_set: the odometry sample 0.04 s before the stamp of this drive's set
@@ -157,14 +179,10 @@ class Feeder:
                or (until is not None and not until())):
             if time.monotonic() > end + WAIT_S:
                 raise AssertionError(f"timed out after {WAIT_S} s of driving waiting for {what}")
-            if self.next_stamp is None or self.now() - self.next_stamp > 0.3:
-                self.next_stamp = round(self.now(), 1) + 0.1
             if offset is None:
                 offset = (0.0 if rewind_s is None
-                          else self.last_stamp - rewind_s - self.next_stamp)
-            while self.now() < self.next_stamp:
-                time.sleep(0.005)
-            stamp = self.next_stamp + offset
+                          else self.last_stamp - rewind_s - self.grid.upcoming())
+            stamp = self.grid.next() + offset
             for k in range(5):
                 t = stamp - 0.08 + 0.02 * k
                 bad = published == nan_odometry_set and k == 2
@@ -181,7 +199,6 @@ class Feeder:
                     header=self._header(stamp, CAMERAS[i]), format="jpeg", data=data))
             self.sets.append(PublishedSet(stamp, skip_camera, corrupt_camera))
             self.last_stamp = stamp
-            self.next_stamp = round(self.next_stamp + 0.1, 6)
             published += 1
         return nan_odometry_at
 
@@ -464,6 +481,11 @@ def test_raw_images_with_row_padding_are_planned(graph, tiny_model_dir):
     try:
         client.create_subscription(Path, "/raw_test/drive_node/trajectory",
                                    lambda m: paths.append(m) if m.poses else None, 10)
+        faults = set()
+        client.create_subscription(
+            DiagnosticArray, names.DIAGNOSTICS_TOPIC,
+            lambda a: faults.update(f"{s.name}: {s.message}" for s in a.status
+                                    if s.message not in ("ok", "planning")), 10)
         images = [client.create_publisher(Image, t, 10) for t in topics]
         odom = client.create_publisher(Odometry, "/raw_test/odometry", 50)
         assert node.trigger_configure() == TransitionCallbackReturn.SUCCESS
@@ -475,12 +497,10 @@ def test_raw_images_with_row_padding_are_planned(graph, tiny_model_dir):
             assert [q.reliability for q in qos] == [ReliabilityPolicy.RELIABLE]
         bgr = np.zeros((48, 64 * 3 + 8), np.uint8)
         bgr[:, : 64 * 3] = np.random.default_rng(1).integers(0, 256, (48, 64 * 3))
-        stamp = round(client.get_clock().now().nanoseconds * 1e-9, 1)
+        grid = StampGrid(client.get_clock())
         deadline = time.monotonic() + WAIT_S
         while not paths and time.monotonic() < deadline:
-            stamp = round(stamp + 0.1, 6)
-            while client.get_clock().now().nanoseconds * 1e-9 < stamp:
-                time.sleep(0.005)
+            stamp = grid.next()
             for k in range(5):
                 msg = Odometry()
                 msg.header.stamp = seconds_to_stamp(stamp - 0.08 + 0.02 * k)
@@ -491,7 +511,8 @@ def test_raw_images_with_row_padding_are_planned(graph, tiny_model_dir):
                 publisher.publish(Image(header=Feeder._header(stamp, CAMERAS[i]), height=48,
                                         width=64, encoding="bgr8", step=64 * 3 + 8,
                                         data=bgr.tobytes()))
-        assert paths and len(paths[-1].poses) == 64
+        assert paths, f"no valid path in {WAIT_S} s; diagnostics: {sorted(faults)}"
+        assert len(paths[-1].poses) == 64
     finally:
         node.release_all()
         executor.shutdown()
