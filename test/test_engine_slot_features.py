@@ -68,7 +68,7 @@ class RecordingProposer:
 @pytest.mark.parametrize("kind,rotary", [("dflash", "mrope"), ("eagle3", "flat")])
 def test_whole_prompt_context_streams_losslessly(parts, kind, rotary):
     reference = _engine(parts, None)
-    fast = _engine(parts, kind, rotary)
+    fast = _engine(parts, kind, rotary, coc_reuse=False)
     recorder = RecordingProposer(fast.proposer)
     fast.proposer = recorder
     n = fast.frame_layout.prompt_length

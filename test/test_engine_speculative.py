@@ -3,6 +3,7 @@ import dataclasses
 import pytest
 import torch
 
+from flashdrive_ros.engine.coc_reuse import CoCReuseProposer
 from flashdrive_ros.engine.decoding import (Sampling, StopRule, Target, decode_one,
                                             greedy_decode, prefill, required_capacity,
                                             sampling_probs, start_state)
@@ -278,9 +279,12 @@ def test_speculative_sampling_preserves_distribution():
                                   sampling, torch.Generator().manual_seed(0))
         q_top = proposer.propose(request).probs[0]
     assert 0.5 * float((q_top - given[top]).abs().sum()) > 0.3
+    assert float(given[top].min()) < 0.05
 
+    unlikely = int(torch.argmin(given[top]))
+    reuse = CoCReuseProposer(proposer, [top, unlikely, stop.cot_end_id], "cpu", min_match=1)
     g = torch.Generator().manual_seed(1)
-    for candidate, runs in ((proposer, 600), (UniformProposer(12, 4), 1000)):
+    for candidate, runs in ((proposer, 600), (UniformProposer(12, 4), 1000), (reuse, 600)):
         joint = torch.zeros(12, 12, dtype=torch.float64)
         for _ in range(runs):
             result = speculative_decode(tgt, candidate, out, _copy_cache(base), stop, sampling,

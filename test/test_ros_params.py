@@ -147,7 +147,7 @@ def test_every_engine_switch_is_a_node_parameter():
     from flashdrive_ros.ros.node import engine_config
 
     switches = {f.name for f in dataclasses.fields(EngineConfig) if "bool" in str(f.type)}
-    assert switches == {*SHORTCUTS, "rotated_keys", "padded_logits"}
+    assert switches == {*SHORTCUTS, "rotated_keys", "padded_logits", "coc_reuse"}
     assert switches <= set(DriveParams.field_names())
     on_cuda = engine_config(DriveParams(dtype="float32"), "cuda")
     assert on_cuda.rotated_keys and on_cuda.padded_logits
@@ -155,8 +155,9 @@ def test_every_engine_switch_is_a_node_parameter():
     assert on_cpu.rotated_keys and not on_cpu.padded_logits
     for name in switches:
         off = engine_config(DriveParams(dtype="float32").replace(**{name: False}), "cuda")
-        assert getattr(off, name) is False
-        assert all(getattr(off, other) for other in switches - {name})
+        follows = {"coc_reuse"} if name == "speculative" else set()
+        assert getattr(off, name) is False and not any(getattr(off, f) for f in follows)
+        assert all(getattr(off, other) for other in switches - {name} - follows)
 
 
 def test_drafter_file_names_a_safetensors_file_in_the_model_dir():

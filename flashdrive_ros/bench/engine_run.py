@@ -30,7 +30,8 @@ def run_engine(parts: Parts, overrides: dict, device: str, dtype: str, samples: 
                coc_tokens: int, warmup: int, windows: int, seed: int,
                backend: str = "torch") -> tuple[dict, Work]:
     cfg = EngineConfig(device=device, dtype=dtype, num_samples=samples,
-                       max_coc_tokens=coc_tokens, seed=seed, backend=backend, **overrides)
+                       max_coc_tokens=coc_tokens, seed=seed, backend=backend,
+                       **{"coc_reuse": False, **overrides})
     engine = Engine(parts.model, parts.tokenizer, parts.drafter, cfg)
     drive = SlidingWindows(parts.cfg, seed)
     for window in drive.take(warmup):

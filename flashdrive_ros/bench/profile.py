@@ -53,7 +53,7 @@ def switch_values(text: str) -> list[str]:
 def engine_config(args: argparse.Namespace, dtype: str, graphs: str, rotated: str
                   ) -> EngineConfig:
     common = dict(mode=args.mode, device=args.device, dtype=dtype,
-                  max_coc_tokens=args.coc_tokens)
+                  max_coc_tokens=args.coc_tokens, coc_reuse=False)
     if args.mode == "baseline":
         return EngineConfig(**common)
     return EngineConfig(cuda_graphs=graphs == "on", rotated_keys=rotated == "on", **common)

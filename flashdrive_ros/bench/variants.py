@@ -21,7 +21,10 @@ def variant_overrides(device: str, backend: str = "torch"
     where the device is CUDA and the backend torch); `flashdrive_prerope_keys` is the same
     with keys rotated at every attention call instead of kept after RoPE (torch backend only:
     the tensorrt backend's cache always keeps keys before RoPE); `flashdrive_plain_logits`
-    is the same with the plain lm_head product where `flashdrive` pads the rows (CUDA)."""
+    is the same with the plain lm_head product where `flashdrive` pads the rows (CUDA).
+    Every variant runs with `coc_reuse` off (engine_run.py): the bench's random-weight CoCs
+    say nothing about how often consecutive real windows repeat their CoC; replay measures
+    that on a drive."""
     variants: dict[str, dict] = {BASELINE: {"mode": "baseline"}, ALL: {"mode": "flashdrive"}}
     skipped: dict[str, str] = {}
     if backend == "torch":

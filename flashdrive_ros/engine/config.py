@@ -31,7 +31,9 @@ class EngineConfig:
     loads (DFlash or EAGLE-3, as the file's stored config says). `padded_logits` computes the
     lm_head of the verify and draft rows as weight @ rows^T with the rows padded to a multiple
     of 8 (default on CUDA in flashdrive mode, where the plain product runs several times under
-    memory bandwidth)."""
+    memory bandwidth). `coc_reuse` drafts from the previous window's CoC where the tokens
+    committed so far match it, from the drafter elsewhere (default on with speculative
+    decoding; lossless like any draft)."""
 
     mode: str = "flashdrive"
     streaming: bool | None = None
@@ -52,6 +54,7 @@ class EngineConfig:
     rotated_keys: bool | None = None
     padded_logits: bool | None = None
     drafter_file: str = DRAFTER_FILE
+    coc_reuse: bool | None = None
 
     def __post_init__(self) -> None:
         if self.mode not in MODES:
@@ -79,6 +82,13 @@ class EngineConfig:
         elif not isinstance(self.padded_logits, bool):
             raise ConfigError(f"padded_logits must be true, false or null, got "
                               f"{self.padded_logits!r}")
+        if self.coc_reuse is None:
+            self.coc_reuse = self.speculative
+        elif not isinstance(self.coc_reuse, bool):
+            raise ConfigError(f"coc_reuse must be true, false or null, got {self.coc_reuse!r}")
+        elif self.coc_reuse and not self.speculative:
+            raise ConfigError("coc_reuse drafts inside speculative decoding; set speculative "
+                              "true or coc_reuse false")
         if self.rotated_keys and self.backend != "torch":
             raise ConfigError("rotated_keys keeps post-RoPE keys in the torch backend's cache; "
                               "set rotated_keys false with backend 'tensorrt'")

@@ -19,6 +19,7 @@ import torch
 
 from flashdrive_ros.backends.base import Backend, make_backend
 from flashdrive_ros.backends.specs import EngineShapes
+from flashdrive_ros.engine.coc_reuse import CoCReuseProposer
 from flashdrive_ros.engine.config import EngineConfig
 from flashdrive_ros.engine.decoding import (DecodeResult, PrefillOutput, Sampling, StopRule,
                                             Target, autoregressive_decode, required_capacity)
@@ -125,6 +126,7 @@ class Engine:
         self.graphs = self.graphed_steps() if cfg.cuda_graphs else None
         self.encoded_frames: EncodedFrames | None = None
         self._encoder_lock = threading.Lock()
+        self.previous_coc: list[int] = []
 
     @classmethod
     def load(cls, model_dir: str | Path, cfg: EngineConfig) -> Engine:
@@ -168,8 +170,10 @@ class Engine:
         return self.cfg.mode
 
     def reset(self) -> None:
-        """Drop the streaming state: the next window runs a full prefill."""
+        """Drop the streaming state and the previous CoC: the next window runs a full prefill
+        and drafts with the drafter alone."""
         self.stream.reset()
+        self.previous_coc = []
 
     def keep_encoded_frames(self, keep_s: float | None = 2.0) -> None:
         """Keep every encoded frame of the last `keep_s` seconds by camera and stamp, so that
@@ -322,8 +326,12 @@ class Engine:
         target = self.graphs.target if self.graphs else self.target
         proposer = self.graphs.proposer if self.graphs else self.proposer
         if proposer is not None:
-            return speculative_decode(target, proposer, prefill_out, cache, self.stop,
-                                      self.sampling, generator)
+            if self.cfg.coc_reuse and self.previous_coc:
+                proposer = CoCReuseProposer(proposer, self.previous_coc, self.device)
+            decoded = speculative_decode(target, proposer, prefill_out, cache, self.stop,
+                                         self.sampling, generator)
+            self.previous_coc = list(decoded.tokens)
+            return decoded
         return autoregressive_decode(target, prefill_out, cache, self.stop, self.sampling,
                                      generator)
 

@@ -32,6 +32,7 @@ VARIANTS = {
     "baseline": dict(mode="baseline"),
     "flashdrive": dict(),
     "flashdrive, mrope drafter": dict(),
+    "flashdrive, drafter only (no CoC reuse)": dict(coc_reuse=False),
     "flashdrive, full prefill": dict(streaming=False),
     "flashdrive, full Euler": dict(cached_velocity=False),
 }
@@ -76,13 +77,16 @@ def run(model_dir: Path, out: Path, drives: int, seconds: float, num_samples: in
 
 
 def table(blocks: dict) -> str:
-    head = ["variant", *(c for c, _ in COLUMNS), "total p50 (ms)", "windows"]
+    head = ["variant", *(c for c, _ in COLUMNS), "decode p50 / p90 (ms)", "total p50 (ms)",
+            "windows"]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for name, block in blocks.items():
         cells = [name]
         for _, key in COLUMNS:
             value = block.get(key)
             cells.append("-" if value is None else f"{value:.3f}")
+        decode = block["latency_ms"]["decode"]
+        cells.append(f"{decode['p50']:.0f} / {decode['p90']:.0f}")
         cells.append(f"{block['latency_ms']['total']['p50']:.0f}")
         cells.append(str(block["windows"]))
         lines.append("| " + " | ".join(cells) + " |")

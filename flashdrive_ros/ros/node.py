@@ -70,7 +70,7 @@ def engine_config(params: DriveParams, device: str) -> EngineConfig:
     """EngineConfig from the node parameters; in baseline mode the switches are ignored
     (every shortcut is off). CUDA graphs are used only on a CUDA device with the torch backend
     (they capture torch steps), rotated keys only with the torch backend (its cache keeps
-    them), padded logits only on a CUDA device."""
+    them), padded logits only on a CUDA device, CoC reuse only with speculative decoding."""
     common = dict(mode=params.mode, num_samples=params.num_samples, device=device,
                   backend=params.backend, dtype=resolve_dtype(params.dtype, device))
     if params.mode == "baseline":
@@ -82,6 +82,7 @@ def engine_config(params: DriveParams, device: str) -> EngineConfig:
                         cuda_graphs=params.cuda_graphs and cuda and torch_backend,
                         rotated_keys=params.rotated_keys and torch_backend,
                         padded_logits=params.padded_logits and cuda,
+                        coc_reuse=params.coc_reuse and params.speculative,
                         drafter_file=params.drafter_file, **common)
 
 

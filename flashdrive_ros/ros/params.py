@@ -95,6 +95,9 @@ class DriveParams:
     padded_logits: bool = _spec(True, "lm_head of the verify and draft rows with the rows "
                                 "padded to a multiple of 8; used when the device is CUDA and "
                                 "the mode flashdrive; applied at the next configure.")
+    coc_reuse: bool = _spec(True, "Speculative decoding drafts from the previous window's "
+                            "CoC where the tokens committed so far match it (lossless); used "
+                            "when speculative is on; applied at the next configure.")
     drafter_file: str = _spec(DRAFTER_FILE, "Drafter weights in model_dir for "
                               "speculative decoding (DFlash or EAGLE-3, as the file's stored "
                               "config says).", read_only=True)
