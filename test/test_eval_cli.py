@@ -134,3 +134,28 @@ def test_drafter_file_option_reaches_the_engines_and_the_node(tmp_path, capsys):
     code, err = run_cli(capsys, bag, "--model-dir", model_dir, "--out", tmp_path / "o2",
                         "--device", "cpu", "--quiet")
     assert code == 2 and "cannot load the flashdrive engine" in err
+
+
+def test_node_params_reach_the_node_through_ros_only(tmp_path, capsys):
+    from flashdrive_ros.eval.through_ros import node_parameters
+
+    options = options_from_args(parser().parse_args(
+        ["b", "--out", "o", "--model-dir", "m", "--through-ros", "--node-param",
+         "act_apart=true", "--node-param", "max_plan_age_s=0.8", "--node-param",
+         "coc_reuse=false"]))
+    params = node_parameters(options, "flashdrive", False)
+    assert params["act_apart"] is True and params["coc_reuse"] is False
+    assert params["max_plan_age_s"] == 0.8
+    bag = write_drive_bag(tmp_path / "bag", seconds=0.3)
+    for argv, message in [
+            (["--node-param", "act_apart=true"], "applies through ROS only"),
+            (["--through-ros", "--node-param", "act_apart"], "wants NAME=VALUE"),
+            (["--through-ros", "--node-param", "warp_drive=1"],
+             "['warp_drive'] are not drive_node parameters"),
+            (["--through-ros", "--node-param", "num_samples=3"], "use --num-samples"),
+            (["--through-ros", "--node-param", "max_plan_age_s=[1"], "is not a YAML value"),
+            (["--through-ros", "--node-param", "max_plan_age_s=-1"], "max_plan_age_s")]:
+        code, err = run_cli(capsys, bag, "--model-dir", tmp_path, "--out", tmp_path / "o",
+                            "--quiet", *argv)
+        assert code == 2 and message in err, (argv, err)
+        assert "Traceback" not in err

@@ -1,11 +1,13 @@
 """`flashdrive-replay BAG --model-dir DIR --out OUTDIR [--mode flashdrive|baseline|compare]
-[--through-ros] [--topics-yaml FILE] [--backend torch|tensorrt]`: replay a rosbag through
-the planner and report."""
+[--through-ros [--node-param NAME=VALUE ...]] [--topics-yaml FILE] [--backend torch|tensorrt]`:
+replay a rosbag through the planner and report."""
 
 from __future__ import annotations
 
 import argparse
 import sys
+
+import yaml
 
 from flashdrive_ros.engine.dtype_choice import DTYPE_CHOICES
 from flashdrive_ros.eval.errors import ReplayError
@@ -44,6 +46,9 @@ def parser() -> argparse.ArgumentParser:
                         "(default: drafter.safetensors)")
     p.add_argument("--control-rate", type=float, default=10.0, help="windows per bag second")
     p.add_argument("--max-windows", type=int, default=None, help="stop after N windows")
+    p.add_argument("--node-param", action="append", default=[], metavar="NAME=VALUE",
+                   help="a drive_node parameter for --through-ros (YAML value, repeatable), "
+                        "e.g. --node-param act_apart=true")
     p.add_argument("--no-plots", action="store_true")
     p.add_argument("--quiet", action="store_true", help="no progress bar, no summary table")
     return p
@@ -67,7 +72,23 @@ def options_from_args(args: argparse.Namespace) -> ReplayOptions:
         num_samples=args.num_samples, device=args.device, dtype=args.dtype,
         backend=args.backend, drafter_file=args.drafter_file,
         control_rate_hz=args.control_rate,
-        max_windows=args.max_windows, progress=not args.quiet, plots=not args.no_plots)
+        max_windows=args.max_windows, progress=not args.quiet, plots=not args.no_plots,
+        node_params=parse_node_params(args.node_param))
+
+
+def parse_node_params(items: list[str]) -> dict:
+    """NAME=VALUE strings -> {name: YAML-parsed value}."""
+    params = {}
+    for item in items:
+        name, sep, text = item.partition("=")
+        if not sep or not name.strip():
+            raise ReplayError(f"--node-param wants NAME=VALUE, got {item!r}")
+        try:
+            params[name.strip()] = yaml.safe_load(text)
+        except yaml.YAMLError as exc:
+            raise ReplayError(f"--node-param {name}: {text!r} is not a YAML value ({exc})") \
+                from None
+    return params
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -42,6 +42,7 @@ class ReplayOptions:
     max_windows: int | None = None
     progress: bool = True
     plots: bool = True
+    node_params: dict = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         self.bag, self.model_dir, self.out_dir = (Path(self.bag), Path(self.model_dir),
@@ -72,6 +73,8 @@ class ReplayOptions:
         if self.max_windows is not None and self.through_ros:
             raise ReplayError("--max-windows applies to the offline replay; through ROS the "
                               "whole bag is played")
+        if problem := node_params_problem(self.node_params, self.through_ros):
+            raise ReplayError(problem)
 
     def drafter_choice(self) -> dict[str, str]:
         """{"drafter_file": name} when one was chosen; else {} (the engine's default)."""
@@ -87,6 +90,38 @@ class ReplayOptions:
         import torch
 
         return "cuda" if torch.cuda.is_available() else "cpu"
+
+
+def node_params_problem(node_params: dict, through_ros: bool) -> str | None:
+    """Why `node_params` (drive_node parameters given with --node-param) cannot be used, or
+    None. The replay sets the model, topics, transport, mode, device and sample count itself."""
+    from flashdrive_ros.ros.params import DriveParams, ParameterError
+
+    if not node_params:
+        return None
+    if not through_ros:
+        return "--node-param sets drive_node parameters: it applies through ROS only"
+    unknown = sorted(set(node_params) - set(DriveParams.field_names()))
+    if unknown:
+        return f"--node-param: {unknown} are not drive_node parameters"
+    owned = sorted(set(node_params) & set(REPLAY_OWNED_PARAMS))
+    if owned:
+        return (f"--node-param: the replay sets {owned} itself; use "
+                f"{', '.join(REPLAY_OWNED_PARAMS[k] for k in owned)}")
+    try:
+        DriveParams().replace(**node_params)
+    except (ParameterError, TypeError) as exc:
+        return f"--node-param: {exc}"
+    return None
+
+
+REPLAY_OWNED_PARAMS = {
+    "model_dir": "--model-dir", "camera_topics": "--camera-topics or --topics-yaml",
+    "odom_topic": "--odom-topic or --topics-yaml", "image_transport": "the bag's image type",
+    "image_reliability": "(reliable during replay)", "control_rate_hz": "--control-rate",
+    "num_samples": "--num-samples", "mode": "--mode", "device": "--device", "dtype": "--dtype",
+    "backend": "--backend", "drafter_file": "--drafter-file",
+}
 
 
 def check_backend(options: ReplayOptions) -> None:
