@@ -229,6 +229,17 @@ def test_image_size_mismatch():
     assert isinstance(b.build(10.0), Window)
 
 
+def test_the_newest_time_base_reset_is_the_one_reported():
+    b = WindowBuilder(CAMS)
+    _feed(b, 10.0)
+    assert isinstance(b.build(10.0), Window)
+    b.add_image(0, 20.0, np.zeros((8, 12, 3), np.uint8))
+    b.add_image(0, 19.0, np.zeros((8, 12, 3), np.uint8))
+    rej = b.build(10.0)
+    assert rej.code == "time_backwards" and rej.time_base_reset
+    assert "20.000000 -> 19.000000" in rej.reason
+
+
 def test_backwards_stamp_resets_and_flags_next_window():
     b = WindowBuilder(CAMS)
     _feed(b, 10.0)

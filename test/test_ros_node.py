@@ -248,12 +248,18 @@ def tiny_model_dir(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def graph(tiny_model_dir):
+    """The node and the feeder in this process, on one executor. act_apart is off here: with
+    the tiny model the worker and actor threads run microsecond torch ops that keep taking the
+    GIL from the feeder's callbacks, which then see gaps that are not the node's; the node
+    with act_apart on runs in its own process in test_eval_through_ros.py and
+    test_reliability_ros.py."""
     context = local_context()
     node = DriveNode(context=context, parameter_overrides=[
         Parameter("model_dir", value=str(tiny_model_dir)),
         Parameter("max_plan_age_s", value=3.0),
         Parameter("device", value="cpu"),
         Parameter("cpu_threads", value=2),
+        Parameter("act_apart", value=False),
         Parameter("num_samples", value=NUM_SAMPLES),
         Parameter("overlay_intrinsics", value=[50.0, 50.0, 32.0, 24.0]),
         Parameter("overlay_extrinsic", value=[1.5, 0.0, 1.5, 0.0, 0.15, 0.0])])
@@ -294,7 +300,7 @@ def test_configure_activate_plan_and_recover_from_faults(graph):
     feeder.drive(1.0)
     planning_until = time.monotonic()
     planner = values_of(feeder.planner_statuses()[-1])
-    assert planner["cpu_threads"] == "2" and torch.get_num_threads() == 1
+    assert planner["cpu_threads"] == "2" and planner["act_apart"] == "False"
     assert node.encoder.encoded >= 1 and len(node.engine.encoded_frames) >= 1
     assert {f"latency_ms.{stage}" for stage in STAGES} <= set(planner)
     assert float(planner["accepted_length_mean"]) >= 1.0
@@ -376,9 +382,7 @@ def test_configure_activate_plan_and_recover_from_faults(graph):
         return counted and any("time_backwards" in f for f in feeder.input_faults())
 
     backwards_from = time.monotonic()
-    time_base_before = max([int(values_of(s).get("plan_time_base", 0))
-                            for t, s in feeder.timed_planner_statuses() if t < backwards_from],
-                           default=0)
+    time_base_before = node.loop.time_base
     first_rewound = len(feeder.sets)
     feeder.drive(0.3, rewind_s=0.6)
     first_rewound_stamp = feeder.sets[first_rewound].stamp

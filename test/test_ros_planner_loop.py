@@ -267,3 +267,52 @@ def test_actions_apart_give_the_plans_of_plain_steps(engine):
         assert got.full_prefill == want.full_prefill
         np.testing.assert_array_equal(got.trajectories, want.trajectories)
     assert not all(p.full_prefill for p in recording.plans)
+
+
+class GatedEngine(RecordingEngine):
+    """Acts only once `gate` is set, so a window's action can be held in flight."""
+
+    def __init__(self, engine):
+        super().__init__(engine)
+        self.gate = threading.Event()
+        self.acting = threading.Event()
+        self.reasoned_t0 = []
+
+    def reason(self, window, detach=False):
+        reasoning = super().reason(window, detach)
+        self.reasoned_t0.append(window.t0)
+        return reasoning
+
+    def act(self, reasoning):
+        self.acting.set()
+        assert self.gate.wait(30)
+        return super().act(reasoning)
+
+
+def test_a_plan_acted_apart_across_a_time_jump_is_dropped(engine):
+    engine.reset()
+    gated = GatedEngine(engine)
+    loop = PlannerLoop(gated, WindowBuilder(len(CAMERAS)), CAMERAS, act_apart=True)
+    feed(loop, 70.0, 71.6)
+    loop.start()
+    try:
+        assert gated.acting.wait(30)
+        feed(loop, 80.0, 81.6)
+        deadline = time.monotonic() + 30
+        while "time_jump" not in loop.health()[0].rejections_by_code \
+                and time.monotonic() < deadline:
+            time.sleep(0.01)
+        feed(loop, 81.62, 81.7)
+        while max(gated.reasoned_t0) < 80 and time.monotonic() < deadline:
+            time.sleep(0.01)
+        gated.gate.set()
+        while (loop.latest() is None or loop.latest().plan.t0 < 80) \
+                and time.monotonic() < deadline:
+            time.sleep(0.01)
+    finally:
+        gated.gate.set()
+        loop.stop()
+    planner, _ = loop.health()
+    assert gated.reasoned_t0[0] == pytest.approx(71.6) and gated.plans[0].t0 == pytest.approx(71.6)
+    assert planner.plans_superseded == 1 and planner.windows_planned == len(gated.plans) - 1
+    assert loop.latest().plan.t0 > 80 and loop.latest().time_base == 1

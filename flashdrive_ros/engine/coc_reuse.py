@@ -24,22 +24,23 @@ def lookup_drafts(sequence: Sequence[int], previous: Sequence[int], count: int,
 
     A match is `sequence` as a prefix of `previous`, else the longest suffix of `sequence`
     of at least `min_match` tokens found in `previous` (its first occurrence) with a token after
-    it. A continuation shorter than `count` is padded with its last token."""
-    if count < 1 or not sequence:
+    it. A continuation shorter than `count` is padded with its last token. Linear in
+    len(previous) times the match length."""
+    n, m = len(sequence), len(previous)
+    if count < 1 or n == 0:
         return None
-    n = len(sequence)
     start = None
-    if n < len(previous) and list(previous[:n]) == list(sequence):
+    if n < m and all(previous[i] == sequence[i] for i in range(n)):
         start = n
     else:
-        for length in range(min(n, len(previous) - 1), min_match - 1, -1):
-            suffix = list(sequence[n - length:])
-            for i in range(len(previous) - length):
-                if list(previous[i:i + length]) == suffix:
-                    start = i + length
-                    break
-            if start is not None:
-                break
+        best = min_match - 1
+        for end in range(1, m):
+            length = 0
+            while (length < n and length < end
+                   and previous[end - 1 - length] == sequence[n - 1 - length]):
+                length += 1
+            if length > best:
+                best, start = length, end
     if start is None:
         return None
     drafts = [int(t) for t in previous[start:start + count]]

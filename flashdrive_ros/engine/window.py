@@ -249,8 +249,9 @@ class WindowBuilder:
         return window
 
     def _note(self, rejection: WindowRejection) -> None:
-        if self._pending is None or (rejection.time_base_reset
-                                     and not self._pending.time_base_reset):
+        """Keep one rejection for the next build: a time-base reset over anything else, the
+        newest reset over an older one (the cause that holds now)."""
+        if self._pending is None or rejection.time_base_reset:
             self._pending = rejection
 
     def _reset_time_base(self, rejection: WindowRejection) -> None:

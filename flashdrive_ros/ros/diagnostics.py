@@ -43,6 +43,7 @@ class PlannerHealth:
     rejections_by_code: dict[str, int] = field(default_factory=dict)
     full_prefills_by_reason: dict[str, int] = field(default_factory=dict)
     plans_rejected: int = 0
+    plans_superseded: int = 0
     last_plan_rejection: str = ""
     fallback: str = ""
     engine_error: str = ""
@@ -71,6 +72,7 @@ def planner_status(node_name: str, health: PlannerHealth) -> DiagnosticStatus:
     values += [_kv(f"full_prefill.{reason.replace(' ', '_')}", count)
                for reason, count in sorted(health.full_prefills_by_reason.items())]
     values += [_kv("plans_rejected", health.plans_rejected),
+               _kv("plans_superseded", health.plans_superseded),
                _kv("last_plan_rejection", health.last_plan_rejection or "none"),
                _kv("fallback", health.fallback or "none")]
     plan = health.plan

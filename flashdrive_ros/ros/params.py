@@ -111,7 +111,7 @@ class DriveParams:
     encode_ahead: bool = _spec(True, "Encode each camera set on a thread of its own as it "
                                "arrives, so the planner worker finds its window's frames "
                                "encoded; applied at the next activate.")
-    act_apart: bool = _spec(False, "Run each plan's flow matching on a thread of its own on "
+    act_apart: bool = _spec(True, "Run each plan's flow matching on a thread of its own on "
                             "copies of the cache while the worker reasons the next window "
                             "(used without CUDA graphs); applied at the next activate.")
     dtype: str = _spec("auto", "Compute dtype of the model; auto = bfloat16 on a CPU with native "

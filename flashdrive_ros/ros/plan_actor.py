@@ -17,19 +17,20 @@ WAIT_S = 0.1
 
 
 class PlanActor:
-    """`act(reasoning)` runs on the actor thread; `on_done(window, plan, problem)` gets the
-    plan (problem "") or None and the error, and returns True when the engine must be reset
+    """`act(reasoning)` runs on the actor thread; `on_done(window, plan, problem, time_base)`
+    gets the plan (problem "") or None and the error, with the time base the window was
+    handed off under, and returns True when the engine must be reset
     before the worker's next window (`take_reset_request`). `setup` runs on the actor thread
     before its first window."""
 
     def __init__(self, act: Callable[[Reasoning], Plan],
-                 on_done: Callable[[Window, Plan | None, str], bool],
+                 on_done: Callable[[Window, Plan | None, str, int], bool],
                  setup: Callable[[], object] | None = None) -> None:
         self.act = act
         self.on_done = on_done
         self.setup = setup
         self._handoff = threading.Condition(threading.Lock())
-        self._pending: tuple[Window, Reasoning] | None = None
+        self._pending: tuple[Window, Reasoning, int] | None = None
         self._acting = False
         self._reset_requested = False
         self._stop = threading.Event()
@@ -55,7 +56,7 @@ class PlanActor:
             requested, self._reset_requested = self._reset_requested, False
         return requested
 
-    def hand_off(self, window: Window, reasoning: Reasoning) -> bool:
+    def hand_off(self, window: Window, reasoning: Reasoning, time_base: int) -> bool:
         """Give the actor `reasoning` once it is done with the window before; False when the
         actor stopped first."""
         with self._handoff:
@@ -63,7 +64,7 @@ class PlanActor:
                 self._handoff.wait(WAIT_S)
             if self._stop.is_set():
                 return False
-            self._pending, self._acting = (window, reasoning), True
+            self._pending, self._acting = (window, reasoning, time_base), True
             self._handoff.notify_all()
         return True
 
@@ -76,12 +77,12 @@ class PlanActor:
                     self._handoff.wait(WAIT_S)
                 if self._pending is None:
                     return
-                (window, reasoning), self._pending = self._pending, None
+                (window, reasoning, time_base), self._pending = self._pending, None
             try:
                 plan, problem = self.act(reasoning), ""
             except Exception as exc:
                 plan, problem = None, f"{type(exc).__name__}: {exc}"
-            reset = self.on_done(window, plan, problem)
+            reset = self.on_done(window, plan, problem, time_base)
             with self._handoff:
                 self._reset_requested = self._reset_requested or reset
                 self._acting = False

@@ -189,6 +189,12 @@ class PlannerLoop:
         health.fault_at = self.clock()
         health.faults_total += 1
 
+    @property
+    def time_base(self) -> int:
+        """The time base windows are built on now (one more after every stamp jump)."""
+        with self._lock:
+            return self._time_base
+
     def latest(self) -> PlanRecord | None:
         with self._lock:
             return self._latest
@@ -213,6 +219,7 @@ class PlannerLoop:
         if self._thread is not None:
             raise RuntimeError("planner loop already started")
         self._stop.clear()
+        self.set_extra("act_apart", self.act_apart)
         self._thread = threading.Thread(target=self._run, name="planner", daemon=True)
         self._thread.start()
         if self.act_apart:
@@ -336,21 +343,27 @@ class PlannerLoop:
         with self._lock:
             self._planned_t0 = (window.t0 if window.time_base_reset
                                 else max(self._planned_t0, window.t0))
-        actor.hand_off(window, reasoning)
+            time_base = self._time_base
+        actor.hand_off(window, reasoning, time_base)
 
-    def _act_done(self, window: Window, plan: Plan | None, problem: str) -> bool:
-        """The actor's report of a window; True: reset the engine before the next one."""
+    def _act_done(self, window: Window, plan: Plan | None, problem: str, time_base: int
+                  ) -> bool:
+        """The actor's report of a window reasoned under `time_base`; True: reset the engine
+        before the next one. A plan whose time base was superseded meanwhile (stamps jumped)
+        is dropped: its input is not on the clock the node now plans on."""
         if plan is not None:
-            problem = self._finish(window, plan, advance_planned=False)
+            problem = self._finish(window, plan, advance_planned=False, time_base=time_base)
             if not problem:
                 return False
         self._report_failure(window, problem, engine_error=plan is None)
         return True
 
-    def _finish(self, window: Window, plan: Plan, advance_planned: bool = True) -> str:
+    def _finish(self, window: Window, plan: Plan, advance_planned: bool = True,
+                time_base: int | None = None) -> str:
         """Make a finished plan the latest unless `check_plan` finds a problem, which is
         returned ("" when none); `advance_planned` False where the worker advanced the
-        planned t0 when it reasoned the window."""
+        planned t0 when it reasoned the window. A plan of a window reasoned under a
+        `time_base` other than the current one is counted as superseded and dropped."""
         problem = check_plan(plan, self.limits)
         if problem:
             return problem
@@ -359,6 +372,9 @@ class PlannerLoop:
             overlay = window.images[self.overlay_index, -1]
         with self._lock:
             health = self._health
+            if time_base is not None and time_base != self._time_base:
+                health.plans_superseded += 1
+                return ""
             health.engine_error = ""
             health.windows_planned += 1
             if plan.full_prefill and plan.prefill_reason:
