@@ -72,8 +72,12 @@ def test_report_markdown_plots_and_summary_table(replay):
     for name in ("latency_over_time.png", "latency_histograms.png", "birds_eye.png"):
         assert (out / name).read_bytes().startswith(b"\x89PNG")
     markdown = (out / "report.md").read_text()
-    assert "| minADE6 @6.4 s (m) |" in markdown and "corrupt_image" in markdown
+    assert report["num_samples"] == 2 and "corrupt_image" in markdown
+    assert "| minADE1 @6.4 s (m) |" in markdown and "minADE6" not in markdown
+    assert "| minADE2 (m) |" in markdown
     table = summary_table(report)
     assert "const. velocity ADE @6.4 s (m)" in table
-    assert "speedup total p50" in table
-    assert f"{report['modes']['flashdrive']['minade6_6s']:.3f}" in table
+    assert "speedup total p50" in table and "minADE6" not in table
+    assert f"{report['modes']['flashdrive']['minade1_6s']:.3f}" in table
+    six = summary_table({**report, "num_samples": 6})
+    assert f"{report['modes']['flashdrive']['minade6_6s']:.3f}" in six

@@ -22,6 +22,14 @@ TABLE_METRICS = (
 )
 
 
+def table_metrics(report: dict) -> tuple[tuple[str, str], ...]:
+    """TABLE_METRICS less the best-of-6 rows when fewer than 6 samples were drawn (they
+    would repeat the best-of-K rows under a name that promises 6)."""
+    if report.get("num_samples", 6) >= 6:
+        return TABLE_METRICS
+    return tuple((key, label) for key, label in TABLE_METRICS if not key.startswith("minade6"))
+
+
 def mode_blocks(report: dict) -> dict[str, dict]:
     """{mode: block}: the blocks under `modes`, or the report itself for one mode."""
     if "modes" in report:
@@ -42,7 +50,7 @@ def _rows(report: dict) -> tuple[list[str], list[list[str]]]:
     header = ["", *blocks]
     rows = [["windows", *(_fmt(b["windows"]) for b in blocks.values())]]
     rows += [[label, *(_fmt(b.get(key)) for b in blocks.values())]
-             for key, label in TABLE_METRICS]
+             for key, label in table_metrics(report)]
     for stage in STAGES:
         for q in ("p50", "p90"):
             rows.append([f"latency {stage} {q} (ms)",
@@ -119,7 +127,9 @@ def markdown(report: dict, plots: list[str]) -> str:
         if windows:
             step = max(len(windows) // 8, 1)
             parts += [f"## Chain of causation, one window in {step} ({mode})", "",
-                      _markdown_table(["t0 (s)", "minADE6 (m)", "total (ms)", "CoC",
+                      _markdown_table(["t0 (s)",
+                                       f"minADE{min(6, report.get('num_samples', 6))} (m)",
+                                       "total (ms)", "CoC",
                                        "label"],
                                       [[_fmt(w["t0"], 2), _fmt(w["minade6_6s"]),
                                         _fmt(w["total_ms"], 1),
