@@ -135,6 +135,7 @@ def test_speculative_greedy_matches_autoregressive_with_random_drafter(target):
 
 
 def test_speculative_greedy_with_oracle_accepts_full_blocks(target):
+    tail_verified = 0
     for seed in SEEDS:
         stop = _stop_for(target, seed)
         ref, ref_cache, _ = _run(target, seed, stop)
@@ -144,7 +145,13 @@ def test_speculative_greedy_with_oracle_accepts_full_blocks(target):
         assert got.accepted_lengths[:-1] == [8] * (len(got.accepted_lengths) - 1)
         generated = len(ref.tokens) - (1 if ref.stopped_by == "cot_end" else 2)
         assert sum(got.accepted_lengths) == generated - 1
-        assert got.target_forwards == len(got.accepted_lengths) + 1
+        rounds = len(got.accepted_lengths)
+        if ref.stopped_by == "max_tokens":
+            assert got.target_forwards == rounds + 1
+        else:
+            assert got.target_forwards in (rounds, rounds + 1)
+            tail_verified += got.target_forwards == rounds
+    assert tail_verified >= 10
 
 
 def test_mrope_drafter_path_is_lossless(target):

@@ -20,7 +20,8 @@ def per_token_ms(ar_decode_ms: float, coc_tokens: int) -> float:
 
 def per_round_ms(spec_decode_ms: float, rounds: float, token_ms: float) -> float:
     """Speculative decode = rounds x (draft + verify) + the finish pass (costed as one
-    autoregressive step)."""
+    autoregressive step; a round that verified <|cot_end|>, <|traj_future_start|> skips it,
+    which random-weight drafters almost never draft)."""
     if rounds <= 0:
         raise ValueError(f"rounds must be > 0, got {rounds}")
     return (spec_decode_ms - token_ms) / rounds

@@ -154,6 +154,7 @@ class DecodeState:
     feature_ids: torch.Tensor | None = None  # [C'] token ids at `feature_slots`
     accepted_lengths: list[int] = field(default_factory=list)
     target_forwards: int = 0
+    tail_in_cache: bool = False
 
     @property
     def pending(self) -> int:
@@ -266,7 +267,9 @@ def commit_tokens(state: DecodeState, tokens: list[int], stop: StopRule) -> int:
 
 
 def finish(target: Target, state: DecodeState, stop: StopRule) -> DecodeResult:
-    """Write the pending token, <|cot_end|> if missing, and <|traj_future_start|>."""
+    """Write the pending token, <|cot_end|> if missing, and <|traj_future_start|>; no forward
+    when the last verify round already wrote <|cot_end|>, <|traj_future_start|>
+    (`tail_in_cache`)."""
     if not state.done(stop):
         raise ValueError("finish called before the stop rule holds")
     stopped_by = "cot_end" if state.pending == stop.cot_end_id else "max_tokens"
@@ -274,8 +277,9 @@ def finish(target: Target, state: DecodeState, stop: StopRule) -> DecodeResult:
     if stopped_by == "max_tokens":
         tail.append(stop.cot_end_id)
     tail.append(stop.traj_future_start_id)
-    target.run_tokens(tail, state.cache, state.pending_position)
-    state.target_forwards += 1
+    if not state.tail_in_cache:
+        target.run_tokens(tail, state.cache, state.pending_position)
+        state.target_forwards += 1
     tokens = state.generated + tail[1:]
     return DecodeResult(tokens, stopped_by, state.prompt_next_position + len(tokens),
                         state.accepted_lengths, state.target_forwards)

@@ -201,13 +201,24 @@ def commit(state: DecodeState, proposal: Proposal, verification: Verification,
         drafted = drafts.tolist()
     kept = commit_tokens(state, drafted[:accepted] + [nxt], stop)
     start = verification.block_start_slot
-    state.cache.rollback(start + kept)
+    state.tail_in_cache = tail_verified(drafted, accepted, kept, state.pending, stop)
+    state.cache.rollback(start + kept + (2 if state.tail_in_cache else 0))
     if verification.step.features is not None:
         slots = torch.arange(start, start + kept, device=state.cache.k.device)
         ids = verification.block[:kept].to(slots.device)
         state.append_features(verification.step.features[:kept], slots, ids)
     state.accepted_lengths.append(kept)
     return kept
+
+
+def tail_verified(drafted: list[int], accepted: int, kept: int, pending: int,
+                  stop: StopRule) -> bool:
+    """Whether the round's block already holds the tail `finish` writes: the committed
+    <|cot_end|> is the accepted draft at block slot `kept` and the draft after it is
+    <|traj_future_start|>, so their keys and values in the cache are the ones `finish` would
+    write (same tokens, same positions, same prefix)."""
+    return (pending == stop.cot_end_id and 1 <= kept <= accepted and kept < len(drafted)
+            and drafted[kept] == stop.traj_future_start_id)
 
 
 @torch.no_grad()
