@@ -75,6 +75,10 @@ def test_repeated_lifecycle_cycles_leak_no_threads_or_memory(drive, client_node,
             try:
                 wait_for(lambda: planned_since(observer, active_from), PLAN_TIMEOUT_S,
                          "plan in this activation", process)
+                wait_for(lambda: {k: observer.snapshot().planner.get(k)
+                                  for k in ("cpu_threads", "act_apart")}
+                         == {"cpu_threads": "2", "act_apart": "True"}, PLAN_TIMEOUT_S,
+                         "the planner's cpu_threads 2 and act_apart on /diagnostics", process)
             finally:
                 stop.set()
                 playing.join(timeout=10.0)
