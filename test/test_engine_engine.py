@@ -56,6 +56,16 @@ def run(eng: Engine, steps=(0, 1)):
     return [eng.step(window(s)) for s in steps]
 
 
+def plans_with_switch(parts, switch: str, steps=(0, 1, 2)) -> dict[bool, tuple[Engine, list]]:
+    """{on/off: (engine, its plans of windows `steps`)} with only `switch` changed (2
+    samples)."""
+    out = {}
+    for value in (True, False):
+        eng = engine(parts, num_samples=2, **{switch: value})
+        out[value] = (eng, run(eng, steps))
+    return out
+
+
 def test_plan_fields(parts):
     plans = run(engine(parts, num_samples=3))
     for plan, full in zip(plans, (True, False)):

@@ -4,10 +4,9 @@ lm_head: the same logits for any row count and the same plans from the engine.""
 import numpy as np
 import pytest
 import torch
-from test_engine_engine import MAX_COC, parts, window  # noqa: F401
+from test_engine_engine import MAX_COC, parts, plans_with_switch, window  # noqa: F401
 
 from flashdrive_ros.engine.config import EngineConfig
-from flashdrive_ros.engine.engine import Engine
 from flashdrive_ros.engine.padded_logits import PaddedRowLogits
 from flashdrive_ros.model.config import ConfigError
 
@@ -31,15 +30,11 @@ def test_padded_row_logits_refuse_a_bias():
 
 
 def test_engine_plans_match_with_and_without_padded_logits(parts):  # noqa: F811
-    model, tok, drafter = parts
-    plans = {}
-    for padded in (True, False):
-        eng = Engine(model, tok, drafter, EngineConfig(max_coc_tokens=MAX_COC, num_samples=2,
-                                                        padded_logits=padded))
+    runs = plans_with_switch(parts, "padded_logits")
+    for padded, (eng, _) in runs.items():
         assert isinstance(eng.target.lm_head, PaddedRowLogits) == padded
         assert isinstance(eng.proposer.lm_head, PaddedRowLogits) == padded
-        plans[padded] = [eng.step(window(s)) for s in range(3)]
-    for a, b in zip(plans[True], plans[False]):
+    for a, b in zip(runs[True][1], runs[False][1]):
         assert a.coc_token_ids == b.coc_token_ids
         assert a.accepted_lengths == b.accepted_lengths
         np.testing.assert_allclose(a.trajectories, b.trajectories, rtol=0, atol=1e-4)

@@ -3,11 +3,10 @@
 import numpy as np
 import pytest
 import torch
-from test_engine_engine import MAX_COC, parts, window  # noqa: F401
+from test_engine_engine import MAX_COC, parts, plans_with_switch, window  # noqa: F401
 from test_engine_streaming import new_state, prefill_window, tiny_vlm  # noqa: F401
 
 from flashdrive_ros.engine.config import EngineConfig
-from flashdrive_ros.engine.engine import Engine
 from flashdrive_ros.model.config import ConfigError
 from flashdrive_ros.model.kv_cache import KVCache
 from flashdrive_ros.model.rope import apply_rotary
@@ -63,13 +62,10 @@ def test_static_step_refuses_moved_slots_before_a_forward(tiny_vlm):  # noqa: F8
 
 
 def test_engine_plans_match_with_and_without_rotated_keys(parts):  # noqa: F811
-    model, tok, drafter = parts
-    plans = {}
-    for rotated in (True, False):
-        eng = Engine(model, tok, drafter, EngineConfig(max_coc_tokens=MAX_COC, num_samples=2,
-                                                        rotated_keys=rotated))
+    runs = plans_with_switch(parts, "rotated_keys")
+    for rotated, (eng, _) in runs.items():
         assert (eng.stream.cache.k_rot is not None) == rotated
-        plans[rotated] = [eng.step(window(s)) for s in range(3)]
+    plans = {value: plans for value, (_, plans) in runs.items()}
     for a, b in zip(plans[True], plans[False]):
         assert a.full_prefill == b.full_prefill
         assert a.coc_token_ids == b.coc_token_ids

@@ -14,6 +14,7 @@ import numpy as np
 from flashdrive_ros.engine.types import Plan, Window
 from flashdrive_ros.engine.window import WindowBuilder, WindowRejection
 from flashdrive_ros.ros.diagnostics import InputHealth, PlannerHealth
+from flashdrive_ros.ros.input_health import InputHealthBook
 from flashdrive_ros.ros.plan_actor import PlanActor
 from flashdrive_ros.ros.plan_sanity import PlanLimits, check_plan
 
@@ -21,7 +22,6 @@ if TYPE_CHECKING:
     from flashdrive_ros.engine.engine import Reasoning
 
 ODOMETRY_INPUT = "odometry"
-FAULT_HOLD_S = 2.0
 IDLE_WAIT_S = 0.1
 ODOMETRY_SETTLE_S = 0.05
 
@@ -56,9 +56,9 @@ class PlanRecord:
 class PlannerLoop:
     """Thread-safe input side (camera sets, odometry, faults) and a worker thread that runs
     `engine.step` on the newest window it can build whenever it is idle. A fault stays
-    reported for at least FAULT_HOLD_S so that periodic diagnostics see it. A plan that fails
-    `check_plan` (NaN/inf, or beyond `limits`) never becomes the latest plan; it is counted,
-    and `rejected_plan()` names it until the next usable plan.
+    reported for at least FAULT_HOLD_S (input_health.py) so that periodic diagnostics see it.
+    A plan that fails `check_plan` (NaN/inf, or beyond `limits`) never becomes the latest
+    plan; it is counted, and `rejected_plan()` names it until the next usable plan.
 
     A window waits up to ODOMETRY_SETTLE_S after its camera set arrived for the odometry to
     reach its t0 (published at the same time, it may come just after the images), so that its
@@ -101,8 +101,7 @@ class PlannerLoop:
         self.act_apart = act_apart
         self.worker_setup = worker_setup
         self.on_camera_set = on_camera_set
-        self._inputs = {name: InputHealth(name) for name in self.camera_names}
-        self._inputs[ODOMETRY_INPUT] = InputHealth(ODOMETRY_INPUT)
+        self._inputs = InputHealthBook([*self.camera_names, ODOMETRY_INPUT], clock)
         self._health = PlannerHealth()
         self._latest: PlanRecord | None = None
         self._input_version = 0
@@ -122,7 +121,7 @@ class PlannerLoop:
         with self._wake:
             for camera, (stamp, rgb) in enumerate(zip(stamps, images)):
                 self.builder.add_image(camera, stamp, rgb)
-                self._mark_ok(self.camera_names[camera], stamp)
+                self._inputs.ok(self.camera_names[camera], stamp)
             self._camera_set_at = self.clock()
             self._input_version += 1
             self._wake.notify()
@@ -136,21 +135,19 @@ class PlannerLoop:
         with self._wake:
             self.builder.add_odometry(stamp, position, quaternion, linear_velocity)
             if fault:
-                self._mark_fault(ODOMETRY_INPUT, fault)
+                self._inputs.fault(ODOMETRY_INPUT, fault)
             else:
-                self._mark_ok(ODOMETRY_INPUT, stamp)
+                self._inputs.ok(ODOMETRY_INPUT, stamp)
             self._input_version += 1
             self._wake.notify()
 
     def note_fault(self, input_name: str, reason: str) -> None:
         with self._lock:
-            self._mark_fault(input_name, reason)
+            self._inputs.fault(input_name, reason)
 
     def note_received(self, input_name: str) -> None:
         with self._lock:
-            health = self._inputs[input_name]
-            health.received += 1
-            health.last_receipt = self.clock()
+            self._inputs.received(input_name)
 
     def set_extra(self, key: str, value: object) -> None:
         """An extra planner value reported on /diagnostics."""
@@ -161,33 +158,12 @@ class PlannerLoop:
                     hint: Callable[[str], str] | None = None) -> None:
         """Mark inputs that received nothing for `timeout_s` as silent; `hint(name)` may add
         why (e.g. whether the topic has publishers)."""
-        now = self.clock()
         with self._lock:
-            silent = []
-            for health in self._inputs.values():
-                since = None if health.last_receipt is None else now - health.last_receipt
-                if since is None or since > timeout_s:
-                    waited = "never received" if since is None else f"silent for {since:.2f} s"
-                    silent.append((health, f"silent: {waited}"))
-                elif health.fault.startswith("silent"):
-                    health.fault = ""
+            silent = self._inputs.silent(timeout_s)
         for health, fault in silent:
             extra = hint(health.name) if hint is not None else ""
             with self._lock:
                 health.fault = f"{fault}; {extra}" if extra else fault
-
-    def _mark_ok(self, name: str, stamp: float) -> None:
-        """Good data clears a fault once FAULT_HOLD_S has passed since it was seen."""
-        health = self._inputs[name]
-        if health.fault_at is None or self.clock() - health.fault_at > FAULT_HOLD_S:
-            health.fault = ""
-        health.last_stamp = stamp
-
-    def _mark_fault(self, name: str, reason: str) -> None:
-        health = self._inputs[name]
-        health.fault = health.last_fault = reason
-        health.fault_at = self.clock()
-        health.faults_total += 1
 
     @property
     def time_base(self) -> int:
@@ -212,7 +188,7 @@ class PlannerLoop:
             planner.rejections_by_code = dict(self._health.rejections_by_code)
             planner.full_prefills_by_reason = dict(self._health.full_prefills_by_reason)
             planner.extra = dict(self._health.extra)
-            inputs = [InputHealth(**vars(h)) for h in self._inputs.values()]
+            inputs = self._inputs.copies()
         return planner, inputs
 
     def start(self) -> None:
