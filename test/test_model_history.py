@@ -58,3 +58,25 @@ def test_bad_input_raises():
         tok.encode(bad)
     with pytest.raises(ValueError, match="outside"):
         tok.decode(np.full(48, 5000))
+
+
+def test_float_noise_around_zero_gives_the_exact_tokens():
+    tok = HistoryTokenizer(ActionConfig(), traj_token_start=0)
+    exact = tok.encode(np.zeros((16, 3)))
+    for noise in (1e-9, -1e-9, 3e-7, -3e-7):
+        assert np.array_equal(tok.encode(np.full((16, 3), noise)), exact)
+    width = tok.bin_width[0]
+    assert not np.array_equal(tok.encode(np.full((16, 3), -0.02 * width)), exact)
+
+
+def test_history_in_a_far_frame_gives_the_tokens_of_the_t0_frame():
+    tok = HistoryTokenizer(ActionConfig(), traj_token_start=0)
+    local = np.zeros((16, 3))
+    local[:6, 0] = np.linspace(-1.0, -0.2, 6)
+    yaw = 0.7
+    rot = np.array([[np.cos(yaw), -np.sin(yaw), 0.0], [np.sin(yaw), np.cos(yaw), 0.0],
+                    [0.0, 0.0, 1.0]])
+    world = local @ rot.T + np.array([512345.678, 4321987.654, 31.0])
+    back = (world - world[-1]) @ rot
+    assert 0.0 < np.abs(back - local).max() < 1e-8
+    assert np.array_equal(tok.encode(back), tok.encode(local))

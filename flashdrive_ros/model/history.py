@@ -3,6 +3,10 @@
 Deltas are taken pose to pose with a zero pose prepended, so the first delta is the oldest
 pose itself. Each delta axis is quantized to `history_bins` bins over [-range, +range]
 (round to nearest, clamp), and the bins are laid out pose-major: x0, y0, z0, x1, ...
+With an even bin count a zero delta sits exactly half-way between two bins; a value within
+TIE_TOLERANCE bins of such a half-way point counts as the tie itself and rounds half to
+even, as exact ties do, so float noise on either side of zero (odometry in a frame with
+large coordinates) gives the same token as the exact value.
 Token id = id of `<i0>` + `history_token_offset` + bin.
 """
 
@@ -11,6 +15,8 @@ from __future__ import annotations
 import numpy as np
 
 from flashdrive_ros.model.config import ActionConfig
+
+TIE_TOLERANCE = 1e-4
 
 
 class HistoryTokenizer:
@@ -40,8 +46,8 @@ class HistoryTokenizer:
         if not np.isfinite(xyz).all():
             raise ValueError("ego history holds NaN or inf")
         deltas = np.diff(xyz, axis=0, prepend=np.zeros((1, 3)))  # deltas: [N_hist, 3]
-        unit = (deltas - self.low) / (self.high - self.low)
-        bins = np.clip(np.rint(unit * (self.cfg.history_bins - 1)), 0, self.cfg.history_bins - 1)
+        scaled = (deltas - self.low) / (self.high - self.low) * (self.cfg.history_bins - 1)
+        bins = np.clip(np.rint(snap_ties(scaled)), 0, self.cfg.history_bins - 1)
         return bins.astype(np.int64).reshape(-1) + self.first_id
 
     def decode(self, token_ids: np.ndarray) -> np.ndarray:
@@ -56,3 +62,9 @@ class HistoryTokenizer:
         unit = bins.reshape(-1, 3) / (self.cfg.history_bins - 1)
         deltas = unit * (self.high - self.low) + self.low
         return np.cumsum(deltas, axis=0)
+
+
+def snap_ties(scaled: np.ndarray) -> np.ndarray:
+    """Values within TIE_TOLERANCE of a half-way point k + 0.5, set to exactly k + 0.5."""
+    half = np.floor(scaled) + 0.5
+    return np.where(np.abs(scaled - half) < TIE_TOLERANCE, half, scaled)

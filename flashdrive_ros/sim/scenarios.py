@@ -1,7 +1,8 @@
 """Procedural route construction: scenario blocks laid end to end along one road.
 
-The first minute always runs the blocks in FIRST_BLOCKS order (so a 60 s drive holds every
-scenario type); later blocks are drawn at random. Every block is straight where it has
+The first minute runs the blocks of FIRST_BLOCKS in an order drawn from the seed (so a 60 s
+drive holds every scenario type and any of them can come first); later blocks are drawn at
+random. Some drives start from standstill and some lead cars stop and go again. Every block is straight where it has
 junctions, so side roads and cross roads meet the route at right angles.
 """
 
@@ -20,6 +21,8 @@ BLOCK_KINDS = ("cruise", "curve", "turn", "lead", "parked", "red_light", "green_
 FIRST_BLOCKS = ("lead", "parked", "turn", "red_light", "pedestrian")
 STOP_LINE_BACK = 3.5
 EGO_START_S = 5.0
+STANDSTILL_START_SHARE = 0.2
+STOP_AND_GO_SHARE = 0.35
 
 
 class _Builder:
@@ -74,7 +77,10 @@ class _Builder:
                                Intersection(j_out, 4.5, side_only=True)]
         v_cruise = float(self.rng.uniform(6.5, 8.5))
         brake_s = float(self.rng.uniform(start + 60, start + 75))
-        brake = (float(self.rng.uniform(1.5, 3.0)), float(self.rng.uniform(0.8, 1.5)))
+        if self.rng.random() < STOP_AND_GO_SHARE:
+            brake = (0.0, float(self.rng.uniform(2.0, 4.0)))
+        else:
+            brake = (float(self.rng.uniform(1.5, 3.0)), float(self.rng.uniform(0.8, 1.5)))
         color, size = random_car(self.rng)
 
         def make(route: Path, world: World) -> None:
@@ -180,7 +186,8 @@ class _Builder:
 def build_world(seed: int, seconds: float, blocks: tuple[str, ...] | None = None) -> World:
     """A deterministic world for a drive of `seconds` (plus the 6.4 s future horizon).
 
-    blocks: the scenario blocks to start with (default FIRST_BLOCKS, then random blocks);
+    blocks: the scenario blocks to start with (default FIRST_BLOCKS in a seeded order, then
+    random blocks);
     when given, the route continues with plain cruise blocks after them.
     """
     if seconds <= 0:
@@ -192,7 +199,8 @@ def build_world(seed: int, seconds: float, blocks: tuple[str, ...] | None = None
     v_cruise = float(rng.uniform(11.0, 13.0))
     need = EGO_START_S + (seconds + 8.0) * v_cruise + 200.0
     b = _Builder(rng)
-    kinds = list(FIRST_BLOCKS if blocks is None else blocks)
+    kinds = [str(k) for k in (rng.permutation(FIRST_BLOCKS) if blocks is None else blocks)]
+    standstill = rng.random() < STANDSTILL_START_SHARE
     while b.s < need or kinds:
         if kinds:
             kind = kinds.pop(0)
@@ -204,7 +212,8 @@ def build_world(seed: int, seconds: float, blocks: tuple[str, ...] | None = None
     b.straight(60.0)
     route = integrate_segments(0.0, 0.0, 0.0, b.segments)
     world = World(seed=seed, route=route, style=make_style(rng), ego_start_s=EGO_START_S,
-                  ego_start_v=float(rng.uniform(8.0, 10.0)), v_cruise=v_cruise,
+                  ego_start_v=0.0 if standstill else float(rng.uniform(8.0, 10.0)),
+                  v_cruise=v_cruise,
                   intersections=b.intersections, crosswalks=b.crosswalks,
                   pedestrians=b.pedestrians, spans=b.spans)
     for make in b.pending:
