@@ -35,13 +35,23 @@ def test_smoke_losses_decrease_and_are_logged(smoke_run):
     summary = json.loads((smoke_run / "summary.json").read_text())
     target = summary["target"]
     assert target["final_coc_loss"] < target["first_coc_loss"]
-    assert target["final_flow_loss"] < target["first_flow_loss"]
+    assert target["eval_flow_loss"] < target["first_flow_loss"]
     for rotary in ("flat", "mrope"):
         drafter = summary[f"drafter_{rotary}"]
         assert drafter["final_loss"] < drafter["first_loss"]
         assert drafter["eval_accept_len"] >= 1.0
     assert summary["streaming"]["steps"] >= 1
+    assert summary["streaming_backbone"]["steps"] >= 1
     stages = {record["stage"] for record in read_log(smoke_run / "train_log.jsonl")}
-    assert {"data", "tokenizer", "target", "target_eval", "drafter_flat", "drafter_mrope",
-            "streaming", "done"} <= stages
+    assert {"data", "coverage", "tokenizer", "target", "target_eval", "stream_backbone_eval",
+            "drafter_flat", "drafter_mrope", "streaming", "done"} <= stages
     assert summary["train_seeds"][1] < summary["eval_seeds"][0]
+
+
+def test_smoke_writes_the_coverage_of_its_training_windows(smoke_run):
+    summary = json.loads((smoke_run / "summary.json").read_text())
+    table = summary["coverage"]
+    assert table["windows"] == summary["train_windows"]
+    assert sum(row["windows"] for row in table["decision"].values()) == table["windows"]
+    assert sum(row["windows"] for row in table["speed_band"].values()) == table["windows"]
+    assert "| decision |" in (smoke_run / "coverage.md").read_text()

@@ -19,7 +19,7 @@ class Drive:
     poses: float64 [S, 4] world (x, y, z, yaw); speed: float64 [S];
     coc: S chain-of-causation sentences; decision: int64 [S] index into the decision names;
     expert_future: float64 [S, N_wp, 3] the expert's plan (x, y, yaw) in the ego frame of
-    each step.
+    each step; tags: S comma-joined scenario tags of each step.
     """
 
     seed: int
@@ -32,6 +32,7 @@ class Drive:
     coc: list[str]
     decision: np.ndarray
     expert_future: np.ndarray
+    tags: list[str]
 
     def __post_init__(self) -> None:
         s = self.frames.shape[0]
@@ -40,8 +41,8 @@ class Drive:
                              f"{self.frames.dtype} {self.frames.shape}")
         if self.poses.shape != (s, 4) or self.stamps.shape != (s,) or self.speed.shape != (s,):
             raise ValueError("poses [S, 4], stamps [S] and speed [S] must match the frames")
-        if len(self.coc) != s or self.decision.shape != (s,):
-            raise ValueError("one CoC sentence and one decision per step")
+        if len(self.coc) != s or self.decision.shape != (s,) or len(self.tags) != s:
+            raise ValueError("one CoC sentence, one decision and one tag set per step")
         if self.expert_future.ndim != 3 or self.expert_future.shape[0] != s or \
                 self.expert_future.shape[2] != 3:
             raise ValueError("expert_future must be [S, N_wp, 3]")

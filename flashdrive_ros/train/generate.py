@@ -14,12 +14,16 @@ import numpy as np
 
 from flashdrive_ros.model.config import ModelConfig
 from flashdrive_ros.train.drive import Drive
+from flashdrive_ros.train.sensor_noise import (NO_NOISE, SensorNoise, camera_effects,
+                                               measured_poses)
 
 SIM_IMPORT_ERROR = "the simulator (flashdrive_ros.sim) is needed to generate training drives"
 
 
-def generate_drive(seed: int, seconds: float, image_size: tuple[int, int]) -> Drive:
-    """image_size: (height, width) of the model input."""
+def generate_drive(seed: int, seconds: float, image_size: tuple[int, int],
+                   noise: SensorNoise = NO_NOISE) -> Drive:
+    """image_size: (height, width) of the model input; noise: what the odometry and the
+    cameras add to the simulated truth (the expert's future stays exact)."""
     import torch
 
     from flashdrive_ros.model.preprocess import resize_images
@@ -38,23 +42,27 @@ def generate_drive(seed: int, seconds: float, image_size: tuple[int, int]) -> Dr
         resized = resize_images(views, image_size)  # resized: [N_cam, 3, h, w] in [0, 255]
         frames[k] = resized.permute(0, 2, 3, 1).to(torch.uint8).numpy()
     rows = log.ego[np.arange(count) * SUBSTEPS]  # rows: t, x, y, yaw, v, yaw_rate, accel
-    poses = np.stack([rows[:, 1], rows[:, 2], np.zeros(count), rows[:, 3]], axis=1)
+    stamps = np.arange(count) / FRAME_HZ
+    rng = np.random.default_rng([seed, 7])
+    poses = measured_poses(noise, rng, log.ego, stamps)
+    frames = camera_effects(noise, rng, frames)
     future = np.stack([log.future(k) for k in range(count)])
     decision = np.array([DECISIONS.index(label.decision) for label in labels], dtype=np.int64)
     scenario = ",".join(span.kind for span in log.world.spans)
-    return Drive(seed, scenario, 1.0 / FRAME_HZ, frames, np.arange(count) / FRAME_HZ, poses,
-                 rows[:, 4].copy(), [label.coc for label in labels], decision, future)
+    return Drive(seed, scenario, 1.0 / FRAME_HZ, frames, stamps, poses, rows[:, 4].copy(),
+                 [label.coc for label in labels], decision, future,
+                 [",".join(label.tags) for label in labels])
 
 
-def _worker(args: tuple[int, float, tuple[int, int]]) -> Drive:
+def _worker(args: tuple[int, float, tuple[int, int], SensorNoise]) -> Drive:
     return generate_drive(*args)
 
 
 def generate_drives(seeds: list[int], seconds: float, cfg: ModelConfig,
-                    workers: int | None = None) -> list[Drive]:
+                    workers: int | None = None, noise: SensorNoise = NO_NOISE) -> list[Drive]:
     """Drives for `seeds` in seed order, `workers` processes (default: all cores)."""
     size = (cfg.prompt.image_height, cfg.prompt.image_width)
-    jobs = [(int(seed), float(seconds), size) for seed in seeds]
+    jobs = [(int(seed), float(seconds), size, noise) for seed in seeds]
     workers = min(workers or os.cpu_count() or 1, len(jobs))
     if workers <= 1:
         return [_worker(job) for job in jobs]

@@ -1,14 +1,15 @@
 """End-to-end training of the embedded default model.
 
-data (parallel simulator drives) -> tokenizer (BPE on the CoC corpus + Alpamayo specials) ->
-target (CoC + flow matching) -> drafters (flat and mrope, on the target's greedy CoC) ->
-streaming fine-tune of the action expert -> model directory.
+data (parallel simulator drives with sensor noise; coverage table) -> tokenizer (BPE on the
+CoC corpus + Alpamayo specials) -> target (CoC + flow matching) -> streaming-aware training
+of the whole model -> drafters (flat and mrope, on the target's greedy CoC) -> streaming
+fine-tune of the action expert -> model directory.
 
     python -m flashdrive_ros.train.pipeline --out DIR [--minutes-budget M] [--device cuda]
 
 Writes DIR/model/ (config.json, model.safetensors (fp16), tokenizer.json, drafter.safetensors
 (flat rotary, as config.json says) and drafter_mrope.safetensors), DIR/train_log.jsonl and
-DIR/summary.json. Training seeds come from seeds.TRAIN_SEEDS, evaluation drives from
+DIR/summary.json (with the coverage table, also in DIR/coverage.md). Training seeds come from seeds.TRAIN_SEEDS, evaluation drives from
 seeds.EVAL_SEEDS.
 """
 
@@ -35,6 +36,7 @@ from flashdrive_ros.model.manifest import write_manifest
 from flashdrive_ros.model.weights import save_model_dir
 from flashdrive_ros.train.draft_corpus import build_draft_corpus
 from flashdrive_ros.train.drafter_data import concat_corpora
+from flashdrive_ros.train.coverage import check_coverage, coverage, markdown
 from flashdrive_ros.train.drafter_train import train_drafter
 from flashdrive_ros.train.generate import generate_drives
 from flashdrive_ros.train.log import TrainLog
@@ -42,6 +44,7 @@ from flashdrive_ros.train.model_dir import half_copy
 from flashdrive_ros.train.recipe import Recipe, smoke
 from flashdrive_ros.train.dataset import TrainSet
 from flashdrive_ros.train.seeds import eval_seeds, train_seeds
+from flashdrive_ros.train.streaming_backbone import train_backbone_streaming
 from flashdrive_ros.train.streaming_tune import streaming_tune
 from flashdrive_ros.train.target_train import train_target
 
@@ -89,12 +92,19 @@ def run(out: Path, recipe: Recipe, minutes_budget: float, device: torch.device, 
     probe = recipe.model_config(4096)
     train_list = train_seeds(recipe.train_drives)
     eval_list = eval_seeds(recipe.eval_drives)
-    drives = generate_drives(train_list + eval_list, recipe.drive_seconds, probe, workers)
-    train_drives, eval_drives = drives[:len(train_list)], drives[len(train_list):]
+    train_drives = generate_drives(train_list, recipe.drive_seconds, probe, workers,
+                                   recipe.noise)
+    eval_drives = generate_drives(eval_list, recipe.drive_seconds, probe, workers)
+    drives = train_drives + eval_drives
     frames = sum(d.num_steps for d in drives)
     log.write("data", 0, drives=len(drives), frames=frames,
               seconds=round(time.monotonic() - start, 1),
               scenarios=len({s for d in drives for s in d.scenario.split(",")}))
+    table = coverage(train_drives, probe.prompt.num_frames, probe.action.num_history)
+    (out / "coverage.md").write_text(markdown(table))
+    log.write("coverage", 0, windows=table["windows"],
+              **{k: v["windows"] for k, v in table["decision"].items()})
+    check_coverage(table, recipe.min_decision_windows)
 
     cocs = [c for d in train_drives for c in d.coc]
     tokenizer = train_tokenizer(cocs, recipe.bpe_tokens, probe.action.num_traj_tokens)
@@ -116,11 +126,16 @@ def run(out: Path, recipe: Recipe, minutes_budget: float, device: torch.device, 
     summary: dict = {"config": cfg.name, "params": params, "vocab": cfg.text.vocab_size,
                      "train_windows": len(data), "eval_windows": len(eval_data),
                      "train_seeds": [train_list[0], train_list[-1]],
-                     "eval_seeds": [eval_list[0], eval_list[-1]], "device": str(device)}
+                     "eval_seeds": [eval_list[0], eval_list[-1]], "device": str(device),
+                     "drive_seconds": recipe.drive_seconds,
+                     "noise": dataclasses.asdict(recipe.noise), "coverage": table}
     summary["target"] = train_target(
         model, data, eval_data, recipe.target_steps, recipe.target_share * remaining,
         recipe.target_batch, recipe.target_lr, seed, log, device, autocast, cache_dtype,
         recipe.flow_weight, recipe.target_eval_rows)
+    summary["streaming_backbone"] = train_backbone_streaming(
+        model, data, eval_data, recipe.backbone, recipe.backbone_share * remaining, seed, log,
+        device, autocast, cache_dtype)
 
     if cfg.drafter is None:
         raise ValueError(f"preset {recipe.preset!r} has no drafter section")
@@ -203,8 +218,9 @@ def main(argv: list[str] | None = None) -> int:
         recipe.drive_seconds = args.drive_seconds
     summary = run(args.out, recipe, args.minutes_budget, torch.device(args.device), args.seed,
                   args.workers)
-    print(json.dumps({k: summary[k] for k in ("target", "drafter_flat", "drafter_mrope",
-                                              "streaming", "seconds")}, indent=2))
+    print(json.dumps({k: summary[k] for k in ("target", "streaming_backbone", "drafter_flat",
+                                              "drafter_mrope", "streaming", "seconds")},
+                     indent=2))
     return 0
 
 

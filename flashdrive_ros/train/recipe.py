@@ -3,19 +3,28 @@
 from __future__ import annotations
 
 import dataclasses
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from flashdrive_ros.model.config import ModelConfig, PromptConfig, embedded, tiny
+from flashdrive_ros.train.sensor_noise import SensorNoise
+from flashdrive_ros.train.streaming_backbone import BackboneStreamingConfig
 
 
 @dataclass
 class Recipe:
-    """Data, vocabulary and per-stage step caps; stages also stop on their time share."""
+    """Data, vocabulary and per-stage step caps; stages also stop on their time share.
+
+    Drives last `drive_seconds` (60 s holds every scenario block in a seeded order); training
+    drives carry `noise`, held-out drives are exact. A decision class with fewer than
+    `min_decision_windows` training windows stops the run.
+    """
 
     preset: str = "embedded"
     train_drives: int = 56
     eval_drives: int = 8
-    drive_seconds: float = 30.0
+    drive_seconds: float = 60.0
+    min_decision_windows: int = 300
+    noise: SensorNoise = field(default_factory=SensorNoise)
     bpe_tokens: int = 1024
     target_steps: int = 6000
     target_batch: int = 32
@@ -33,9 +42,13 @@ class Recipe:
     stream_samples: int = 16
     stream_lr: float = 1e-4
     stream_eval_sequences: int = 64
-    target_share: float = 0.62
-    draft_share: float = 0.11
-    stream_share: float = 0.1
+    backbone: BackboneStreamingConfig = field(default_factory=lambda: BackboneStreamingConfig(
+        streaming_sequences=24, full_prefill_windows=24, max_windows=16, eval_rows=64,
+        eval_length=12))
+    target_share: float = 0.52
+    backbone_share: float = 0.18
+    draft_share: float = 0.06
+    stream_share: float = 0.08
     reserve_seconds: float = 45.0
 
     def __post_init__(self) -> None:
@@ -44,7 +57,10 @@ class Recipe:
         if min(self.train_drives, self.eval_drives, self.target_steps, self.draft_steps,
                self.stream_steps, self.target_batch, self.draft_batch) < 1:
             raise ValueError("recipe counts must be >= 1")
-        if self.target_share + 2 * self.draft_share + self.stream_share > 1.0:
+        if self.min_decision_windows < 0:
+            raise ValueError("min_decision_windows must be >= 0")
+        if (self.target_share + self.backbone_share + 2 * self.draft_share
+                + self.stream_share > 1.0):
             raise ValueError("stage time shares exceed 1")
 
     def model_config(self, vocab_size: int) -> ModelConfig:
@@ -62,4 +78,9 @@ def smoke() -> Recipe:
                   bpe_tokens=300, target_steps=8, target_batch=2, target_lr=3e-3,
                   target_eval_rows=4, draft_rows=8, draft_eval_rows=4, draft_steps=10,
                   draft_batch=16, stream_steps=2, stream_max_windows=2, stream_sequences=1,
-                  stream_samples=4, stream_eval_sequences=2, reserve_seconds=0.0)
+                  stream_samples=4, stream_eval_sequences=2, reserve_seconds=0.0,
+                  min_decision_windows=0,
+                  backbone=BackboneStreamingConfig(steps=2, streaming_sequences=2,
+                                                   full_prefill_windows=2, min_windows=2,
+                                                   max_windows=3, eval_rows=2, eval_length=3,
+                                                   eval_batch=2, log_every=1))
