@@ -2,8 +2,9 @@
 
 The first minute runs the blocks of FIRST_BLOCKS in an order drawn from the seed (so a 60 s
 drive holds every scenario type and any of them can come first); later blocks are drawn at
-random. Some drives start from standstill and some lead cars stop and go again. Every block is straight where it has
-junctions, so side roads and cross roads meet the route at right angles.
+random. Some drives start from standstill and some lead cars stop and go again. Every block
+is straight where it has junctions, so side roads and cross roads meet the route at right
+angles.
 """
 
 from __future__ import annotations

@@ -9,8 +9,8 @@ fine-tune of the action expert -> model directory.
 
 Writes DIR/model/ (config.json, model.safetensors (fp16), tokenizer.json, drafter.safetensors
 (flat rotary, as config.json says) and drafter_mrope.safetensors), DIR/train_log.jsonl and
-DIR/summary.json (with the coverage table, also in DIR/coverage.md). Training seeds come from seeds.TRAIN_SEEDS, evaluation drives from
-seeds.EVAL_SEEDS.
+DIR/summary.json (with the coverage table, also in DIR/coverage.md). Training seeds come
+from seeds.TRAIN_SEEDS, evaluation drives from seeds.EVAL_SEEDS.
 """
 
 from __future__ import annotations
