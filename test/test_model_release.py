@@ -138,10 +138,11 @@ def release_fields(cfg: ModelConfig, hf_tok, kind: str) -> dict:
     }
 
 
-def release_state(cfg: ModelConfig, hf_cfg) -> dict[str, torch.Tensor]:
+def release_state(cfg: ModelConfig, hf_cfg, space_buffers: bool) -> dict[str, torch.Tensor]:
     """The release's tensors: the VLM and the expert as transformers builds them from the
     config (the expert is the text config with expert_cfg applied, without embed_tokens),
-    the action projections; no action-space buffers (the release derives them)."""
+    the action projections, and the action-space buffers where the release stores them
+    (Alpamayo 1; Alpamayo 1.5 derives them from the config)."""
     torch.manual_seed(0)
     vlm = transformers.Qwen3VLForConditionalGeneration(hf_cfg)
     expert_cfg = hf_cfg.text_config.__class__(**hf_cfg.text_config.to_dict())
@@ -156,9 +157,13 @@ def release_state(cfg: ModelConfig, hf_cfg) -> dict[str, torch.Tensor]:
                   if k.startswith(("action_in_proj.", "action_out_proj."))
                   and not k.endswith("freqs")})
     gen = torch.Generator().manual_seed(1)
-    return {k: (1.0 + 0.1 * torch.randn(v.shape, generator=gen) if "norm" in k
-                and k.endswith("weight") else 0.05 * torch.randn(v.shape, generator=gen)
-                ).to(torch.bfloat16).contiguous() for k, v in state.items()}
+    state = {k: (1.0 + 0.1 * torch.randn(v.shape, generator=gen) if "norm" in k
+                 and k.endswith("weight") else 0.05 * torch.randn(v.shape, generator=gen)
+                 ).to(torch.bfloat16).contiguous() for k, v in state.items()}
+    if space_buffers:
+        state.update({k: v.clone() for k, v in ours.state_dict().items()
+                      if k.startswith("action_space.")})
+    return state
 
 
 def write_shards(state: dict[str, torch.Tensor], folder: Path) -> None:
@@ -182,13 +187,13 @@ def release_r1(tmp_path_factory):
     config = {**hf_cfg.to_dict(), **release_fields(cfg, hf_tok, "alpamayo_r1")}
     (release / "config.json").write_text(json.dumps(config, indent=2))
     hf_tok.save_pretrained(release)
-    state = release_state(cfg, hf_cfg)
+    state = release_state(cfg, hf_cfg, space_buffers=True)
     write_shards(state, release)
     native = root / "native"
     model = AlpamayoModel(cfg)
     missing, unexpected = model.load_state_dict({k: v.float() for k, v in state.items()},
                                                 strict=False)
-    assert set(missing) == model.derivable_buffers and not unexpected
+    assert set(missing) == model.derivable_buffers - set(state) and not unexpected
     save_model_dir(model, cfg, TextTokenizer.from_file(release / "tokenizer.json"), native)
     return release, native, cfg
 
@@ -212,7 +217,7 @@ def release_15(tmp_path_factory):
               "vlm_name_or_path": "../Cosmos-Reason2-tiny"}
     (release / "config.json").write_text(json.dumps(fields, indent=2))
     full_cfg = hf_qwen3_vl_config(cfg, reference)
-    write_shards(release_state(cfg, full_cfg), release)
+    write_shards(release_state(cfg, full_cfg, space_buffers=False), release)
     return release, reference, cfg
 
 
@@ -349,3 +354,18 @@ def test_tokenizer_that_disagrees_with_config_is_refused(release_r1, tmp_path):
         load_tokenizer(tmp_path)
     assert "traj_token_start_idx" in str(err.value)
     assert "traj_token_ids.future_start" in str(err.value)
+
+
+def test_replay_cli_runs_on_the_release_dir(release_r1, tmp_path):
+    from test_eval_bags import write_drive_bag
+
+    from flashdrive_ros.eval.cli import main
+
+    release, _, _ = release_r1
+    bag = write_drive_bag(tmp_path / "bag", seconds=8.2)
+    out = tmp_path / "out"
+    code = main([str(bag), "--model-dir", str(release), "--out", str(out), "--mode",
+                 "baseline", "--max-windows", "1", "--device", "cpu", "--quiet"])
+    report = json.loads((out / "report.json").read_text())
+    assert code == 0 and report["windows"] == 1
+    assert np.isfinite(report["minade1_6s"])
