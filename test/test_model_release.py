@@ -344,8 +344,7 @@ def test_configs_that_cannot_be_mapped_are_refused(release_r1, change, needle):
 
 def test_tokenizer_that_disagrees_with_config_is_refused(release_r1, tmp_path):
     release, _, _ = release_r1
-    for item in release.iterdir():
-        (tmp_path / item.name).write_bytes(item.read_bytes())
+    copy_dir(release, tmp_path)
     raw = json.loads((tmp_path / "config.json").read_text())
     raw["traj_token_start_idx"] += 1
     raw["traj_token_ids"]["future_start"] += 2
@@ -369,3 +368,47 @@ def test_replay_cli_runs_on_the_release_dir(release_r1, tmp_path):
     report = json.loads((out / "report.json").read_text())
     assert code == 0 and report["windows"] == 1
     assert np.isfinite(report["minade1_6s"])
+
+
+def test_transformers_4_rope_fields_map_the_same(release_r1):
+    release, _, cfg = release_r1
+    raw = json.loads((release / "config.json").read_text())
+    text = raw["text_config"]
+    rope = text.pop("rope_parameters")
+    text["rope_theta"] = rope.pop("rope_theta")
+    rope.pop("mrope_interleaved")
+    text["rope_scaling"] = rope
+    raw["vision_config"].pop("rope_parameters")
+    raw["torch_dtype"] = "bfloat16"
+    loaded = release_model_config(raw, release)
+    assert (loaded.text, loaded.vision, loaded.expert) == (cfg.text, cfg.vision, cfg.expert)
+
+
+def copy_dir(source: Path, dest: Path) -> Path:
+    dest.mkdir(exist_ok=True)
+    for item in source.iterdir():
+        (dest / item.name).write_bytes(item.read_bytes())
+    return dest
+
+
+def test_tokenizer_config_adds_the_tokens_tokenizer_json_lacks(release_15, tmp_path):
+    release, reference, _ = release_15
+    model_dir = copy_dir(release, tmp_path / "model")
+    backbone = copy_dir(release.parent / "Cosmos-Reason2-tiny", tmp_path / "Cosmos-Reason2-tiny")
+    tokenizer = json.loads((backbone / "tokenizer.json").read_text())
+    declared = {str(t["id"]): {k: v for k, v in t.items() if k != "id"}
+                for t in tokenizer["added_tokens"]}
+    dropped = tokenizer["added_tokens"][-2:]
+    tokenizer["added_tokens"] = tokenizer["added_tokens"][:-2]
+    (backbone / "tokenizer.json").write_text(json.dumps(tokenizer))
+    settings = {"added_tokens_decoder": declared, "tokenizer_class": "Qwen2Tokenizer"}
+    (backbone / "tokenizer_config.json").write_text(json.dumps(settings))
+    tok = load_tokenizer(model_dir)
+    for entry in dropped:
+        assert tok.token_id(entry["content"]) == entry["id"]
+    assert tok.vocab_size == len(reference)
+    declared[str(dropped[-1]["id"] + 1)] = declared.pop(str(dropped[-1]["id"]))
+    (backbone / "tokenizer_config.json").write_text(json.dumps(
+        {"added_tokens_decoder": declared}))
+    with pytest.raises(TokenizerError, match="declared as id"):
+        load_tokenizer(model_dir)
