@@ -20,59 +20,15 @@ from pathlib import Path
 
 from flashdrive_ros.model.config import (ActionConfig, ConfigError, DrafterConfig, ExpertConfig,
                                          ModelConfig, PromptConfig, TextConfig, VisionConfig)
+from flashdrive_ros.model.release_keys import (EXPERT_FIELDS, HF_GENERIC_KEYS, IN_PROJ_FIELDS,
+                                               OWN_SECTION, RUNTIME_ONLY_KEYS, SPACE_FIELDS,
+                                               SPACE_UNUSED, TEXT_FIELDS, TEXT_OTHER,
+                                               TOKEN_ID_KEYS, TOP_MAPPED, VISION_FIELDS)
 
 PROMPT_LAYOUTS = {"alpamayo_r1": "alpamayo-1", "alpamayo1_5": "alpamayo-1.5"}
 ARCHITECTURES = {"AlpamayoR1": "alpamayo_r1", "Alpamayo1_5": "alpamayo1_5"}
 QWEN3_VL_8B_NAMES = frozenset({"Qwen/Qwen3-VL-8B-Instruct", "nvidia/Cosmos-Reason2-8B"})
-OWN_SECTION = "flashdrive"
 RELEASE_MARKERS = frozenset({"model_type", "architectures", "text_config", "vlm_name_or_path"})
-
-TOKEN_ID_KEYS = frozenset({"traj_token_start_idx", "traj_token_ids", "add_special_tokens",
-                           "image_token_id", "video_token_id", "vision_start_token_id",
-                           "vision_end_token_id"})
-HF_GENERIC_KEYS = frozenset({
-    "transformers_version", "_name_or_path", "architectures", "model_type", "dtype",
-    "torch_dtype", "use_cache", "bos_token_id", "eos_token_id", "pad_token_id",
-    "sep_token_id", "decoder_start_token_id", "initializer_range", "auto_map",
-    "_attn_implementation", "attn_implementation", "_attn_implementation_autoset",
-    "attention_dropout", "return_dict", "output_hidden_states", "output_attentions",
-    "torchscript", "chunk_size_feed_forward", "is_encoder_decoder", "is_decoder",
-    "add_cross_attention", "cross_attention_hidden_size", "tie_encoder_decoder",
-    "id2label", "label2id", "problem_type", "num_labels", "tokenizer_class", "prefix",
-    "task_specific_params", "finetuning_task", "pruned_heads", "tf_legacy_loss",
-    "use_bfloat16", "max_length", "min_length", "do_sample", "early_stopping", "num_beams",
-    "num_beam_groups", "diversity_penalty", "temperature", "top_k", "top_p", "typical_p",
-    "repetition_penalty", "length_penalty", "no_repeat_ngram_size",
-    "encoder_no_repeat_ngram_size", "bad_words_ids", "num_return_sequences",
-    "output_scores", "return_dict_in_generate", "forced_bos_token_id",
-    "forced_eos_token_id", "remove_invalid_values", "exponential_decay_length_penalty",
-    "suppress_tokens", "begin_suppress_tokens"})
-RUNTIME_ONLY_KEYS = frozenset({"model_dtype", "keep_same_dtype", "min_pixels", "max_pixels",
-                               "include_camera_ids", "include_frame_nums"})
-TOP_MAPPED = frozenset({
-    "architectures", "vlm_name_or_path", "vlm_backend", "text_config", "vision_config",
-    "vocab_size", "tie_word_embeddings", "traj_vocab_size", "tokens_per_history_traj",
-    "tokens_per_future_traj", "expert_cfg", "action_space_cfg", "action_in_proj_cfg",
-    "action_out_proj_cfg", "diffusion_cfg", "traj_tokenizer_cfg", "hist_traj_tokenizer_cfg",
-    "expert_non_causal_attention", OWN_SECTION})
-TEXT_FIELDS = ("vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads",
-               "num_key_value_heads", "head_dim", "intermediate_size", "hidden_act",
-               "rms_norm_eps", "max_position_embeddings")
-TEXT_OTHER = frozenset({"rope_theta", "rope_scaling", "rope_parameters", "tie_word_embeddings",
-                        "attention_bias"})
-VISION_FIELDS = ("depth", "hidden_size", "num_heads", "intermediate_size", "hidden_act",
-                 "in_channels", "patch_size", "temporal_patch_size", "spatial_merge_size",
-                 "out_hidden_size", "num_position_embeddings", "deepstack_visual_indexes")
-EXPERT_FIELDS = tuple(f.name for f in dataclasses.fields(ExpertConfig))
-SPACE_FIELDS = {"n_waypoints": "num_waypoints", "dt": "dt", "accel_mean": "accel_mean",
-                "accel_std": "accel_std", "curvature_mean": "curvature_mean",
-                "curvature_std": "curvature_std"}
-SPACE_UNUSED = frozenset({"accel_bounds", "curvature_bounds", "theta_lambda", "theta_ridge",
-                          "v_lambda", "v_ridge", "a_lambda", "a_ridge", "kappa_lambda",
-                          "kappa_ridge"})
-IN_PROJ_FIELDS = {"num_fourier_feats": "num_fourier_features", "hidden_size":
-                  "in_proj_hidden_size", "num_enc_layers": "in_proj_num_layers",
-                  "max_freq": "fourier_max_freq"}
 
 
 @dataclass
@@ -105,19 +61,21 @@ def release_config(data: dict, model_dir: Path) -> ReleaseConfig:
     if not isinstance(name, str) or not name:
         raise ConfigError("release config.json names no backbone: it needs text_config and "
                           "vision_config, or vlm_name_or_path")
-    for folder in (Path(name).expanduser(), model_dir / name):
-        if (folder / "config.json").is_file():
-            vlm = _read_json(folder / "config.json")
-            if not isinstance(vlm, dict) or "text_config" not in vlm or "vision_config" not in vlm:
-                raise ConfigError(f"{folder / 'config.json'} (vlm_name_or_path) is not a "
-                                  f"Qwen3-VL config: it needs text_config and vision_config")
-            return ReleaseConfig(data, variant, vlm, folder.resolve())
+    folder = Path(name).expanduser()
+    folder = folder if folder.is_absolute() else model_dir / folder
+    if (folder / "config.json").is_file():
+        vlm = _read_json(folder / "config.json")
+        if not isinstance(vlm, dict) or "text_config" not in vlm or "vision_config" not in vlm:
+            raise ConfigError(f"{folder / 'config.json'} (vlm_name_or_path) is not a "
+                              f"Qwen3-VL config: it needs text_config and vision_config")
+        return ReleaseConfig(data, variant, vlm, folder.resolve())
     if name in QWEN3_VL_8B_NAMES:
         return ReleaseConfig(data, variant, None, None)
-    raise ConfigError(f"backbone {name!r} (vlm_name_or_path) is neither a local directory with "
-                      f"a Qwen3-VL config.json (tried {Path(name)} and {model_dir / name}) nor "
-                      f"one of {sorted(QWEN3_VL_8B_NAMES)}; put its text_config and "
-                      f"vision_config into config.json or the directory next to it")
+    raise ConfigError(f"backbone {name!r} (vlm_name_or_path) is neither a directory with a "
+                      f"Qwen3-VL config.json ({folder}; a relative path is taken from the model "
+                      f"directory) nor one of {sorted(QWEN3_VL_8B_NAMES)}; point it at a local "
+                      f"copy of the backbone or put its text_config and vision_config into "
+                      f"config.json")
 
 
 def release_model_config(data: dict, model_dir: Path) -> ModelConfig:
@@ -138,11 +96,11 @@ def release_model_config(data: dict, model_dir: Path) -> ModelConfig:
         prompt["max_coc_tokens"] = raw["tokens_per_future_traj"]
     own = raw.get(OWN_SECTION, {})
     drafter = None
-    if not isinstance(own, dict):
-        problems.append(f"{OWN_SECTION} must be an object")
+    if not isinstance(own, dict) or not isinstance(own.get("prompt", {}), dict):
+        problems.append(f"{OWN_SECTION} and its prompt must be objects")
     else:
         _unknown(own, {"prompt", "drafter"}, OWN_SECTION, problems)
-        prompt.update(own.get("prompt") or {})
+        prompt.update(own.get("prompt", {}))
         drafter = own.get("drafter")
     if problems:
         raise ConfigError(_message(problems))
@@ -262,8 +220,9 @@ def _action(raw: dict, problems: list[str]) -> dict:
     out.update({ours: space[k] for k, ours in SPACE_FIELDS.items() if k in space})
     in_proj = _target(raw, "action_in_proj_cfg", "PerWaypointActionInProjV2", problems)
     _unknown(in_proj, set(IN_PROJ_FIELDS), "action_in_proj_cfg", problems)
-    if raw.get("action_in_proj_cfg") is not None and "num_fourier_feats" not in in_proj:
-        problems.append("action_in_proj_cfg lacks num_fourier_feats")
+    if "num_fourier_feats" not in in_proj:
+        problems.append("action_in_proj_cfg lacks num_fourier_feats (its release default "
+                        "differs from this package's)")
     out.update({ours: in_proj[k] for k, ours in IN_PROJ_FIELDS.items() if k in in_proj})
     out_proj = _target(raw, "action_out_proj_cfg", "torch.nn.Linear", problems)
     _unknown(out_proj, set(), "action_out_proj_cfg", problems)
