@@ -41,9 +41,9 @@ from flashdrive_ros.model.flow import initial_noise
 from flashdrive_ros.model.history import HistoryTokenizer
 from flashdrive_ros.model.kv_cache import KVCache
 from flashdrive_ros.model.prompt import PromptBuilder
+from flashdrive_ros.model.release_tokenizer import load_tokenizer
 from flashdrive_ros.model.tokenizer import TextTokenizer
 from flashdrive_ros.model.unicycle import fit_v0
-from flashdrive_ros.model.weights import TOKENIZER_FILE
 
 MAX_ASPECT_DISTORTION = 0.2
 
@@ -130,12 +130,13 @@ class Engine:
 
     @classmethod
     def load(cls, model_dir: str | Path, cfg: EngineConfig) -> Engine:
-        """Model (config.json + safetensors), tokenizer.json and, when speculative decoding is
-        on, the drafter file `cfg.drafter_file` from `model_dir` (a DFlash or EAGLE-3 drafter
-        as the file's stored config says; files without one take config.json's drafter)."""
+        """Model (config.json + safetensors, this package's or a release's), its tokenizer and,
+        when speculative decoding is on, the drafter file `cfg.drafter_file` from `model_dir` (a
+        DFlash or EAGLE-3 drafter as the file's stored config says; files without one take
+        config.json's drafter)."""
         model_dir = Path(model_dir)
         model = AlpamayoModel.from_dir(model_dir, cfg.device, cfg.torch_dtype)
-        tokenizer = TextTokenizer.from_file(model_dir / TOKENIZER_FILE)
+        tokenizer = load_tokenizer(model_dir)
         drafter = None
         if cfg.speculative:
             drafter_path = model_dir / cfg.drafter_file

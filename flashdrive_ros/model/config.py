@@ -1,8 +1,8 @@
 """Model configuration: one dataclass per component, validated on construction.
 
-Field names follow the Hugging Face Qwen3-VL / Alpamayo config keys so a release
-`config.json` maps onto them directly. `ModelConfig.from_dict` / `to_dict` are the
-only (de)serialisation path; `config.json` in a model directory holds `to_dict()`.
+Field names follow the Hugging Face Qwen3-VL / Alpamayo config keys. `ModelConfig.from_dict` /
+`to_dict` are this package's (de)serialisation; `ModelConfig.load` also reads a release
+config.json (model/release_config.py maps it onto these dataclasses).
 """
 
 from __future__ import annotations
@@ -241,6 +241,9 @@ class ModelConfig:
 
     @classmethod
     def load(cls, path: str | Path) -> ModelConfig:
+        """A config.json in this package's format or in the release's."""
+        from flashdrive_ros.model.release_config import is_release_config, release_model_config
+
         path = Path(path)
         try:
             data = json.loads(path.read_text())
@@ -248,6 +251,8 @@ class ModelConfig:
             raise ConfigError(f"model config not found: {path}") from None
         except json.JSONDecodeError as exc:
             raise ConfigError(f"model config {path} is not valid JSON: {exc}") from None
+        if is_release_config(data):
+            return release_model_config(data, path.parent)
         return cls.from_dict(data)
 
 

@@ -101,19 +101,12 @@ class TextTokenizer:
         return idx
 
 
-def build_tokenizer(corpus: list[str], vocab_size: int,
-                    num_traj_tokens: int = 4000) -> TextTokenizer:
-    """Train a byte-level BPE on `corpus` and add the specials and trajectory tokens.
-
-    The result has at most `vocab_size` tokens (exactly that many when the corpus offers
-    enough merges); size the model's vocabulary with `TextTokenizer.vocab_size`.
-    """
-    added = len(QWEN_SPECIALS) + num_traj_tokens + len(ALPAMAYO_SPECIAL_NAMES) - 1
-    base_size = vocab_size - added
+def backbone_tokenizer(corpus: list[str], base_size: int) -> Tokenizer:
+    """A Qwen-style backbone tokenizer: byte-level BPE of at most `base_size` tokens trained on
+    `corpus`, then the Qwen special tokens (no trajectory or Alpamayo tokens)."""
     alphabet = pre_tokenizers.ByteLevel.alphabet()
     if base_size < len(alphabet):
-        raise TokenizerError(f"vocab_size {vocab_size} too small: {added} added tokens plus a "
-                             f"{len(alphabet)}-byte alphabet need >= {added + len(alphabet)}")
+        raise TokenizerError(f"BPE size {base_size} is below the {len(alphabet)}-byte alphabet")
     if not corpus or not any(s.strip() for s in corpus):
         raise TokenizerError("tokenizer corpus is empty")
     tok = Tokenizer(models.BPE())
@@ -127,6 +120,22 @@ def build_tokenizer(corpus: list[str], vocab_size: int,
     tok.train_from_iterator(corpus, trainer=trainer)
     tok.add_special_tokens([AddedToken(s, special=True, normalized=False)
                             for s in QWEN_SPECIALS])
+    return tok
+
+
+def build_tokenizer(corpus: list[str], vocab_size: int,
+                    num_traj_tokens: int = 4000) -> TextTokenizer:
+    """Train a byte-level BPE on `corpus` and add the specials and trajectory tokens.
+
+    The result has at most `vocab_size` tokens (exactly that many when the corpus offers
+    enough merges); size the model's vocabulary with `TextTokenizer.vocab_size`.
+    """
+    added = len(QWEN_SPECIALS) + num_traj_tokens + len(ALPAMAYO_SPECIAL_NAMES) - 1
+    alphabet = len(pre_tokenizers.ByteLevel.alphabet())
+    if vocab_size - added < alphabet:
+        raise TokenizerError(f"vocab_size {vocab_size} too small: {added} added tokens plus a "
+                             f"{alphabet}-byte alphabet need >= {added + alphabet}")
+    tok = backbone_tokenizer(corpus, vocab_size - added)
     tok.add_tokens([AddedToken(traj_token(i), normalized=False)
                     for i in range(num_traj_tokens)])
     tok.add_special_tokens([AddedToken(special(n), special=True, normalized=False)
