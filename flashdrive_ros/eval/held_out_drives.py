@@ -20,6 +20,7 @@ from dataclasses import asdict, dataclass
 from functools import partial
 from pathlib import Path
 
+from flashdrive_ros.eval.errors import ReplayError
 from flashdrive_ros.eval.held_out import DriveWindows, replay_drive
 from flashdrive_ros.eval.held_out_breakdown import Targets, held_out_report, markdown
 from flashdrive_ros.eval.model_compare import PREFILLS, CompareSettings
@@ -169,7 +170,7 @@ def main(argv: list[str] | None = None) -> int:
         _worker_threads(settings.threads_per_worker)
     try:
         report = run(Path(args.model_dir or default_model_dir()), Path(args.out), settings)
-    except (FileNotFoundError, ValueError, OSError) as exc:
+    except (ReplayError, ValueError, OSError) as exc:
         print(f"held_out_drives: error: {exc}", file=sys.stderr)
         return 2
     print(table(report), end="")
