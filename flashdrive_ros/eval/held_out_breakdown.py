@@ -10,9 +10,11 @@ from dataclasses import asdict, dataclass
 
 from flashdrive_ros.eval.held_out import DriveWindows
 from flashdrive_ros.eval.metrics import mean_or_none
+from flashdrive_ros.eval.model_compare import PREFILLS
 from flashdrive_ros.eval.summary import WindowResult, group_block, group_members
 
-STREAMING, FULL = "streaming", "full prefill"
+STREAMING = next(name for name, streaming in PREFILLS.items() if streaming)
+FULL = next(name for name, streaming in PREFILLS.items() if not streaming)
 MODES = (STREAMING, FULL)
 SPEED_EDGES_MPS = (2.0, 6.0, 10.0)
 TIME_BAND_S = 20.0

@@ -13,7 +13,6 @@ from __future__ import annotations
 import argparse
 import json
 import multiprocessing as mp
-import os
 import sys
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import asdict, dataclass
@@ -37,7 +36,8 @@ JSON_FILE, MARKDOWN_FILE = "held_out.json", "held_out.md"
 class HeldOutSettings:
     """Held-out drives `first_seed` .. `first_seed + drives - 1` (all in the evaluation seed
     range), `seconds` long; `workers` processes replay one drive each on
-    `threads_per_worker` torch threads (workers 1: in this process, its threads untouched).
+    `threads_per_worker` threads (workers 1: in this process, its threads left as they are;
+the command line sets them).
     Engines as `CompareSettings` builds them (flashdrive mode, speculative with a drafter)."""
 
     drives: int = 4
@@ -91,10 +91,12 @@ def evaluate_drive(seed: int, model_dir: str, settings: HeldOutSettings) -> Driv
 
 
 def _worker_threads(threads: int) -> None:
+    """torch and OpenCV (JPEG decoding, rendering) on `threads` threads."""
+    import cv2
     import torch
 
-    os.environ["OMP_NUM_THREADS"] = str(threads)
     torch.set_num_threads(threads)
+    cv2.setNumThreads(threads)
 
 
 def evaluate_drives(model_dir: Path, settings: HeldOutSettings) -> list[DriveWindows]:
