@@ -1,6 +1,7 @@
 """The main job: a held-out synthetic drive replayed through the real drive node over DDS with
 the embedded default model, then the summary table (minADE vs constant velocity, latency per
-stage, accepted length, control rate held).
+stage, accepted length, control rate held; per scenario tag of the drive's labels: minADE1,
+constant velocity, decision match).
 
 `python -m flashdrive_ros.demo [--out DIR] [--seconds S] [--seed N] [--num-samples K]
 [--offline] [--compare]`

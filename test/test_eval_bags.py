@@ -105,7 +105,7 @@ def write_drive_bag(path, *, seconds=3.0, storage="mcap", raw=False, topics=None
         if labels and topics.labels:
             decision = "stop" if frame % 2 else "keep lane"
             text = json.dumps({"t": t, "coc": f"clear road, {decision}", "decision": decision,
-                               "tags": []})
+                               "tags": ["red_light_stop"] if frame % 2 else ["keep_lane"]})
             events.append((t, 9, topics.labels, "std_msgs/msg/String",
                            TYPESTORE.types["std_msgs/msg/String"](data=text)))
     events += list(extra_topics)

@@ -6,7 +6,8 @@ import pytest
 from flashdrive_ros.eval.metrics import (ade, displacement, fde, horizon_steps, min_ade,
                                          min_fde, nearest_decision, percentiles,
                                          window_metrics, words)
-from flashdrive_ros.eval.summary import SkipCounter, WindowResult, compare_blocks, summarize
+from flashdrive_ros.eval.summary import (SkipCounter, WindowResult, compare_blocks, group_block,
+                                         grouped, summarize)
 
 
 def straight(speed, steps=64, dt=0.1, lateral=0.0):
@@ -122,3 +123,31 @@ def test_summarize_and_compare():
     assert ratios["speedup_encode_p50"] == pytest.approx(1.0)
     assert ratios["metric_deltas"]["minade1_6s"] == pytest.approx(-0.5)
     assert not math.isnan(ratios["speedup_total_p90"])
+
+
+def test_grouped_blocks_take_each_window_in_every_group_it_names():
+    truth = straight(10.0)
+
+    def result(err, cv_err, tags, decision, predicted):
+        samples = straight(10.0, lateral=err)[None]
+        cv = straight(10.0, lateral=cv_err)
+        return WindowResult(t0=0.0, samples=samples, truth=truth, constant_velocity=cv,
+                            metrics=window_metrics(samples, truth, cv, 0.1), timings_ms={},
+                            decision=decision, predicted_decision=predicted, tags=tags)
+
+    results = [result(1.0, 4.0, ("turn", "intersection"), "turn", "turn"),
+               result(3.0, 2.0, ("turn",), "stop", "follow"),
+               result(5.0, 0.0, (), None, None)]
+    groups = grouped(results, [r.tags for r in results])
+    assert list(groups) == ["intersection", "turn"]
+    turn = groups["turn"]
+    assert turn["windows"] == turn["labelled_windows"] == 2
+    assert turn["minade1_6s"] == pytest.approx(2.0) and turn["cv_minade_6s"] == pytest.approx(3.0)
+    assert turn["minade1_cv_ratio"] == pytest.approx(2.0 / 3.0)
+    assert turn["decision_match_rate"] == pytest.approx(0.5)
+    assert groups["intersection"]["minade1_cv_ratio"] == pytest.approx(0.25)
+    alone = group_block(results[2:])
+    assert alone["minade1_cv_ratio"] is None and alone["decision_match_rate"] is None
+    assert summarize(results, SkipCounter(), 10.0)["scenarios"] == groups
+    with pytest.raises(ValueError, match="2 key sets for 3 windows"):
+        grouped(results, [(), ()])

@@ -66,6 +66,26 @@ def test_compare_report_holds_both_modes_on_the_same_windows(replay):
         base["latency_ms"]["total"]["p50"] / fast["latency_ms"]["total"]["p50"])
 
 
+def test_report_blocks_per_scenario_tag_of_the_labels(replay):
+    _, out = replay
+    report = json.loads((out / "report.json").read_text())
+    for block in report["modes"].values():
+        windows = {w["tags"][0]: w for w in block["per_window"]}
+        assert sorted(block["scenarios"]) == sorted(windows) == ["keep_lane", "red_light_stop"]
+        for tag, group in block["scenarios"].items():
+            assert group["windows"] == group["labelled_windows"] == 1
+            assert group["decision_match_rate"] == float(windows[tag]["decision_match"])
+            assert group["minade1_cv_ratio"] == pytest.approx(
+                group["minade1_6s"] / group["cv_minade_6s"])
+        assert np.mean([g["minade1_6s"] for g in block["scenarios"].values()]) == \
+            pytest.approx(block["minade1_6s"])
+    markdown = (out / "report.md").read_text()
+    assert "## Per scenario tag (flashdrive)" in markdown
+    assert "| red_light_stop | 1 |" in markdown
+    table = summary_table(report)
+    assert "scenario tag (baseline)" in table and "scenario tag (flashdrive)" in table
+
+
 def test_report_markdown_plots_and_summary_table(replay):
     _, out = replay
     report = json.loads((out / "report.json").read_text())

@@ -5,6 +5,9 @@ from the simulator (`SimDriveSource`), or as any other opened `RecordSource` (a 
 from __future__ import annotations
 
 from contextlib import AbstractContextManager
+from dataclasses import dataclass
+
+import numpy as np
 
 from flashdrive_ros.eval.offline import OfflineReplay, Planner, ReplaySettings
 from flashdrive_ros.eval.records import RecordSource
@@ -21,6 +24,34 @@ def held_out_drives(drives: int, seconds: float, workers: int = 1) -> list[SimDr
     return [SimDriveSource(seed, seconds, workers=workers) for seed in eval_seeds(drives)]
 
 
+@dataclass
+class DriveWindows:
+    """One drive replayed by every planner on the same windows: results per planner, and per
+    window the ego speed (m/s, as the constant-velocity baseline takes it) and the time into
+    the drive (s) at t0."""
+
+    results: dict[str, list[WindowResult]]
+    speeds: list[float]
+    elapsed: list[float]
+    skipped: SkipCounter
+
+
+def replay_drive(planners: dict[str, Planner], model: ModelConfig,
+                 source: AbstractContextManager[RecordSource],
+                 max_windows: int | None = None) -> DriveWindows:
+    for planner in planners.values():
+        planner.reset()
+    with source as records:
+        replay = OfflineReplay(records, planners, model,
+                               ReplaySettings(max_windows=max_windows, progress=False))
+        out = replay.run()
+        start = records.start_time
+    t0s = [r.t0 for r in next(iter(out.results.values()))]
+    speeds = [float(np.linalg.norm(replay.track.velocity(t0, model.action.dt))) for t0 in t0s]
+    return DriveWindows(out.results, speeds, [t0 - start for t0 in t0s],
+                        next(iter(out.skipped.values())))
+
+
 def replay_planners(planners: dict[str, Planner], model: ModelConfig,
                     sources: list[AbstractContextManager[RecordSource]],
                     max_windows: int | None = None) -> dict[str, dict]:
@@ -28,17 +59,11 @@ def replay_planners(planners: dict[str, Planner], model: ModelConfig,
     merged: dict[str, list[WindowResult]] = {name: [] for name in planners}
     skipped = SkipCounter()
     for source in sources:
-        for planner in planners.values():
-            planner.reset()
-        with source as records:
-            replay = OfflineReplay(records, planners, model,
-                                   ReplaySettings(max_windows=max_windows,
-                                                  progress=False)).run()
+        drive = replay_drive(planners, model, source, max_windows)
         for name in planners:
-            merged[name].extend(replay.results[name])
-        shared = next(iter(replay.skipped.values()))
-        skipped.counts.update(shared.counts)
-        for code, message in shared.examples.items():
+            merged[name].extend(drive.results[name])
+        skipped.counts.update(drive.skipped.counts)
+        for code, message in drive.skipped.examples.items():
             skipped.examples.setdefault(code, message)
     return {name: summarize(results, skipped, CONTROL_RATE_HZ)
             for name, results in merged.items()}

@@ -72,6 +72,8 @@ class LabelIndex:
                          key=lambda label: label.stamp)
         self.stamps = [label.stamp for label in ordered]
         self.decisions = [str(label.values["decision"]) for label in ordered]
+        self.tags = [tuple(map(str, tags)) if isinstance(tags := label.values.get("tags"), list)
+                     else () for label in ordered]
         self.tolerance = tolerance
         examples = {str(label.values.get("coc", "")): str(label.values["decision"])
                     for label in ordered}
@@ -80,13 +82,21 @@ class LabelIndex:
     def predicted_decision(self, coc_text: str) -> str | None:
         return nearest_decision(coc_text, self.examples)
 
-    def decision_at(self, t: float) -> str | None:
+    def _nearest(self, t: float) -> int | None:
         i = bisect_left(self.stamps, t)
         best = min((j for j in (i - 1, i) if 0 <= j < len(self.stamps)),
                    key=lambda j: abs(self.stamps[j] - t), default=None)
         if best is None or abs(self.stamps[best] - t) > self.tolerance:
             return None
-        return self.decisions[best]
+        return best
+
+    def decision_at(self, t: float) -> str | None:
+        best = self._nearest(t)
+        return None if best is None else self.decisions[best]
+
+    def tags_at(self, t: float) -> tuple[str, ...]:
+        best = self._nearest(t)
+        return () if best is None else self.tags[best]
 
 
 def check_camera_count(model: ModelConfig, topics: TopicMapping) -> None:
@@ -194,6 +204,7 @@ class OfflineReplay:
                 timings_ms=dict(plan.timings_ms), accepted_lengths=list(plan.accepted_lengths),
                 tokens_generated=plan.tokens_generated, coc_text=plan.coc_text,
                 decision=decision, predicted_decision=self.labels.predicted_decision(
-                    plan.coc_text) if decision is not None else None))
+                    plan.coc_text) if decision is not None else None,
+                tags=self.labels.tags_at(t0)))
         limit = self.settings.max_windows
         return limit is not None and len(next(iter(self.out.results.values()))) >= limit

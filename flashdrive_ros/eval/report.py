@@ -79,17 +79,37 @@ def _rows(report: dict) -> tuple[list[str], list[list[str]]]:
     return header, rows
 
 
-def summary_table(report: dict) -> str:
-    """Fixed-width table: minADE vs constant velocity, latency per stage, accepted length,
-    control rate held, and the speedup in compare mode."""
-    header, rows = _rows(report)
+SCENARIO_HEADER = ["windows", "minADE1 (m)", "CV ADE (m)", "minADE1 / CV", "decision match"]
+
+
+def scenario_rows(block: dict) -> list[list[str]]:
+    """Per scenario tag of the sim labels (a window counts under each of its tags): windows,
+    minADE1 and constant-velocity ADE at 6.4 s on the same windows, their ratio, decision
+    match."""
+    return [[tag, str(g["windows"]), _fmt(g["minade1_6s"]), _fmt(g["cv_minade_6s"]),
+             _fmt(g["minade1_cv_ratio"]), _fmt(g["decision_match_rate"])]
+            for tag, g in block.get("scenarios", {}).items()]
+
+
+def _fixed_width(header: list[str], rows: list[list[str]]) -> list[str]:
     widths = [max(len(r[i]) for r in [header, *rows]) for i in range(len(header))]
     lines = ["  ".join(c.ljust(w) if i == 0 else c.rjust(w)
                        for i, (c, w) in enumerate(zip(r, widths))) for r in [header, *rows]]
     lines.insert(1, "-" * len(lines[0]))
+    return lines
+
+
+def summary_table(report: dict) -> str:
+    """Fixed-width tables: minADE vs constant velocity, latency per stage, accepted length,
+    control rate held, the speedup in compare mode; then per scenario tag of each mode."""
+    lines = _fixed_width(*_rows(report))
     if "speedup_total_p50" in report:
         lines.append(f"speedup total p50 (baseline / flashdrive): "
                      f"{_fmt(report['speedup_total_p50'], 2)}x")
+    for mode, block in mode_blocks(report).items():
+        rows = scenario_rows(block)
+        if rows:
+            lines += ["", *_fixed_width([f"scenario tag ({mode})", *SCENARIO_HEADER], rows)]
     return "\n".join(lines)
 
 
@@ -116,6 +136,10 @@ def markdown(report: dict, plots: list[str]) -> str:
     if "speedup_total_p50" in report:
         parts += [f"Speedup of the total latency at p50 (baseline / flashdrive): "
                   f"**{_fmt(report['speedup_total_p50'], 2)}x**", ""]
+    for mode, block in mode_blocks(report).items():
+        if rows := scenario_rows(block):
+            parts += [f"## Per scenario tag ({mode})", "",
+                      _markdown_table(["scenario tag", *SCENARIO_HEADER], rows), ""]
     for mode, block in mode_blocks(report).items():
         reasons = block["skipped_windows"]["reasons"]
         examples = block["skipped_windows"]["examples"]

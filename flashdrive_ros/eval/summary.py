@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -14,7 +15,8 @@ from flashdrive_ros.eval.metrics import mean_or_none, percentiles
 @dataclass
 class WindowResult:
     """One planned window. samples: [K, T, 3] (x, y, yaw) from the engine, [K, T, 2] (x, y)
-    as recorded through ROS, in the t0 ego frame; truth and constant_velocity: [T, 3]."""
+    as recorded through ROS, in the t0 ego frame; truth and constant_velocity: [T, 3].
+    decision and tags: the sim label nearest t0 (None / () without labels)."""
 
     t0: float
     samples: np.ndarray
@@ -28,6 +30,7 @@ class WindowResult:
     decision: str | None = None
     predicted_decision: str | None = None
     plan_age_s: float | None = None
+    tags: tuple[str, ...] = ()
 
     @property
     def decision_match(self) -> bool | None:
@@ -79,14 +82,47 @@ def summarize(results: list[WindowResult], skipped: SkipCounter,
     if ages:
         block["plan_age_s"] = percentiles(ages)
     block["skipped_windows"] = skipped.to_dict()
+    block["scenarios"] = grouped(results, [r.tags for r in results])
     block["per_window"] = [
         {"t0": round(r.t0, 6), "minade6_6s": r.metrics.get("minade6_6s"),
          "total_ms": r.timings_ms.get("total"), "accepted_length_mean":
          mean_or_none(r.accepted_lengths), "tokens": r.tokens_generated, "coc": r.coc_text,
          "decision": r.decision, "predicted_decision": r.predicted_decision,
-         "decision_match": r.decision_match}
+         "decision_match": r.decision_match, "tags": list(r.tags)}
         for r in results]
     return block
+
+
+def group_block(results: list[WindowResult]) -> dict:
+    """Accuracy of a group of windows: mean minADE1 / minADE6 / constant-velocity ADE at
+    6.4 s, minADE1 / CV as the ratio of those two means over the same windows, decision
+    match over the labelled ones."""
+    minade1 = mean_or_none(r.metrics["minade1_6s"] for r in results)
+    cv = mean_or_none(r.metrics["cv_minade_6s"] for r in results)
+    matches = [float(r.decision_match) for r in results if r.decision_match is not None]
+    return {"windows": len(results), "minade1_6s": minade1,
+            "minade6_6s": mean_or_none(r.metrics["minade6_6s"] for r in results),
+            "cv_minade_6s": cv,
+            "minade1_cv_ratio": minade1 / cv if minade1 is not None and cv else None,
+            "decision_match_rate": mean_or_none(matches), "labelled_windows": len(matches)}
+
+
+def group_members(keys: list[Iterable[str]]) -> dict[str, list[int]]:
+    """{group: indices i whose keys[i] name it} (a window may be in several groups, e.g. its
+    scenario tags, or in none), groups sorted by name."""
+    members: dict[str, list[int]] = {}
+    for i, names in enumerate(keys):
+        for name in names:
+            members.setdefault(name, []).append(i)
+    return dict(sorted(members.items()))
+
+
+def grouped(results: list[WindowResult], keys: list[Iterable[str]]) -> dict[str, dict]:
+    """{group: group_block} where keys[i] names the groups of results[i]."""
+    if len(keys) != len(results):
+        raise ValueError(f"{len(keys)} key sets for {len(results)} windows")
+    return {name: group_block([results[i] for i in indices])
+            for name, indices in group_members(keys).items()}
 
 
 def compare_blocks(baseline: dict, flashdrive: dict) -> dict:

@@ -1,0 +1,114 @@
+"""Held-out drive evaluation end to end: one short simulated drive, the tiny model with random
+weights and a drafter, streaming on and off; every aggregate is checked against the
+per-window rows it comes from."""
+
+import json
+
+import numpy as np
+import pytest
+from test_train_streaming_finetune import write_tiny_model
+
+from flashdrive_ros.eval.held_out_breakdown import (BREAKDOWNS, FULL, MODES, STREAMING,
+                                                    UNLABELLED, speed_band, time_band)
+from flashdrive_ros.eval.held_out_drives import JSON_FILE, MARKDOWN_FILE, HeldOutSettings, main
+
+SEED, SECONDS = 1000002, 8.6
+
+
+@pytest.fixture(scope="module")
+def evaluated(tmp_path_factory):
+    root = tmp_path_factory.mktemp("held_out")
+    model = write_tiny_model(root / "model")
+    out = root / "out"
+    code = main(["--model-dir", str(model), "--out", str(out), "--drives", "1", "--seconds",
+                 str(SECONDS), "--first-seed", str(SEED), "--device", "cpu",
+                 "--num-samples", "2"])
+    return code, out
+
+
+def members(rows, breakdown, group):
+    if breakdown == "scenario tag":
+        return [r for r in rows if group in r["tags"]]
+    if breakdown == "decision":
+        return [r for r in rows if (r["decision"] or UNLABELLED) == group]
+    if breakdown == "speed band":
+        return [r for r in rows if speed_band(r["speed_mps"]) == group]
+    return [r for r in rows if time_band(r["elapsed_s"]) == group]
+
+
+def expected_block(rows, mode):
+    minade1 = np.mean([r[mode]["minade1_6s"] for r in rows])
+    cv = np.mean([r["cv_minade_6s"] for r in rows])
+    matches = [r[mode]["predicted_decision"] == r["decision"] for r in rows if r["decision"]]
+    return {"windows": len(rows), "minade1_6s": minade1, "cv_minade_6s": cv,
+            "minade1_cv_ratio": minade1 / cv, "decision_match_rate": np.mean(matches)}
+
+
+def test_every_ratio_and_rate_comes_from_the_same_windows(evaluated):
+    code, out = evaluated
+    assert code == 0
+    report = json.loads((out / JSON_FILE).read_text())
+    rows = report["windows"]
+    assert report["seeds"] == [SEED] and {r["seed"] for r in rows} == {SEED}
+    assert 5 <= len(rows) and all(0 < r["elapsed_s"] < SECONDS for r in rows)
+    assert all(r["decision"] and r["tags"] for r in rows)
+    for mode in MODES:
+        block = report["overall"][mode]
+        for key, value in expected_block(rows, mode).items():
+            assert block[key] == pytest.approx(value)
+        assert block["minade6_6s"] <= block["minade1_6s"] + 1e-9
+    for name in BREAKDOWNS:
+        groups = report["breakdowns"][name]
+        assert groups, name
+        covered = set()
+        for group, entry in groups.items():
+            picked = members(rows, name, group)
+            covered.update((r["seed"], r["t0"]) for r in picked)
+            for mode in MODES:
+                for key, value in expected_block(picked, mode).items():
+                    assert entry[mode][key] == pytest.approx(value), (name, group, mode, key)
+            assert entry["agreement"]["same_coc"] == pytest.approx(
+                np.mean([r[STREAMING]["coc"] == r[FULL]["coc"] for r in picked]))
+        assert covered == {(r["seed"], r["t0"]) for r in rows}, name
+    agreement = report["agreement"]
+    deltas = [r[STREAMING]["minade1_6s"] - r[FULL]["minade1_6s"] for r in rows]
+    assert agreement["minade1_delta_mean"] == pytest.approx(np.mean(deltas))
+    assert agreement["minade1_abs_delta_mean"] == pytest.approx(np.mean(np.abs(deltas)))
+    assert agreement["accepted_length_mean_streaming"] >= 1.0
+    predicted = report["breakdowns"]["decision"]
+    assert sum(sum(e["predicted"][STREAMING].values()) for e in predicted.values()) == len(rows)
+
+
+def test_targets_are_judged_on_the_streaming_figures(evaluated):
+    _, out = evaluated
+    report = json.loads((out / JSON_FILE).read_text())
+    targets, overall = report["targets"], report["overall"][STREAMING]
+    checks = targets["checks"]
+    assert targets["mode"] == STREAMING and targets["limits"]["cv_ratio"] == 0.5
+    assert checks["minade1_cv_ratio"]["value"] == overall["minade1_cv_ratio"]
+    assert checks["minade1_cv_ratio"]["pass"] == (overall["minade1_cv_ratio"] <= 0.5)
+    assert checks["decision_match"]["pass"] == (overall["decision_match_rate"] >= 0.9)
+    assert checks["accepted_length_streaming"]["value"] == overall["accepted_length_mean"]
+    gap = checks["streaming_minade1_gap"]
+    assert gap["value"] == pytest.approx(abs(report["agreement"]["minade1_delta_mean"]))
+    assert gap["limit"] == pytest.approx(max(0.1, 0.1 * report["overall"][FULL]["minade1_6s"]))
+    tags = report["breakdowns"]["scenario tag"]
+    per_tag = checks["decision_match_per_tag"]
+    assert set(per_tag["tags"]) == {t for t, e in tags.items() if e[STREAMING]["windows"] >= 30}
+    assert targets["pass"] == all(c["pass"] for c in checks.values())
+    markdown = (out / MARKDOWN_FILE).read_text()
+    assert "By scenario tag:" in markdown and "| streaming_same_coc |" in markdown
+    assert "minADE6" not in markdown
+
+
+def test_bad_settings_and_windowless_drives_are_refused(tmp_path, capsys):
+    with pytest.raises(ValueError, match="held-out range"):
+        HeldOutSettings(first_seed=5)
+    with pytest.raises(ValueError, match="held-out range"):
+        HeldOutSettings(first_seed=1000999, drives=2)
+    with pytest.raises(ValueError, match="device"):
+        HeldOutSettings(device="tpu")
+    model = write_tiny_model(tmp_path / "model")
+    assert main(["--model-dir", str(model), "--out", str(tmp_path / "out"), "--drives", "1",
+                 "--seconds", "2"]) == 2
+    assert "no window was planned" in capsys.readouterr().err
