@@ -269,3 +269,25 @@ def test_stage_timer_reports_every_stage():
     with pytest.raises(ValueError, match="unknown stage"):
         with timer.stage("total"):
             pass
+
+
+def test_float32_rounding_moves_trajectories_within_the_reorder_tolerance(parts):
+    """The bound behind FLOAT32_REORDER_ATOL_M: every backbone linear output perturbed by
+    2**-24 relative (one rounding) moves the plans, but by less than the tolerance."""
+    model = parts[0]
+    generator = torch.Generator().manual_seed(1)
+
+    def rounding(module, inputs, out):
+        return out * (1 + 2.0 ** -24 * torch.randn(out.shape, generator=generator))
+
+    plain = run(engine(parts, num_samples=2), steps=(0, 1, 2))
+    handles = [m.register_forward_hook(rounding) for m in model.vlm.language_model.modules()
+               if isinstance(m, torch.nn.Linear)]
+    try:
+        perturbed = run(engine(parts, num_samples=2), steps=(0, 1, 2))
+    finally:
+        for handle in handles:
+            handle.remove()
+    moved = [np.abs(a.trajectories - b.trajectories).max() for a, b in zip(plain, perturbed)]
+    assert [a.coc_token_ids for a in plain] == [b.coc_token_ids for b in perturbed]
+    assert 0 < max(moved) < FLOAT32_REORDER_ATOL_M / 2, moved
