@@ -36,18 +36,30 @@ def sourced_env(install: Path, env: dict[str, str]) -> dict[str, str]:
     return dict(line.split("=", 1) for line in out.decode().split("\0") if "=" in line)
 
 
-@pytest.fixture(scope="module")
-def install_tree(tmp_path_factory) -> Path:
-    workspace = tmp_path_factory.mktemp("colcon_ws")
+def colcon_build(workspace: Path, *options: str) -> Path:
+    """Build a copy of the package with colcon in `workspace`; its install folder."""
     shutil.copytree(ROOT, workspace / "src" / PACKAGE,
                     ignore=shutil.ignore_patterns(*NOT_IN_A_CLONE))
     env = dict(os.environ, COLCON_HOME=str(workspace / "colcon_home"))
     build = subprocess.run(
         [sys.executable, "-c", "import sys; from colcon_core.command import main; "
-         "sys.exit(main())", "build", "--base-paths", "src"],
+         "sys.exit(main())", "build", "--base-paths", "src", *options],
         cwd=workspace, env=env, capture_output=True, text=True, timeout=BUILD_TIMEOUT_S)
     assert build.returncode == 0, build.stdout[-3000:] + build.stderr[-3000:]
     return workspace / "install"
+
+
+def assert_scripts_take_python3_from_the_environment(install: Path) -> None:
+    scripts = install / PACKAGE / "lib" / PACKAGE
+    assert (scripts / "drive_node").is_file()
+    for script in scripts.iterdir():
+        assert script.read_text().splitlines()[0] == SHEBANG, script
+        assert os.access(script, os.X_OK), script
+
+
+@pytest.fixture(scope="module")
+def install_tree(tmp_path_factory) -> Path:
+    return colcon_build(tmp_path_factory.mktemp("colcon_ws"))
 
 
 @pytest.fixture(scope="module")
@@ -67,11 +79,12 @@ def vehicle_env(install_tree) -> dict[str, str]:
 
 
 def test_installed_scripts_run_with_the_environments_python3(install_tree):
-    scripts = install_tree / PACKAGE / "lib" / PACKAGE
-    assert (scripts / "drive_node").is_file()
-    for script in scripts.iterdir():
-        assert script.read_text().splitlines()[0] == SHEBANG, script
-        assert os.access(script, os.X_OK), script
+    assert_scripts_take_python3_from_the_environment(install_tree)
+
+
+def test_symlink_install_scripts_run_with_the_environments_python3(tmp_path):
+    assert_scripts_take_python3_from_the_environment(
+        colcon_build(tmp_path, "--symlink-install"))
 
 
 def test_the_install_tree_provides_the_package_and_its_data(install_tree, vehicle_env,
