@@ -6,7 +6,12 @@ PY := $(VENV)/bin/python
 export ROS_AUTOMATIC_DISCOVERY_RANGE ?= LOCALHOST
 export RMW_IMPLEMENTATION ?= rmw_fastrtps_cpp
 
-.PHONY: demo test venv lint clean
+# Engine tests comparing two float32 paths; `make test` runs them once more under other
+# MKL and ATen kernels, as another CPU would pick.
+NUMERIC_TESTS := test/test_engine_engine.py test/test_engine_coc_reuse.py \
+	test/test_engine_encoded_frames.py test/test_engine_act_apart.py
+
+.PHONY: demo test test-numerics venv lint clean
 
 venv: $(VENV)/.installed
 
@@ -21,6 +26,10 @@ demo: venv
 
 test: venv
 	$(PY) -m pytest -q test
+	$(MAKE) --no-print-directory test-numerics
+
+test-numerics: venv
+	MKL_CBWR=AVX2 ATEN_CPU_CAPABILITY=avx2 $(PY) -m pytest -q -p no:cacheprovider $(NUMERIC_TESTS)
 
 lint: venv
 	$(PY) -m ruff check .

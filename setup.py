@@ -2,8 +2,24 @@ from glob import glob
 from pathlib import Path
 
 from setuptools import find_packages, setup
+from setuptools.command.develop import develop
 
 PACKAGE = "flashdrive_ros"
+
+
+class DevelopWithScriptHeader(develop):
+    """`setup.py develop` (colcon build --symlink-install) writes the console scripts with
+    the interpreter of setup.cfg's [build_scripts] executable, as an install does, instead
+    of the Python that builds (setuptools < 80, as colcon-core requires)."""
+
+    def install_wrapper_scripts(self, dist) -> None:
+        from setuptools.command.develop import VersionlessRequirement
+        from setuptools.command.easy_install import ScriptWriter
+
+        executable = self.get_finalized_command("build_scripts").executable
+        header = ScriptWriter.get_header("", executable)
+        for args in ScriptWriter.best().get_args(VersionlessRequirement(dist), header):
+            self.write_script(*args)
 
 
 def tree(folder: str) -> list[tuple[str, list[str]]]:
@@ -28,6 +44,7 @@ setup(
         *tree("models"),
     ],
     install_requires=["setuptools"],
+    cmdclass={"develop": DevelopWithScriptHeader},
     zip_safe=True,
     maintainer="flashdrive_ros maintainers",
     maintainer_email="flashdrive@example.com",

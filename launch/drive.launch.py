@@ -1,5 +1,6 @@
 """Starts drive_node as a lifecycle node with config/drive.yaml; with autostart:=true it is
-configured and then activated through lifecycle events. With foxglove:=true it also starts
+configured and then activated through lifecycle events. When drive_node exits (a failed
+start included) the launch shuts down. With foxglove:=true it also starts
 foxglove_bridge (package foxglove_bridge), bound to foxglove_address (127.0.0.1 unless set).
 
 ros2 launch flashdrive_ros drive.launch.py model_dir:=/path/to/model use_sim_time:=true
@@ -8,7 +9,8 @@ ros2 launch flashdrive_ros drive.launch.py model_dir:=/path/to/model use_sim_tim
 from launch import LaunchDescription
 from launch.actions import DeclareLaunchArgument, EmitEvent, RegisterEventHandler
 from launch.conditions import IfCondition
-from launch.events import matches_action
+from launch.event_handlers import OnProcessExit
+from launch.events import Shutdown, matches_action
 from launch.substitutions import LaunchConfiguration
 from launch_ros.actions import LifecycleNode, Node
 from launch_ros.event_handlers import OnStateTransition
@@ -74,6 +76,9 @@ def generate_launch_description() -> LaunchDescription:
         ),
         condition=IfCondition(autostart),
     )
+    shutdown_when_node_exits = RegisterEventHandler(OnProcessExit(
+        target_action=node,
+        on_exit=[EmitEvent(event=Shutdown(reason="drive_node exited"))]))
     foxglove_bridge = Node(
         package="foxglove_bridge",
         executable="foxglove_bridge",
@@ -86,5 +91,5 @@ def generate_launch_description() -> LaunchDescription:
         }],
         condition=IfCondition(LaunchConfiguration("foxglove")),
     )
-    return LaunchDescription([*arguments, node, activate_when_configured, configure,
-                              foxglove_bridge])
+    return LaunchDescription([*arguments, node, shutdown_when_node_exits,
+                              activate_when_configured, configure, foxglove_bridge])

@@ -3,7 +3,7 @@ and the engine switch."""
 
 import numpy as np
 import pytest
-from test_engine_engine import engine, parts, window  # noqa: F401
+from test_engine_engine import FLOAT32_REORDER_ATOL_M, engine, parts, window  # noqa: F401
 from test_engine_speculative import (SEEDS, _assert_same_cache, _drafter_proposer, _run,
                                      _stop_for, target)  # noqa: F401
 
@@ -73,7 +73,9 @@ def test_engine_drafts_a_repeated_coc_from_the_previous_window(parts):  # noqa: 
     for step in (0, 0, 1, 1):
         a, b = reuse.step(window(step)), plain.step(window(step))
         assert a.coc_token_ids == b.coc_token_ids and a.full_prefill == b.full_prefill
-        np.testing.assert_allclose(a.trajectories, b.trajectories, rtol=0, atol=1e-4)
+        # the same tokens in other verify-round splits: equal up to float32 reordering
+        np.testing.assert_allclose(a.trajectories, b.trajectories, rtol=0,
+                                   atol=FLOAT32_REORDER_ATOL_M)
     assert reuse.previous_coc[:len(a.coc_token_ids)] == a.coc_token_ids
     block = reuse.proposer.block_size
     assert all(n == block for n in a.accepted_lengths[:-1])

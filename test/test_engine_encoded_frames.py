@@ -1,6 +1,7 @@
 import numpy as np
 import pytest
 import torch
+from test_engine_engine import FLOAT32_REORDER_ATOL_M
 
 from flashdrive_ros.engine.config import EngineConfig
 from flashdrive_ros.engine.encoded_frames import EncodedFrames
@@ -93,7 +94,9 @@ def test_frames_encoded_ahead_give_the_plain_paths_plans(parts, steps):
         a, b = plain.step(window(step)), ahead.step(window(step))
         assert len(ahead_encoded) == encoded_before
         assert a.full_prefill == b.full_prefill and a.coc_token_ids == b.coc_token_ids
-        np.testing.assert_allclose(b.trajectories, a.trajectories, atol=1e-4)
+        # frames encoded in other batches: equal up to float32 reordering
+        np.testing.assert_allclose(b.trajectories, a.trajectories, rtol=0,
+                                   atol=FLOAT32_REORDER_ATOL_M)
     assert set(ahead_encoded) == {VIEWS} and sum(plain_encoded) > 0
 
 

@@ -20,6 +20,15 @@ CORPUS = ["Front camera: frame 0 the car ahead brakes, so the ego vehicle slows 
           "future trajectory. You are a driving assistant that generates safe and accurate "
           "actions."] * 10
 MAX_COC = 6
+# Two float32 paths that feed the same tokens through other call shapes (other verify-round
+# splits, other encoder batch sizes) run GEMMs of other sizes; MKL may then block their
+# reductions differently (seen with AVX-512/AMX kernels on Xeon), which moves keys, values
+# and embeddings by about float32 rounding (2**-24 relative). The random tiny expert and
+# the unicycle integration over 64 waypoints (up to ~32 m) amplify that: a 2**-24 relative
+# perturbation of every backbone attention or linear output moved trajectories by at most
+# 5e-3 m (4 windows x 6 draws). 2e-2 m leaves a 4x margin and is still far below what a
+# wrong token, cache slot or noise draw changes (meters).
+FLOAT32_REORDER_ATOL_M = 2e-2
 
 
 pytestmark = pytest.mark.usefixtures("one_thread")
@@ -161,9 +170,10 @@ def test_speculative_decoding_samples_when_a_temperature_is_set(parts):
 
 def test_a_window_gets_its_plan_whatever_came_before(parts):
     """Noise is seeded by the window's t0: the same window after other windows (full
-    prefill, streaming off) or with another sequence number draws the same samples."""
-    first = engine(parts, streaming=False, num_samples=2).step(window(3))
-    eng = engine(parts, streaming=False, num_samples=2)
+    prefill, streaming off, no CoC drafted from the window before, so the same computation)
+    or with another sequence number draws the same samples."""
+    first = engine(parts, streaming=False, coc_reuse=False, num_samples=2).step(window(3))
+    eng = engine(parts, streaming=False, coc_reuse=False, num_samples=2)
     eng.step(window(0))
     again = window(3)
     again.sequence = 17
@@ -259,3 +269,25 @@ def test_stage_timer_reports_every_stage():
     with pytest.raises(ValueError, match="unknown stage"):
         with timer.stage("total"):
             pass
+
+
+def test_float32_rounding_moves_trajectories_within_the_reorder_tolerance(parts):
+    """The bound behind FLOAT32_REORDER_ATOL_M: every backbone linear output perturbed by
+    2**-24 relative (one rounding) moves the plans, but by less than the tolerance."""
+    model = parts[0]
+    generator = torch.Generator().manual_seed(1)
+
+    def rounding(module, inputs, out):
+        return out * (1 + 2.0 ** -24 * torch.randn(out.shape, generator=generator))
+
+    plain = run(engine(parts, num_samples=2), steps=(0, 1, 2))
+    handles = [m.register_forward_hook(rounding) for m in model.vlm.language_model.modules()
+               if isinstance(m, torch.nn.Linear)]
+    try:
+        perturbed = run(engine(parts, num_samples=2), steps=(0, 1, 2))
+    finally:
+        for handle in handles:
+            handle.remove()
+    moved = [np.abs(a.trajectories - b.trajectories).max() for a, b in zip(plain, perturbed)]
+    assert [a.coc_token_ids for a in plain] == [b.coc_token_ids for b in perturbed]
+    assert 0 < max(moved) < FLOAT32_REORDER_ATOL_M / 2, moved

@@ -3,11 +3,13 @@
 import ast
 import configparser
 import runpy
+import sys
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
 import pytest
 import setuptools
+import yaml
 
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGE = "flashdrive_ros"
@@ -18,6 +20,20 @@ DESIGN_CONSOLE_SCRIPTS = {"drive_node", "flashdrive-sim", "flashdrive-replay",
                           "flashdrive-bench", "flashdrive-export"}
 ROS_PYTHON_PACKAGES = {"rclpy", "launch", "launch_ros", "ament_index_python"}
 INSTALLED_FOLDERS = ("launch", "config", "models")
+# imported Python library -> the rosdep key of package.xml that installs it
+PYTHON_LIBRARY_KEYS = {"numpy": "python3-numpy", "yaml": "python3-yaml", "cv2": "python3-opencv",
+                       "torch": "python3-torch", "tqdm": "python3-tqdm",
+                       "matplotlib": "python3-matplotlib",
+                       "safetensors": "python3-safetensors-pip",
+                       "tokenizers": "python3-tokenizers-pip", "onnx": "python3-onnx-pip",
+                       "onnxruntime": "python3-onnxruntime-pip",
+                       "rosbags": "python3-rosbags-pip"}
+# imported only where asked for, installed outside rosdep: TensorRT with JetPack,
+# transformers for the Hugging Face reference of flashdrive-bench
+OPTIONAL_LIBRARIES = {"tensorrt", "transformers"}
+# pip keys that rosdistro's rosdep/python.yaml defines; the others are in ROSDEP_FILE
+ROSDISTRO_PIP_KEYS = {"python3-onnxruntime-pip", "python3-rosbags-pip"}
+ROSDEP_FILE = ROOT / "rosdep" / f"{PACKAGE}.yaml"
 
 
 @pytest.fixture(scope="module")
@@ -76,6 +92,33 @@ def test_every_imported_ros_package_is_an_exec_depend(manifest):
     ros_imports = {m for m in imported if is_ros_package(m)}
     assert {"rclpy", "launch_ros"} <= ros_imports
     assert ros_imports <= exec_depends(manifest), ros_imports - exec_depends(manifest)
+
+
+def test_every_imported_python_library_is_an_exec_depend(manifest):
+    imported = (imported_top_level_modules(ROOT / PACKAGE)
+                | imported_top_level_modules(ROOT / "launch"))
+    libraries = {m for m in imported if m not in sys.stdlib_module_names
+                 and not is_ros_package(m) and m != PACKAGE}
+    assert libraries - OPTIONAL_LIBRARIES == set(PYTHON_LIBRARY_KEYS)
+    assert set(PYTHON_LIBRARY_KEYS.values()) <= exec_depends(manifest)
+
+
+def test_pip_keys_are_defined_for_rosdep_and_pinned_in_requirements(manifest):
+    pip_keys = {k for k in exec_depends(manifest) if k.endswith("-pip")}
+    defined = yaml.safe_load(ROSDEP_FILE.read_text())
+    assert pip_keys - ROSDISTRO_PIP_KEYS == set(defined)
+    pinned = {line.split("==")[0] for line in (ROOT / "requirements.txt").read_text().split()}
+    for key, platforms in defined.items():
+        packages = {p for platform in ("ubuntu", "debian")
+                    for p in platforms[platform]["pip"]["packages"]}
+        assert packages == {key.removeprefix("python3-").removesuffix("-pip")}, key
+        assert packages <= pinned, key
+
+
+def test_installed_scripts_take_python3_from_the_environment():
+    cfg = configparser.ConfigParser()
+    cfg.read(ROOT / "setup.cfg")
+    assert cfg["build_scripts"]["executable"] == "/usr/bin/env python3"
 
 
 def test_setup_matches_package_xml(manifest, setup_kwargs):

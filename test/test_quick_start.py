@@ -9,7 +9,8 @@ REQUIRED_PACKAGES = {"torch", "tokenizers", "safetensors", "opencv-python-headle
                      "pytest", "ruff", "ros-jazzy-rclpy", "ros-jazzy-rmw-fastrtps-cpp",
                      "ros-jazzy-std-msgs", "ros-jazzy-sensor-msgs", "ros-jazzy-nav-msgs",
                      "ros-jazzy-geometry-msgs", "ros-jazzy-visualization-msgs",
-                     "ros-jazzy-diagnostic-msgs"}
+                     "ros-jazzy-diagnostic-msgs", "colcon-core", "colcon-ros",
+                     "ros-jazzy-ament-package"}
 
 
 def quick_start_commands() -> list[str]:
@@ -56,10 +57,21 @@ def test_make_targets_build_the_pinned_venv_then_run():
     assert re.search(r"^demo: venv$", makefile, re.M)
     assert re.search(r"^test: venv$", makefile, re.M)
     assert make_recipe("demo") == ["$(PY) -m flashdrive_ros.demo"]
-    assert make_recipe("test") == ["$(PY) -m pytest -q test"]
+    assert make_recipe("test") == ["$(PY) -m pytest -q test",
+                                   "$(MAKE) --no-print-directory test-numerics"]
     install = " ".join(make_recipe("$(VENV)/.installed"))
     assert "-r requirements-test.txt" in install and "-e ." in install
     assert ROOT.joinpath("test", "test_lint.py").is_file()
+
+
+def test_make_test_reruns_the_numeric_comparisons_under_other_cpu_kernels():
+    assert re.search(r"^test-numerics: venv$", ROOT.joinpath("Makefile").read_text(), re.M)
+    (recipe,) = make_recipe("test-numerics")
+    assert recipe.startswith("MKL_CBWR=AVX2 ATEN_CPU_CAPABILITY=avx2 $(PY) -m pytest")
+    makefile = ROOT.joinpath("Makefile").read_text().replace("\\\n", " ")
+    files = re.search(r"^NUMERIC_TESTS := (.*)$", makefile, re.M).group(1).split()
+    assert files and all(ROOT.joinpath(f).is_file() for f in files)
+    assert "test/test_engine_coc_reuse.py" in files
 
 
 def test_every_requirement_is_pinned_and_the_required_ones_are_present():

@@ -15,7 +15,8 @@ LAUNCH = ROOT / "launch" / "drive.launch.py"
 RCLPY_NODE_PARAMETERS = {"use_sim_time"}
 LAUNCH_ARGUMENTS = {"model_dir", "params_file", "namespace", "use_sim_time", "log_level",
                     "autostart", "foxglove", "foxglove_address", "foxglove_port"}
-LAUNCH_MODULES = ("launch", "launch.actions", "launch.conditions", "launch.events",
+LAUNCH_MODULES = ("launch", "launch.actions", "launch.conditions", "launch.event_handlers",
+                  "launch.events",
                   "launch.substitutions", "launch_ros", "launch_ros.actions",
                   "launch_ros.event_handlers", "launch_ros.events", "launch_ros.events.lifecycle",
                   "launch_ros.parameter_descriptions")
@@ -153,6 +154,20 @@ def test_foxglove_bridge_takes_the_configured_address_and_port(monkeypatch):
     assert nodes[BRIDGE] == {"address": "0.0.0.0", "port": 9090, "use_sim_time": False}
 
 
+def test_the_launch_shuts_down_when_drive_node_exits(monkeypatch):
+    entities = recorded_description(monkeypatch)
+    node = next(e for e in entities if type(e).__name__ == "LifecycleNode")
+    on_exit = [e.args[0] for e in entities if type(e).__name__ == "RegisterEventHandler"
+               and type(e.args[0]).__name__ == "OnProcessExit"]
+    assert len(on_exit) == 1
+    handler = on_exit[0]
+    assert handler.kwargs["target_action"] is node
+    assert "condition" not in handler.kwargs
+    actions = handler.kwargs["on_exit"]
+    assert [type(a).__name__ for a in actions] == ["EmitEvent"]
+    assert type(actions[0].kwargs["event"]).__name__ == "Shutdown"
+
+
 def test_setup_installs_the_node_script():
     assert "drive_node = flashdrive_ros.ros.node:main" in (ROOT / "setup.py").read_text()
 
@@ -197,3 +212,27 @@ def test_launch_starts_and_activates_the_node():
     service.include_launch_description(description)
     service.run()
     assert reached == ["active"]
+
+
+@pytest.mark.ros
+@pytest.mark.skipif(importlib.util.find_spec("launch_ros") is None,
+                    reason="launch_ros is not installed (no PyPI wheel); runs on a ROS install")
+def test_launch_ends_when_the_node_dies_at_start():
+    import time
+
+    import launch
+    from launch.launch_description_sources import PythonLaunchDescriptionSource
+
+    timeout_s = 60.0
+    description = launch.LaunchDescription([
+        launch.actions.IncludeLaunchDescription(
+            PythonLaunchDescriptionSource(str(LAUNCH)),
+            launch_arguments={"log_level": "not_a_level"}.items()),
+        launch.actions.TimerAction(period=timeout_s, actions=[
+            launch.actions.EmitEvent(event=launch.events.Shutdown(reason="timeout"))]),
+    ])
+    service = launch.LaunchService()
+    service.include_launch_description(description)
+    started = time.monotonic()
+    service.run()
+    assert time.monotonic() - started < timeout_s / 2

@@ -141,6 +141,7 @@ class Feeder:
         self.change_state = self.node.create_client(ChangeState, "/drive_node/change_state")
         self.grid = StampGrid(self.node.get_clock())
         self.last_stamp = None
+        self.offset = 0.0
         self.payload = [jpeg(i) for i in range(len(CAMERAS))]
         self.sets = []
 
@@ -168,10 +169,15 @@ class Feeder:
         nan_odometry_set: the odometry sample 0.04 s before the stamp of this drive's set
         with that index is NaN; the drive does not end before that set is out, whatever
         stamps a jump skipped. Returns the NaN sample's stamp.
-        rewind_s: this drive's stamps are shifted back so that its first set lies rewind_s
-        before the last set published (stamps go backwards however long the test waited)."""
+        rewind_s: from this drive on, stamps are shifted back so that its first set lies
+        rewind_s before the last set published (stamps go backwards however long the test
+        waited), and they stay on that time base, as when a recording restarts: going
+        forward again by up to rewind_s plus any stall of the feeder could cross the
+        node's forward-jump limit, and a second time-base reset before the planner
+        looked would be reported instead of the backwards one."""
         end = time.monotonic() + seconds
-        offset = None
+        if rewind_s is not None:
+            self.offset = self.last_stamp - rewind_s - self.grid.upcoming()
         nan_odometry_at = None
         published = 0
         while (time.monotonic() < end
@@ -179,10 +185,7 @@ class Feeder:
                or (until is not None and not until())):
             if time.monotonic() > end + WAIT_S:
                 raise AssertionError(f"timed out after {WAIT_S} s of driving waiting for {what}")
-            if offset is None:
-                offset = (0.0 if rewind_s is None
-                          else self.last_stamp - rewind_s - self.grid.upcoming())
-            stamp = self.grid.next() + offset
+            stamp = self.grid.next() + self.offset
             for k in range(5):
                 t = stamp - 0.08 + 0.02 * k
                 bad = published == nan_odometry_set and k == 2
