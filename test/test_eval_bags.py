@@ -233,7 +233,7 @@ def test_corrupt_payloads_become_error_records(tmp_path):
     bad = [r for r in records if isinstance(r, ImageRecord) and r.rgb is None]
     assert len(bad) == 1 and bad[0].camera == 1
     assert bad[0].stamp == pytest.approx(T_START + 0.2)
-    assert "does not decode" in bad[0].error
+    assert "corrupt_payload" in bad[0].error
 
 
 def test_ground_truth_on_a_circle_in_the_ego_frame(tmp_path):

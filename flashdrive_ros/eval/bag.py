@@ -22,6 +22,8 @@ from flashdrive_ros.eval.errors import (BagError, BagNotFound, CorruptBag, Empty
 from flashdrive_ros.eval.images import IMAGE_TYPES, decode_image
 from flashdrive_ros.eval.records import ImageRecord, LabelRecord, OdometryRecord, Record
 from flashdrive_ros.eval.topics import TopicMapping
+from flashdrive_ros.ros.image_reduce import ImageReducer
+from flashdrive_ros.ros.transport import LatencyStats
 
 ODOMETRY_TYPE = "nav_msgs/msg/Odometry"
 LABELS_TYPE = "std_msgs/msg/String"
@@ -48,11 +50,18 @@ def resolve_bag_path(path: str | Path) -> Path:
 
 
 class BagReader:
-    """Open with `with BagReader(path, topics) as bag:`; validation happens on entry."""
+    """Open with `with BagReader(path, topics) as bag:`; validation happens on entry.
+    image_size (height, width): images are reduced to it as they are read (the model size).
+    `latency` holds, per mapped topic, log time - header stamp of the records read;
+    `frame_ids` the header frame_id of each camera slot's first image."""
 
-    def __init__(self, path: str | Path, topics: TopicMapping) -> None:
+    def __init__(self, path: str | Path, topics: TopicMapping,
+                 image_size: tuple[int, int] | None = None) -> None:
         self.path = resolve_bag_path(path)
         self.topics = topics
+        self.reducer = ImageReducer(image_size) if image_size is not None else None
+        self.latency: dict[str, LatencyStats] = {}
+        self.frame_ids: dict[int, str] = {}
         self.typestore = get_typestore(Stores.ROS2_JAZZY)
         self._reader: AnyReader | None = None
         self.image_types: dict[str, str] = {}
@@ -133,6 +142,16 @@ class BagReader:
         topics = [*self.topics.cameras, self.topics.odometry]
         return topics + [self.topics.labels] if self.has_labels else topics
 
+    def reduce_images_to(self, size: tuple[int, int]) -> None:
+        """Images read from now on are reduced to `size` (height, width) as they are read."""
+        self.reducer = ImageReducer(size)
+
+    def _note_latency(self, topic: str, log_ns: int, stamp: float) -> None:
+        stats = self.latency.get(topic)
+        if stats is None:
+            stats = self.latency[topic] = LatencyStats()
+        stats.add(log_ns * 1e-9 - stamp)
+
     def _skip(self, what: str) -> None:
         self.skipped_messages[what] = self.skipped_messages.get(what, 0) + 1
 
@@ -171,11 +190,15 @@ class BagReader:
             return None
         if topic in slots:
             stamp = header_seconds(msg)
+            self._note_latency(topic, log_ns, stamp)
+            self.frame_ids.setdefault(slots[topic], str(msg.header.frame_id))
             try:
-                return ImageRecord(slots[topic], stamp, decode_image(conn.msgtype, msg))
+                return ImageRecord(slots[topic], stamp,
+                                   decode_image(conn.msgtype, msg, self.reducer))
             except ImageDecodeError as exc:
                 return ImageRecord(slots[topic], stamp, None, f"{topic}: {exc}")
         if topic == self.topics.odometry:
+            self._note_latency(topic, log_ns, header_seconds(msg))
             pose, twist = msg.pose.pose, msg.twist.twist
             return OdometryRecord(
                 header_seconds(msg),

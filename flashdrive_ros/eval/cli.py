@@ -15,6 +15,7 @@ from flashdrive_ros.eval.replay import BACKEND_CHOICES, MODE_RUNS, ReplayOptions
 from flashdrive_ros.eval.report import print_summary
 from flashdrive_ros.eval.topics import TopicMapping
 from flashdrive_ros.paths import default_model_dir
+from flashdrive_ros.ros.transport import DEFAULT_LATE_TOLERANCE_S
 
 
 def parser() -> argparse.ArgumentParser:
@@ -45,6 +46,11 @@ def parser() -> argparse.ArgumentParser:
                    help="drafter weights in the model directory for speculative decoding "
                         "(default: drafter.safetensors)")
     p.add_argument("--control-rate", type=float, default=10.0, help="windows per bag second")
+    p.add_argument("--late-tolerance", type=float, default=DEFAULT_LATE_TOLERANCE_S,
+                   metavar="SECONDS",
+                   help="how long after its stamp a message may be logged (transport "
+                        "latency) and still count for the window at that time; through ROS, "
+                        "the node's late_tolerance_s (default %(default)s)")
     p.add_argument("--max-windows", type=int, default=None, help="stop after N windows")
     p.add_argument("--node-param", action="append", default=[], metavar="NAME=VALUE",
                    help="a drive_node parameter for --through-ros (YAML value, repeatable), "
@@ -71,7 +77,7 @@ def options_from_args(args: argparse.Namespace) -> ReplayOptions:
         mode=args.mode, topics=topics, through_ros=args.through_ros, rate=args.rate,
         num_samples=args.num_samples, device=args.device, dtype=args.dtype,
         backend=args.backend, drafter_file=args.drafter_file,
-        control_rate_hz=args.control_rate,
+        control_rate_hz=args.control_rate, late_tolerance_s=args.late_tolerance,
         max_windows=args.max_windows, progress=not args.quiet, plots=not args.no_plots,
         node_params=parse_node_params(args.node_param))
 

@@ -26,6 +26,7 @@ def node_parameters(options: ReplayOptions, mode: str, raw_images: bool) -> dict
         "image_transport": "raw" if raw_images else "compressed",
         "image_reliability": "reliable",
         "control_rate_hz": float(options.control_rate_hz),
+        "late_tolerance_s": float(options.late_tolerance_s),
         "num_samples": int(options.num_samples),
         "mode": mode,
         "device": options.device,
