@@ -76,4 +76,5 @@ class ImageReducer:
         if rgb.shape[:2] == self.size:
             return np.ascontiguousarray(rgb)
         resized = resize_images(np.ascontiguousarray(rgb)[None], self.size)[0]  # [3, h, w]
-        return resized.round_().clamp_(0, 255).to(torch.uint8).permute(1, 2, 0).contiguous().numpy()
+        pixels = resized.round_().clamp_(0, 255).to(torch.uint8)  # [3, h, w]
+        return pixels.permute(1, 2, 0).contiguous().numpy()

@@ -66,7 +66,8 @@ class DriveParams:
     camera_frame_ids: list[str] = _spec(
         ["" for _ in topics.CAMERA_NAMES], "Expected image header frame_id per camera, same "
         "order as camera_names (all empty: none expected); an empty entry: the frame_id and "
-        "topic must not name another slot's camera. A mismatch is warned about in the log and on /diagnostics.",
+        "topic must not name another slot's camera. A mismatch is warned about in the log "
+        "and on /diagnostics.",
         read_only=True)
     image_transport: str = _spec(
         "compressed", "compressed: sensor_msgs/CompressedImage (JPEG/PNG); raw: "
@@ -143,7 +144,8 @@ class DriveParams:
     odom_frame: str = _spec("", "Fixed odometry frame (frame_id of the odometry pose): "
                             "odometry in another frame is rejected with the reason on "
                             "/diagnostics; empty = the frame of the first odometry message "
-                            "(reported on /diagnostics as odom_frame). Applied at the next activate.")
+                            "(reported on /diagnostics as odom_frame). Applied at the next "
+                            "activate.")
     max_plan_age_s: float = _spec(0.5, "A plan whose input is older than this (node clock) "
                                   "is not published as valid.", minimum=0.05, maximum=10.0)
     max_plan_accel_mps2: float = _spec(12.0, "A plan whose |longitudinal acceleration| "
