@@ -157,7 +157,7 @@ def raw_to_rgb(encoding: str, height: int, width: int, step: int, data: bytes,
     pixels = buffer.reshape(height, step)[:, :row_bytes].reshape(height, width, channels)
     name = encoding.lower()
     if reducer is not None:
-        pixels = _staged(reducer, pixels)
+        pixels = reducer.stage(pixels)
     if name == "rgb8":
         rgb = np.ascontiguousarray(pixels)
     elif name == "bgr8":
@@ -169,12 +169,6 @@ def raw_to_rgb(encoding: str, height: int, width: int, step: int, data: bytes,
     else:
         rgb = np.ascontiguousarray(pixels[:, :, 2::-1])
     return rgb if reducer is None else reducer.finish(rgb)
-
-
-def _staged(reducer: ImageReducer, pixels: np.ndarray) -> np.ndarray:
-    """pixels: uint8 [H, W, C] -> [h, w, C] area-reduced by the reducer."""
-    staged = reducer.stage(np.ascontiguousarray(pixels))
-    return staged if staged.ndim == 3 else staged[:, :, None]
 
 
 def image_msg_to_rgb(msg: Any, reducer: ImageReducer | None = None) -> np.ndarray:

@@ -1,8 +1,8 @@
 """Camera images reduced to the model's input size as they arrive, so that no full-size frame
-is kept: a JPEG is decoded at 1/2, 1/4 or 1/8 scale (DCT scaling) while each side stays at
-least JPEG_MIN_FACTOR times the model's; a larger raw (or PNG) image is area-resized to
-RAW_STAGING_FACTOR times the model size; the last step is the model's own resize
-(model/preprocess.py: antialiased bicubic), rounded to uint8."""
+is kept: a JPEG is decoded at 1/2, 1/4 or 1/8 scale (DCT scaling), a raw (or PNG) image is
+halved by area averaging, as long as each side stays at least MIN_FACTOR times the model's;
+the last step is the model's own resize (model/preprocess.py: antialiased bicubic), rounded
+to uint8."""
 
 from __future__ import annotations
 
@@ -12,8 +12,7 @@ import torch
 
 from flashdrive_ros.model.preprocess import resize_images
 
-JPEG_MIN_FACTOR = 3
-RAW_STAGING_FACTOR = 4
+MIN_FACTOR = 3
 JPEG_REDUCED_FLAGS = ((8, cv2.IMREAD_REDUCED_COLOR_8), (4, cv2.IMREAD_REDUCED_COLOR_4),
                       (2, cv2.IMREAD_REDUCED_COLOR_2))
 JPEG_SOF_MARKERS = frozenset(range(0xC0, 0xD0)) - {0xC4, 0xC8, 0xCC}
@@ -50,25 +49,28 @@ class ImageReducer:
 
     def jpeg_flag(self, data: bytes) -> int:
         """The cv2.imdecode flag: the smallest DCT-scaled decode whose sides stay at least
-        JPEG_MIN_FACTOR times the model's (full size when the header gives no size)."""
+        MIN_FACTOR times the model's (full size when the header gives no size)."""
         full = jpeg_size(data)
         if full is not None:
             height, width = self.size
             for factor, flag in JPEG_REDUCED_FLAGS:
-                if (full[0] // factor >= JPEG_MIN_FACTOR * height
-                        and full[1] // factor >= JPEG_MIN_FACTOR * width):
+                if (full[0] // factor >= MIN_FACTOR * height
+                        and full[1] // factor >= MIN_FACTOR * width):
                     return flag
         return cv2.IMREAD_COLOR
 
     def stage(self, pixels: np.ndarray) -> np.ndarray:
-        """uint8 [H, W, C] (any channel order) -> area-resized to at most RAW_STAGING_FACTOR
-        times the model size per side; smaller images are returned as they are."""
+        """uint8 [H, W, C] (any channel order) -> halved by area averaging (an odd last row
+        or column dropped) while each side stays at least MIN_FACTOR times the model's."""
         height, width = self.size
-        target = (min(pixels.shape[0], RAW_STAGING_FACTOR * height),
-                  min(pixels.shape[1], RAW_STAGING_FACTOR * width))
-        if target == pixels.shape[:2]:
-            return pixels
-        return cv2.resize(pixels, (target[1], target[0]), interpolation=cv2.INTER_AREA)
+        while (pixels.shape[0] // 2 >= MIN_FACTOR * height
+               and pixels.shape[1] // 2 >= MIN_FACTOR * width):
+            even = pixels[:pixels.shape[0] // 2 * 2, :pixels.shape[1] // 2 * 2]
+            pixels = cv2.resize(even, (even.shape[1] // 2, even.shape[0] // 2),
+                                interpolation=cv2.INTER_AREA)
+            if pixels.ndim == 2:
+                pixels = pixels[:, :, None]
+        return pixels
 
     def finish(self, rgb: np.ndarray) -> np.ndarray:
         """RGB uint8 [H, W, 3] -> RGB uint8 [h, w, 3] at the model size, by the model's
