@@ -28,7 +28,7 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--through-ros", action="store_true",
                    help="play the bag over DDS into the real drive node and record its output")
     p.add_argument("--topics-yaml", help="YAML with keys cameras (list, slot order), "
-                   "odometry, labels")
+                   "odometry, labels (flashdrive-topics BAG --out FILE proposes one)")
     p.add_argument("--camera-topics", help="comma-separated image topics in slot order")
     p.add_argument("--odom-topic", help="nav_msgs/Odometry topic")
     p.add_argument("--labels-topic", help="std_msgs/String JSON labels topic ('' = none)")
@@ -62,10 +62,10 @@ def embedded_model_dir() -> str:
 
 
 def options_from_args(args: argparse.Namespace) -> ReplayOptions:
-    topics = TopicMapping.from_yaml(args.topics_yaml) if args.topics_yaml else TopicMapping()
     cameras = [t.strip() for t in args.camera_topics.split(",")] if args.camera_topics else None
-    topics = topics.with_overrides(cameras=cameras, odometry=args.odom_topic,
-                                   labels=args.labels_topic)
+    overrides = {"cameras": cameras, "odometry": args.odom_topic, "labels": args.labels_topic}
+    topics = (TopicMapping.from_yaml(args.topics_yaml, **overrides) if args.topics_yaml
+              else TopicMapping().with_overrides(**overrides))
     return ReplayOptions(
         bag=args.bag, model_dir=args.model_dir or embedded_model_dir(), out_dir=args.out,
         mode=args.mode, topics=topics, through_ros=args.through_ros, rate=args.rate,
