@@ -1,6 +1,7 @@
 """`flashdrive-replay BAG --model-dir DIR --out OUTDIR [--mode flashdrive|baseline|compare]
 [--through-ros [--node-param NAME=VALUE ...]] [--topics-yaml FILE] [--backend torch|tensorrt]`:
-replay a rosbag through the planner and report."""
+replay a rosbag through the planner and report. Exit status 0; 1 when no window was
+planned (the main reasons on stderr), 2 when the replay cannot run."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ from flashdrive_ros.engine.dtype_choice import DTYPE_CHOICES
 from flashdrive_ros.eval.errors import ReplayError
 from flashdrive_ros.eval.replay import BACKEND_CHOICES, MODE_RUNS, ReplayOptions, run_replay
 from flashdrive_ros.eval.report import print_summary
+from flashdrive_ros.eval.skip_advice import planned_nothing, skip_report
 from flashdrive_ros.eval.topics import TopicMapping
 from flashdrive_ros.paths import default_model_dir
 
@@ -100,6 +102,15 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     if not args.quiet:
         print_summary(report)
+    lines = skip_report(report)
+    if empty := planned_nothing(report):
+        print(f"flashdrive-replay: planned no window ({', '.join(empty)}); report in "
+              f"{args.out}", file=sys.stderr)
+        print("\n".join(lines or ["  no window was due: the bag is shorter than one "
+                                  "window's history and future"]), file=sys.stderr)
+        return 1
+    if lines and not args.quiet:
+        print("\n".join(lines))
     return 0
 
 
