@@ -24,7 +24,7 @@ def model(tmp_path_factory):
 
 
 def _replay(bag, model, out, *extra):
-    code = main([str(bag), "--model-dir", str(model), "--out", str(out), "--num-samples", "2",
+    code = main([str(bag), "--model-dir", str(model), "--out", str(out), "--num-samples", "1",
                  "--device", "cpu", "--quiet", "--no-plots", *map(str, extra)])
     report = json.loads((out / "report.json").read_text()) if (out / "report.json").exists() \
         else None
