@@ -182,8 +182,8 @@ def test_bag_storage_file_path_is_accepted(tmp_path):
 @pytest.mark.parametrize("text, message", [
     ("cameras: /a\n", "must be a list"),
     ("cams: [/a]\n", "unknown keys"),
-    ("cameras: [a]\n", "absolute name"),
-    ("cameras: [/a, /a]\n", "twice"),
+    ("cameras: [a]\nodometry: /o\n", "absolute topic name"),
+    ("cameras: [/a, /a]\nodometry: /o\n", "twice"),
     ("- just a list\n", "mapping"),
     ("cameras: [/a\n", "does not parse"),
 ])
