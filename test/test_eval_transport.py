@@ -7,9 +7,12 @@ import pytest
 from test_eval_bags import write_drive_bag, write_tiny_model
 
 from flashdrive_ros.eval.bag import BagReader
+from flashdrive_ros.eval.input_notes import input_lines
 from flashdrive_ros.eval.offline import OfflineReplay, ReplaySettings
-from flashdrive_ros.eval.replay import load_engines, load_model_config, ReplayOptions
+from flashdrive_ros.eval.replay import (ReplayOptions, camera_slot_notes, load_engines,
+                                        load_model_config)
 from flashdrive_ros.eval.topics import TopicMapping
+from flashdrive_ros.ros.params import DriveParams
 
 SECONDS = 8.5
 LATENCY = (0.04, 0.08, 0.06, 0.05)
@@ -67,3 +70,25 @@ def test_a_vehicle_style_bag_keeps_the_windows_of_the_clean_drive(setup):
         np.testing.assert_allclose(result.truth, truth[round(result.t0, 3)], atol=1e-6)
     with pytest.raises(ValueError, match="late tolerance"):
         ReplaySettings(late_tolerance_s=0.6)
+
+
+def test_swapped_slots_and_node_input_faults_reach_the_console():
+    slots = list(DriveParams().camera_names)
+    topics = list(TopicMapping().cameras)
+    topics[1], topics[3] = topics[3], topics[1]
+    notes = camera_slot_notes(slots, topics, {})
+    assert len(notes) == 2 and "camera_front_tele_30fov" in notes[0]
+    assert camera_slot_notes(slots, TopicMapping().cameras, {0: "camera_cross_left_120fov"}) \
+        == []
+    assert "names camera_cross_right" in camera_slot_notes(
+        slots, ["/cam/a", "/cam/b", "/cam/c", "/cam/d"], {0: "cross_right_optical"})[0]
+    offline = {"mode": "flashdrive", "windows": 3, "input_notes": notes}
+    assert input_lines(offline)[0] == "inputs:" and "swapped" in input_lines(offline)[1]
+    ros = {"mode": "flashdrive", "windows": 0, "through_ros": True,
+           "node_input_faults": {"odometry": "frame: odometry frame_id 'odom' is not 'map' "
+                                             "(odom_frame parameter); dropped (250 faults)"},
+           "node_input_notes": {"odom_frame": "map (odom_frame parameter)", "clock": "ok",
+                                "input_latency_ms.odometry": "p50 1.0, p90 2.0, max 3.0"}}
+    lines = input_lines(ros)
+    assert "input odometry: frame: odometry frame_id 'odom' is not 'map'" in lines[1]
+    assert lines[2].endswith("odom_frame: map (odom_frame parameter)") and len(lines) == 3

@@ -69,9 +69,9 @@ def test_latency_per_input_is_measured_and_reported():
     clock = [0.0]
     handler, loop = setup(now=lambda: clock[0])
     drive(handler, loop, 100.0, 30, latency=0.06, clock=clock)
-    camera = extra(loop)[f"latency_ms.{SLOTS[0]}"]
+    camera = extra(loop)[f"input_latency_ms.{SLOTS[0]}"]
     assert camera.startswith("p50 60.0") or camera.startswith("p50 59.99"), camera
-    assert f"latency_ms.{ODOMETRY_INPUT}" in extra(loop)
+    assert f"input_latency_ms.{ODOMETRY_INPUT}" in extra(loop)
     assert loop.health()[0].windows_planned >= 14
     assert "clock" not in extra(loop)
 

@@ -12,6 +12,7 @@ import yaml
 
 from flashdrive_ros.engine.dtype_choice import DTYPE_CHOICES
 from flashdrive_ros.eval.errors import ReplayError
+from flashdrive_ros.eval.input_notes import input_lines
 from flashdrive_ros.eval.replay import BACKEND_CHOICES, MODE_RUNS, ReplayOptions, run_replay
 from flashdrive_ros.eval.report import print_summary
 from flashdrive_ros.eval.skip_advice import planned_nothing, skip_report
@@ -108,7 +109,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     if not args.quiet:
         print_summary(report)
-    lines = skip_report(report)
+    lines = skip_report(report) + input_lines(report)
     if empty := planned_nothing(report):
         print(f"flashdrive-replay: planned no window ({', '.join(empty)}); report in "
               f"{args.out}", file=sys.stderr)

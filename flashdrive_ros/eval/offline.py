@@ -11,7 +11,7 @@ from __future__ import annotations
 import math
 from bisect import bisect_left
 from collections import deque
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Protocol
 
 from tqdm import tqdm
@@ -63,11 +63,15 @@ class ReplaySettings:
 @dataclass
 class ReplayResults:
     """results per mode; skipped windows per mode (offline, one counter shared by all modes,
-    which see the same windows)."""
+    which see the same windows); offline, the inputs' latency (log time - stamp, per topic)
+    and notes on them (camera slot warnings)."""
 
     results: dict[str, list[WindowResult]]
     skipped: dict[str, SkipCounter]
     ticks: int = 0
+    input_latency_ms: dict[str, dict] = field(default_factory=dict)
+    input_notes: list[str] = field(default_factory=list)
+    frame_stand_ins: int = 0
 
 
 class LabelIndex:
@@ -149,6 +153,7 @@ class OfflineReplay:
                 bar.update()
         finally:
             bar.close()
+            self.out.frame_stand_ins = self.builder.stand_ins
         return self.out
 
     def _feed(self, record) -> None:

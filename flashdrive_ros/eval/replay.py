@@ -183,7 +183,27 @@ def run_offline(options: ReplayOptions) -> ReplayResults:
         settings = ReplaySettings(control_rate_hz=options.control_rate_hz,
                                   late_tolerance_s=options.late_tolerance_s,
                                   max_windows=options.max_windows, progress=options.progress)
-        return OfflineReplay(bag, engines, model, settings).run()
+        replay = OfflineReplay(bag, engines, model, settings).run()
+        replay.input_latency_ms = {topic: stats.summary()
+                                   for topic, stats in sorted(bag.latency.items())}
+        replay.input_notes = camera_slot_notes(list(model.prompt.camera_names),
+                                               options.topics.cameras, bag.frame_ids)
+        return replay
+
+
+def camera_slot_notes(slots: list[str], topics: tuple[str, ...] | list[str],
+                      frame_ids: dict[int, str]) -> list[str]:
+    """Camera slot warnings: a slot whose topic or first frame_id names another slot's
+    camera."""
+    from flashdrive_ros.ros.camera_slots import slot_mismatch
+
+    notes = []
+    for index, topic in enumerate(topics):
+        for name in (topic, frame_ids.get(index, "")):
+            if problem := slot_mismatch(slots, index, name):
+                notes.append(f"camera slot: {problem}")
+                break
+    return notes
 
 
 def build_report(options: ReplayOptions, replay: ReplayResults,
@@ -210,8 +230,12 @@ def build_report(options: ReplayOptions, replay: ReplayResults,
               "dtype": resolve_dtype(options.dtype, options.resolved_device()),
               "backend": options.backend,
               "ticks": replay.ticks,
+              "late_tolerance_s": options.late_tolerance_s,
               "topics": {"cameras": list(options.topics.cameras),
                          "odometry": options.topics.odometry, "labels": options.topics.labels}}
+    if node_stats is None:
+        header.update(input_latency_ms=replay.input_latency_ms, input_notes=replay.input_notes,
+                      frame_stand_ins=replay.frame_stand_ins)
     if len(blocks) == 1:
         return {**header, **blocks[options.mode]}
     comparison = compare_blocks(blocks["baseline"], blocks["flashdrive"])

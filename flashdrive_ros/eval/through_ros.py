@@ -112,12 +112,14 @@ def run_through_ros(options: ReplayOptions
         if not recording.plans:
             stats = recording.node_stats
             reasons = "\n".join(skip_lines(stats, through_ros=True)) or "  none reported"
+            faults = "".join(f"\n  input {name}: {fault}"
+                             for name, fault in sorted(stats["node_input_faults"].items()))
             raise ReplayError(f"drive_node ({mode}) finished no plan while "
                               f"{session.play.messages} messages were played (planner: "
                               f"{stats['node_planner_message'] or 'no diagnostics'}, windows "
                               f"rejected {stats['node_windows_rejected']}, last rejection "
                               f"{stats['node_last_rejection']}); the node's rejections:\n"
-                              f"{reasons}\nlog:\n"
+                              f"{reasons}\nthe node's input faults:{faults or ' none'}\nlog:\n"
                               f"{log_tail(options.out_dir / f'drive_node_{mode}.log')}")
         replay.results[mode], replay.skipped[mode] = results, skipped
         replay.ticks = max(replay.ticks, recording.node_stats["control_ticks"])

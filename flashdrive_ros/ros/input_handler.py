@@ -85,7 +85,7 @@ class InputHandler:
         stats.add(latency)
         if stats.count % LATENCY_REPORT_EVERY == 1:
             summary = stats.summary()
-            self.loop.set_extra(f"latency_ms.{name}",
+            self.loop.set_extra(f"input_latency_ms.{name}",
                                 f"p50 {summary['p50_ms']}, p90 {summary['p90_ms']}, "
                                 f"max {summary['max_ms']}")
         problem = clock_problem(latency)
