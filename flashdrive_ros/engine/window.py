@@ -319,7 +319,7 @@ class WindowBuilder:
                         f"camera {cam} has no frame within {max(tol, reach)} s of t0 - "
                         f"{t0 - want:.2f} s (nearest {cam_stamps[j] - want:+.3f} s)",
                         "frame_gap")
-                stand_ins += off > tol
+                stand_ins += int(off > tol)
                 stamps[cam, i] = cam_stamps[j]
                 row.append(frames[j][1])
             chosen.append(row)
