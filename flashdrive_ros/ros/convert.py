@@ -18,6 +18,8 @@ from flashdrive_ros.ros.image_reduce import ImageReducer
 
 NS_PER_S = 1_000_000_000
 RAW_CHANNELS = {"rgb8": 3, "bgr8": 3, "mono8": 1, "rgba8": 4, "bgra8": 4}
+TO_RGB = {"bgr8": cv2.COLOR_BGR2RGB, "mono8": cv2.COLOR_GRAY2RGB, "rgba8": cv2.COLOR_RGBA2RGB,
+          "bgra8": cv2.COLOR_BGRA2RGB}
 JPEG_SOI = b"\xff\xd8"
 JPEG_EOI = b"\xff\xd9"
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
@@ -160,14 +162,8 @@ def raw_to_rgb(encoding: str, height: int, width: int, step: int, data: bytes,
         pixels = reducer.stage(pixels)
     if name == "rgb8":
         rgb = np.ascontiguousarray(pixels)
-    elif name == "bgr8":
-        rgb = np.ascontiguousarray(pixels[:, :, ::-1])
-    elif name == "mono8":
-        rgb = np.ascontiguousarray(np.repeat(pixels, 3, axis=2))
-    elif name == "rgba8":
-        rgb = np.ascontiguousarray(pixels[:, :, :3])
     else:
-        rgb = np.ascontiguousarray(pixels[:, :, 2::-1])
+        rgb = cv2.cvtColor(np.ascontiguousarray(pixels), TO_RGB[name])
     return rgb if reducer is None else reducer.finish(rgb)
 
 
