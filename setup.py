@@ -59,6 +59,7 @@ setup(
             "flashdrive-bench = flashdrive_ros.bench.cli:main",
             "flashdrive-replay = flashdrive_ros.eval.cli:main",
             "flashdrive-sim = flashdrive_ros.sim.cli:main",
+            "flashdrive-topics = flashdrive_ros.eval.topics_cli:main",
             "flashdrive-soak = flashdrive_ros.reliability.soak_cli:main",
             "flashdrive-train = flashdrive_ros.train.pipeline:main",
         ],

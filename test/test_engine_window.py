@@ -109,6 +109,23 @@ def test_map_and_epoch_scale_positions_give_the_same_history():
     np.testing.assert_allclose(win.ego_history, _expected_history(8.0, 0.4), atol=2e-3)
 
 
+@pytest.mark.parametrize("offset", [[5e5, 0.0, 0.0], [6.9e5, 5.3e6, 250.0], [-3e5, 1e5, 0.0]])
+def test_utm_scale_positions_give_the_history_and_tokens_of_the_origin(offset):
+    from flashdrive_ros.model.config import ActionConfig
+    from flashdrive_ros.model.history import HistoryTokenizer
+
+    near, far = WindowBuilder(CAMS), WindowBuilder(CAMS)
+    _feed(near, 30.0, v=13.0, w=0.2, world_rot=_rot_z(0.7))
+    _feed(far, 30.0, v=13.0, w=0.2, world_rot=_rot_z(0.7), world_shift=np.array(offset))
+    a, b = near.build(30.0), far.build(30.0)
+    assert isinstance(a, Window) and isinstance(b, Window)
+    np.testing.assert_allclose(b.ego_history, a.ego_history, rtol=0, atol=1e-6)
+    assert b.speed == pytest.approx(a.speed, abs=1e-9)
+    tokens = HistoryTokenizer(ActionConfig(), 0)
+    np.testing.assert_array_equal(tokens.encode(b.ego_history[:, :3]),
+                                  tokens.encode(a.ego_history[:, :3]))
+
+
 def test_positions_beyond_the_magnitude_limit_are_nonfinite():
     b = WindowBuilder(CAMS)
     _feed(b, 30.0, world_shift=np.array([2 * MAX_ODOMETRY_MAGNITUDE, 0.0, 0.0]))
@@ -180,13 +197,58 @@ def test_frame_gap_and_stale_images():
     b = WindowBuilder(CAMS)
     _feed(b, 10.0)
     assert _code(b, 10.3) == "stale_images"
-    assert _code(b, 9.95) == "frame_gap"
     b2 = WindowBuilder(CAMS)
+    _feed(b2, 10.0)
+    for t in (10.5, 10.6):
+        for cam in range(CAMS):
+            b2.add_image(cam, t, np.zeros((8, 12, 3), np.uint8))
+    assert _code(b2, 10.6) == "frame_gap"
+
+
+def _feed_dropping(builder: WindowBuilder, dropped: set[tuple[int, int]]) -> None:
+    """Frames at 9.1 + 0.1 k (k < 10) on every camera but the (camera, k) in `dropped`,
+    odometry over 8.0 .. 10.0."""
+    for t in np.arange(8.0, 10.001, 0.02):
+        builder.add_odometry(t, [10.0 * t, 0.0, 0.0], [0.0, 0.0, 0.0, 1.0], [10.0, 0.0, 0.0])
     for k in range(10):
         for cam in range(CAMS):
-            if not (cam == 1 and k == 7):
-                b2.add_image(cam, 9.1 + 0.1 * k, np.zeros((4, 4, 3), np.uint8))
+            if (cam, k) not in dropped:
+                builder.add_image(cam, 9.1 + 0.1 * k, np.full((4, 4, 3), k, np.uint8))
+
+
+@pytest.mark.parametrize("dropped, stand_ins", [
+    ({(1, 7)}, 1),          # 9.8 of camera 1: 9.7 or 9.9 stands in
+    ({(1, 9)}, 1),          # the newest (t0) frame: 9.9 stands in
+    ({(0, 7), (2, 8)}, 2),  # one frame on each of two cameras
+])
+def test_a_dropped_frame_is_stood_in_by_the_nearest_and_counted(dropped, stand_ins):
+    b = WindowBuilder(CAMS)
+    _feed_dropping(b, dropped)
+    window = b.build(10.0)
+    assert isinstance(window, Window), window
+    assert b.stand_ins == stand_ins
+    for cam, k in dropped:
+        slot = k - 6
+        stamp = window.image_stamps[cam, slot]
+        assert abs(stamp - (9.1 + 0.1 * k)) == pytest.approx(0.1)
+        assert window.images[cam, slot, 0, 0, 0] == round((stamp - 9.1) / 0.1)
+    untouched = [c for c in range(CAMS) if all(c != cam for cam, _ in dropped)]
+    np.testing.assert_allclose(window.image_stamps[untouched], [[9.7, 9.8, 9.9, 10.0]]
+                               * len(untouched))
+
+
+def test_a_silent_camera_still_skips_the_window():
+    b = WindowBuilder(CAMS)
+    _feed_dropping(b, {(1, 6), (1, 7), (1, 8)})
+    rejection = b.build(10.0)
+    assert isinstance(rejection, WindowRejection) and rejection.code == "frame_gap"
+    assert "camera 1" in rejection.reason and b.stand_ins == 0
+    b2 = WindowBuilder(CAMS, limits=WindowLimits(frame_stand_in=0.0))
+    _feed_dropping(b2, {(1, 7)})
     assert _code(b2, 10.0) == "frame_gap"
+    b3 = WindowBuilder(CAMS)
+    _feed_dropping(b3, {(2, 8), (2, 9)})
+    assert _code(b3, 10.0) == "stale_images"
 
 
 def test_odometry_short_and_gap():

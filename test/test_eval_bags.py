@@ -44,18 +44,18 @@ def _header(t, frame="base_link"):
     return TYPESTORE.types["std_msgs/msg/Header"](stamp=_stamp(t), frame_id=frame)
 
 
-def odometry_msg(t):
+def odometry_msg(t, frame="odom", offset=(0.0, 0.0)):
     ts = TYPESTORE.types
     x, y, yaw = ego_pose(t)
     pose = ts["geometry_msgs/msg/Pose"](
-        position=ts["geometry_msgs/msg/Point"](x=x, y=y, z=0.0),
+        position=ts["geometry_msgs/msg/Point"](x=x + offset[0], y=y + offset[1], z=0.0),
         orientation=ts["geometry_msgs/msg/Quaternion"](x=0.0, y=0.0, z=math.sin(yaw / 2),
                                                        w=math.cos(yaw / 2)))
     twist = ts["geometry_msgs/msg/Twist"](
         linear=ts["geometry_msgs/msg/Vector3"](x=SPEED, y=0.0, z=0.0),
         angular=ts["geometry_msgs/msg/Vector3"](x=0.0, y=0.0, z=YAW_RATE))
     return ts["nav_msgs/msg/Odometry"](
-        header=_header(t, "odom"), child_frame_id="base_link",
+        header=_header(t, frame), child_frame_id="base_link",
         pose=ts["geometry_msgs/msg/PoseWithCovariance"](pose=pose, covariance=np.zeros(36)),
         twist=ts["geometry_msgs/msg/TwistWithCovariance"](twist=twist, covariance=np.zeros(36)))
 
@@ -86,22 +86,30 @@ def image_msg(rgb, t, raw, corrupt=False):
 
 def write_drive_bag(path, *, seconds=3.0, storage="mcap", raw=False, topics=None, width=64,
                     height=48, labels=True, corrupt_frames=(), skip_topics=(),
-                    extra_topics=()):
+                    extra_topics=(), camera_latency=(), dropped_frames=(), sizes=(),
+                    odom_frame="odom", odom_offset=(0.0, 0.0)):
     """Cameras at 10 Hz, odometry at 50 Hz on a circle, labels at 10 Hz, from T_START.
-    corrupt_frames: (camera, frame index) pairs whose payload is broken."""
+    corrupt_frames: (camera, frame index) pairs whose payload is broken; dropped_frames:
+    (camera, frame index) pairs left out; camera_latency: per camera, seconds from stamp to
+    log time; sizes: per camera (width, height) instead of width x height."""
     topics = topics or TopicMapping()
     plugin = {"mcap": StoragePlugin.MCAP, "sqlite3": StoragePlugin.SQLITE3}[storage]
     image_type = "sensor_msgs/msg/Image" if raw else "sensor_msgs/msg/CompressedImage"
     events = []
     for k in range(int(round(seconds * 50)) + 1):
         t = T_START + k * 0.02
-        events.append((t, 0, topics.odometry, "nav_msgs/msg/Odometry", odometry_msg(t)))
+        events.append((t, 0, topics.odometry, "nav_msgs/msg/Odometry",
+                       odometry_msg(t, odom_frame, odom_offset)))
     for frame in range(int(round(seconds * 10)) + 1):
         t = T_START + frame * 0.1
         for cam, topic in enumerate(topics.cameras):
-            msg = image_msg(make_image(cam, frame, width, height), t, raw,
+            if (cam, frame) in dropped_frames:
+                continue
+            size = sizes[cam] if sizes else (width, height)
+            msg = image_msg(make_image(cam, frame, *size), t, raw,
                             (cam, frame) in corrupt_frames)
-            events.append((t, 1 + cam, topic, image_type, msg))
+            latency = camera_latency[cam] if camera_latency else 0.0
+            events.append((t + latency, 1 + cam, topic, image_type, msg))
         if labels and topics.labels:
             decision = "stop" if frame % 2 else "keep lane"
             text = json.dumps({"t": t, "coc": f"clear road, {decision}", "decision": decision,
@@ -174,8 +182,8 @@ def test_bag_storage_file_path_is_accepted(tmp_path):
 @pytest.mark.parametrize("text, message", [
     ("cameras: /a\n", "must be a list"),
     ("cams: [/a]\n", "unknown keys"),
-    ("cameras: [a]\n", "absolute name"),
-    ("cameras: [/a, /a]\n", "twice"),
+    ("cameras: [a]\nodometry: /o\n", "absolute topic name"),
+    ("cameras: [/a, /a]\nodometry: /o\n", "twice"),
     ("- just a list\n", "mapping"),
     ("cameras: [/a\n", "does not parse"),
 ])
@@ -233,7 +241,7 @@ def test_corrupt_payloads_become_error_records(tmp_path):
     bad = [r for r in records if isinstance(r, ImageRecord) and r.rgb is None]
     assert len(bad) == 1 and bad[0].camera == 1
     assert bad[0].stamp == pytest.approx(T_START + 0.2)
-    assert "does not decode" in bad[0].error
+    assert "corrupt_payload" in bad[0].error
 
 
 def test_ground_truth_on_a_circle_in_the_ego_frame(tmp_path):

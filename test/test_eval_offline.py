@@ -18,7 +18,7 @@ CONTRACT_KEYS = ("windows", "minade1_6s", "minade6_6s", "cv_minade_6s",
 def replay(tmp_path_factory):
     root = tmp_path_factory.mktemp("offline")
     model = write_tiny_model(root / "model")
-    bag = write_drive_bag(root / "bag", seconds=8.2, corrupt_frames={(1, 17)})
+    bag = write_drive_bag(root / "bag", seconds=8.2, corrupt_frames={(1, 16), (1, 17), (1, 18)})
     out = root / "out"
     code = main([str(bag), "--model-dir", str(model), "--out", str(out), "--mode", "compare",
                  "--num-samples", "2", "--device", "cpu", "--quiet"])
@@ -57,8 +57,11 @@ def test_compare_report_holds_both_modes_on_the_same_windows(replay):
     assert [w["t0"] for w in base["per_window"]] == pytest.approx(
         [T_START + 1.5, T_START + 1.6])
     skipped = fast["skipped_windows"]["reasons"]
-    assert skipped["corrupt_image"] == 4  # t0 = 101.7 .. 102.0 use the broken 101.7 frame
-    assert "does not decode" in fast["skipped_windows"]["examples"]["corrupt_image"]
+    # camera 1 broken over 101.6 .. 101.8: at t0 = 101.6 the 101.5 frame stands in for the
+    # newest; t0 = 101.7 .. 102.0 want a frame 0.2 s from any good one
+    assert skipped["corrupt_image"] == 4
+    assert report["frame_stand_ins"] >= 1
+    assert "corrupt_payload" in fast["skipped_windows"]["examples"]["corrupt_image"]
     assert skipped["no_future"] >= 1
     assert base["accepted_length_mean"] is None
     assert fast["accepted_length_mean"] >= 1.0

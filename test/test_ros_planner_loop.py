@@ -12,8 +12,7 @@ from test_ros_fixtures import make_tiny_model_dir
 from flashdrive_ros.engine.config import EngineConfig
 from flashdrive_ros.engine.engine import Engine
 from flashdrive_ros.engine.window import WindowBuilder
-from flashdrive_ros.ros.planner_loop import (IDLE_WAIT_S, ODOMETRY_INPUT, ODOMETRY_SETTLE_S,
-                                             PlannerLoop)
+from flashdrive_ros.ros.planner_loop import IDLE_WAIT_S, ODOMETRY_INPUT, PlannerLoop
 
 CAMERAS = ["left", "front", "right", "tele"]
 IDENTITY = np.array([0.0, 0.0, 0.0, 1.0])
@@ -146,7 +145,7 @@ def test_window_waits_for_the_odometry_at_its_t0_then_plans_without_spinning(eng
     feed(loop, 40.0, 41.58)
     loop.add_camera_set([41.6] * len(CAMERAS), images(416))
     assert not loop.run_once() and loop.health()[0].windows_rejected == 0
-    assert 0 < loop._idle_wait() <= ODOMETRY_SETTLE_S
+    assert 0 < loop._idle_wait() <= loop.late_tolerance_s + 1e-9
     loop.add_odometry(41.6, [4.0 * 41.6, 0.0, 0.0], IDENTITY, [4.0, 0.0, 0.0])
     assert loop._idle_wait() == 0.0
     assert loop.run_once() and loop.latest().plan.t0 == pytest.approx(41.6)
@@ -156,7 +155,7 @@ def test_window_waits_for_the_odometry_at_its_t0_then_plans_without_spinning(eng
         assert loop._idle_wait() == IDLE_WAIT_S
     loop.add_camera_set([41.7] * len(CAMERAS), images(417))
     assert not loop.run_once()
-    now[0] += ODOMETRY_SETTLE_S
+    now[0] += loop.late_tolerance_s + 1e-6
     assert loop._idle_wait() == 0.0
     assert loop.run_once() and loop.latest().plan.t0 == pytest.approx(41.7)
 

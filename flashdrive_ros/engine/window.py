@@ -38,6 +38,9 @@ class WindowLimits:
     """Tolerances in seconds.
 
     frame_tolerance: max |frame stamp - wanted frame time|; below frame_dt / 2.
+    frame_stand_in: where a camera has no frame within frame_tolerance of a wanted time (a
+        frame dropped in transport), its nearest frame within this distance stands in
+        (counted in `WindowBuilder.stand_ins`); beyond it, the window is refused.
     max_odometry_extrapolation: how far t0 may lie past the newest odometry sample.
     max_odometry_gap: largest allowed spacing of odometry samples inside the history span.
     max_time_jump: a stamp this far past everything seen so far restarts the time base.
@@ -47,6 +50,7 @@ class WindowLimits:
     """
 
     frame_tolerance: float = 0.04
+    frame_stand_in: float = 0.15
     max_odometry_extrapolation: float = 0.06
     max_odometry_gap: float = 0.25
     max_time_jump: float = 1.0
@@ -54,13 +58,17 @@ class WindowLimits:
     keep_seconds: float = 0.5
 
     def __post_init__(self) -> None:
-        for name in ("frame_tolerance", "max_odometry_extrapolation", "max_odometry_gap",
-                     "max_time_jump", "max_reorder", "keep_seconds"):
+        for name in ("frame_tolerance", "frame_stand_in", "max_odometry_extrapolation",
+                     "max_odometry_gap", "max_time_jump", "max_reorder", "keep_seconds"):
             value = getattr(self, name)
             if not (math.isfinite(value) and value >= 0):
                 raise ValueError(f"WindowLimits.{name} must be finite and >= 0, got {value}")
         if self.max_odometry_gap <= 0 or self.max_time_jump <= 0:
             raise ValueError("max_odometry_gap and max_time_jump must be > 0")
+        if self.frame_stand_in > self.keep_seconds:
+            raise ValueError(f"WindowLimits.frame_stand_in {self.frame_stand_in} exceeds "
+                             f"keep_seconds {self.keep_seconds} (the frames kept beyond a "
+                             f"window)")
 
 
 @dataclass
@@ -138,6 +146,7 @@ class WindowBuilder:
         self._time_base_reset = False
         self._sequence = 0
         self.late_dropped = 0
+        self.stand_ins = 0
 
     @property
     def time_base_reset_pending(self) -> bool:
@@ -236,10 +245,11 @@ class WindowBuilder:
         images = self._select_frames(t0)
         if isinstance(images, WindowRejection):
             return images
-        frames, stamps = images
+        frames, stamps, stand_ins = images
         history = self._ego_history(t0)
         if isinstance(history, WindowRejection):
             return history
+        self.stand_ins += stand_ins
         ego_history, speed = history
         self._sequence += 1
         window = Window(t0=t0, images=frames, image_stamps=stamps, ego_history=ego_history,
@@ -282,11 +292,13 @@ class WindowBuilder:
             self._odometry.popleft()
 
     def _select_frames(self, t0: float
-                       ) -> tuple[np.ndarray, np.ndarray] | WindowRejection:
-        tol = self.limits.frame_tolerance
+                       ) -> tuple[np.ndarray, np.ndarray, int] | WindowRejection:
+        """(images [C, F, H, W, 3], stamps [C, F], how many frames stood in)."""
+        tol, reach = self.limits.frame_tolerance, self.limits.frame_stand_in
         wanted = t0 - self.frame_dt * np.arange(self.num_frames - 1, -1, -1)
         chosen: list[list[np.ndarray]] = []
         stamps = np.zeros((self.camera_count, self.num_frames))
+        stand_ins = 0
         for cam, frames in enumerate(self._frames):
             if not frames:
                 return WindowRejection(f"camera {cam} has no frames", "missing_camera")
@@ -294,18 +306,20 @@ class WindowBuilder:
                 return WindowRejection(f"camera {cam} has {len(frames)} frames, need "
                                        f"{self.num_frames}", "too_few_frames")
             cam_stamps = np.array([s for s, _ in frames])
-            if cam_stamps[-1] < t0 - tol:
+            if cam_stamps[-1] < t0 - max(tol, reach):
                 return WindowRejection(f"camera {cam} newest frame {cam_stamps[-1]:.3f} is "
                                        f"{t0 - cam_stamps[-1]:.3f} s older than t0 {t0:.3f}",
                                        "stale_images")
             row = []
             for i, want in enumerate(wanted):
                 j = int(np.argmin(np.abs(cam_stamps - want)))
-                if abs(cam_stamps[j] - want) > tol:
+                off = abs(cam_stamps[j] - want)
+                if off > max(tol, reach):
                     return WindowRejection(
-                        f"camera {cam} has no frame within {tol} s of t0 - "
+                        f"camera {cam} has no frame within {max(tol, reach)} s of t0 - "
                         f"{t0 - want:.2f} s (nearest {cam_stamps[j] - want:+.3f} s)",
                         "frame_gap")
+                stand_ins += int(off > tol)
                 stamps[cam, i] = cam_stamps[j]
                 row.append(frames[j][1])
             chosen.append(row)
@@ -315,7 +329,7 @@ class WindowBuilder:
                 if image.shape != shape:
                     return WindowRejection(f"camera {cam} frame {i} is {image.shape}, "
                                            f"camera 0 frame 0 is {shape}", "image_size")
-        return np.stack([np.stack(row) for row in chosen]), stamps
+        return np.stack([np.stack(row) for row in chosen]), stamps, stand_ins
 
     def _ego_history(self, t0: float) -> tuple[np.ndarray, float] | WindowRejection:
         lim = self.limits

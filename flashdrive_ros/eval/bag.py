@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -21,7 +22,9 @@ from flashdrive_ros.eval.errors import (BagError, BagNotFound, CorruptBag, Empty
                                         ImageDecodeError, MissingTopics, UnknownMessageType)
 from flashdrive_ros.eval.images import IMAGE_TYPES, decode_image
 from flashdrive_ros.eval.records import ImageRecord, LabelRecord, OdometryRecord, Record
-from flashdrive_ros.eval.topics import TopicMapping
+from flashdrive_ros.eval.topics import PROPOSAL_COMMAND, TopicMapping
+from flashdrive_ros.ros.image_reduce import ImageReducer
+from flashdrive_ros.ros.transport import LatencyStats
 
 ODOMETRY_TYPE = "nav_msgs/msg/Odometry"
 LABELS_TYPE = "std_msgs/msg/String"
@@ -47,25 +50,53 @@ def resolve_bag_path(path: str | Path) -> Path:
     return path
 
 
-class BagReader:
-    """Open with `with BagReader(path, topics) as bag:`; validation happens on entry."""
+def open_reader(path: Path) -> AnyReader:
+    """An opened AnyReader of the rosbag2 directory `path` (Jazzy types as the default)."""
+    reader = AnyReader([path], default_typestore=get_typestore(Stores.ROS2_JAZZY))
+    try:
+        reader.open()
+    except (AnyReaderError, OSError, ValueError) as exc:
+        raise CorruptBag(f"cannot open bag {path}: {exc}") from None
+    return reader
 
-    def __init__(self, path: str | Path, topics: TopicMapping) -> None:
+
+@dataclass(frozen=True)
+class TopicInfo:
+    topic: str
+    msgtype: str
+    count: int
+
+
+def topic_infos(reader: AnyReader) -> list[TopicInfo]:
+    """The bag's topics, sorted by name, with their type and message count."""
+    counts: dict[str, int] = {}
+    types: dict[str, str] = {}
+    for conn in reader.connections:
+        counts[conn.topic] = counts.get(conn.topic, 0) + conn.msgcount
+        types[conn.topic] = conn.msgtype
+    return [TopicInfo(t, types[t], counts[t]) for t in sorted(types)]
+
+
+class BagReader:
+    """Open with `with BagReader(path, topics) as bag:`; validation happens on entry.
+    image_size (height, width): images are reduced to it as they are read (the model size).
+    `latency` holds, per mapped topic, log time - header stamp of the records read;
+    `frame_ids` the header frame_id of each camera slot's first image."""
+
+    def __init__(self, path: str | Path, topics: TopicMapping,
+                 image_size: tuple[int, int] | None = None) -> None:
         self.path = resolve_bag_path(path)
         self.topics = topics
-        self.typestore = get_typestore(Stores.ROS2_JAZZY)
+        self.reducer = ImageReducer(image_size) if image_size is not None else None
+        self.latency: dict[str, LatencyStats] = {}
+        self.frame_ids: dict[int, str] = {}
         self._reader: AnyReader | None = None
         self.image_types: dict[str, str] = {}
         self.has_labels = False
         self.skipped_messages: dict[str, int] = {}
 
     def __enter__(self) -> BagReader:
-        reader = AnyReader([self.path], default_typestore=self.typestore)
-        try:
-            reader.open()
-        except (AnyReaderError, OSError, ValueError) as exc:
-            raise CorruptBag(f"cannot open bag {self.path}: {exc}") from None
-        self._reader = reader
+        self._reader = open_reader(self.path)
         try:
             self._validate()
         except BagError:
@@ -99,17 +130,19 @@ class BagReader:
         reader = self.reader
         if reader.message_count == 0:
             raise EmptyBag(f"bag {self.path} holds no messages")
-        counts: dict[str, int] = {}
-        types: dict[str, str] = {}
-        for conn in reader.connections:
-            counts[conn.topic] = counts.get(conn.topic, 0) + conn.msgcount
-            types[conn.topic] = conn.msgtype
+        infos = topic_infos(reader)
+        counts = {i.topic: i.count for i in infos}
+        types = {i.topic: i.msgtype for i in infos}
         required = [*self.topics.cameras, self.topics.odometry]
         missing = [t for t in required if counts.get(t, 0) == 0]
         if missing:
-            present = ", ".join(f"{t} ({types[t]})" for t in sorted(types))
-            raise MissingTopics(f"bag {self.path} lacks messages on {missing}; it holds: "
-                                f"{present}")
+            present = "\n".join(f"  {i.topic} ({i.msgtype}, {i.count} messages)"
+                                 for i in infos)
+            raise MissingTopics(
+                f"bag {self.path} lacks messages on {missing}; map the bag's topics to the "
+                f"model inputs with --topics-yaml FILE (or --camera-topics / --odom-topic); "
+                f"`{PROPOSAL_COMMAND.replace('BAG', str(self.path))}` proposes one. "
+                f"The bag holds:\n{present}")
         for topic in self.topics.cameras:
             if types[topic] not in IMAGE_TYPES:
                 raise UnknownMessageType(f"camera topic {topic} has type {types[topic]}, "
@@ -132,6 +165,16 @@ class BagReader:
     def _wanted_topics(self) -> list[str]:
         topics = [*self.topics.cameras, self.topics.odometry]
         return topics + [self.topics.labels] if self.has_labels else topics
+
+    def reduce_images_to(self, size: tuple[int, int]) -> None:
+        """Images read from now on are reduced to `size` (height, width) as they are read."""
+        self.reducer = ImageReducer(size)
+
+    def _note_latency(self, topic: str, log_ns: int, stamp: float) -> None:
+        stats = self.latency.get(topic)
+        if stats is None:
+            stats = self.latency[topic] = LatencyStats()
+        stats.add(log_ns * 1e-9 - stamp)
 
     def _skip(self, what: str) -> None:
         self.skipped_messages[what] = self.skipped_messages.get(what, 0) + 1
@@ -171,11 +214,15 @@ class BagReader:
             return None
         if topic in slots:
             stamp = header_seconds(msg)
+            self._note_latency(topic, log_ns, stamp)
+            self.frame_ids.setdefault(slots[topic], str(msg.header.frame_id))
             try:
-                return ImageRecord(slots[topic], stamp, decode_image(conn.msgtype, msg))
+                return ImageRecord(slots[topic], stamp,
+                                   decode_image(conn.msgtype, msg, self.reducer))
             except ImageDecodeError as exc:
                 return ImageRecord(slots[topic], stamp, None, f"{topic}: {exc}")
         if topic == self.topics.odometry:
+            self._note_latency(topic, log_ns, header_seconds(msg))
             pose, twist = msg.pose.pose, msg.twist.twist
             return OdometryRecord(
                 header_seconds(msg),

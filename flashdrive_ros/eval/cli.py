@@ -1,6 +1,7 @@
 """`flashdrive-replay BAG --model-dir DIR --out OUTDIR [--mode flashdrive|baseline|compare]
 [--through-ros [--node-param NAME=VALUE ...]] [--topics-yaml FILE] [--backend torch|tensorrt]`:
-replay a rosbag through the planner and report."""
+replay a rosbag through the planner and report. Exit status 0; 1 when no window was
+planned (the main reasons on stderr), 2 when the replay cannot run."""
 
 from __future__ import annotations
 
@@ -11,10 +12,13 @@ import yaml
 
 from flashdrive_ros.engine.dtype_choice import DTYPE_CHOICES
 from flashdrive_ros.eval.errors import ReplayError
+from flashdrive_ros.eval.input_notes import input_lines
 from flashdrive_ros.eval.replay import BACKEND_CHOICES, MODE_RUNS, ReplayOptions, run_replay
 from flashdrive_ros.eval.report import print_summary
+from flashdrive_ros.eval.skip_advice import planned_nothing, skip_report
 from flashdrive_ros.eval.topics import TopicMapping
 from flashdrive_ros.paths import default_model_dir
+from flashdrive_ros.ros.transport import DEFAULT_LATE_TOLERANCE_S
 
 
 def parser() -> argparse.ArgumentParser:
@@ -28,7 +32,7 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--through-ros", action="store_true",
                    help="play the bag over DDS into the real drive node and record its output")
     p.add_argument("--topics-yaml", help="YAML with keys cameras (list, slot order), "
-                   "odometry, labels")
+                   "odometry, labels (flashdrive-topics BAG --out FILE proposes one)")
     p.add_argument("--camera-topics", help="comma-separated image topics in slot order")
     p.add_argument("--odom-topic", help="nav_msgs/Odometry topic")
     p.add_argument("--labels-topic", help="std_msgs/String JSON labels topic ('' = none)")
@@ -45,6 +49,11 @@ def parser() -> argparse.ArgumentParser:
                    help="drafter weights in the model directory for speculative decoding "
                         "(default: drafter.safetensors)")
     p.add_argument("--control-rate", type=float, default=10.0, help="windows per bag second")
+    p.add_argument("--late-tolerance", type=float, default=DEFAULT_LATE_TOLERANCE_S,
+                   metavar="SECONDS",
+                   help="how long after its stamp a message may be logged (transport "
+                        "latency) and still count for the window at that time; through ROS, "
+                        "the node's late_tolerance_s (default %(default)s)")
     p.add_argument("--max-windows", type=int, default=None, help="stop after N windows")
     p.add_argument("--node-param", action="append", default=[], metavar="NAME=VALUE",
                    help="a drive_node parameter for --through-ros (YAML value, repeatable), "
@@ -62,16 +71,16 @@ def embedded_model_dir() -> str:
 
 
 def options_from_args(args: argparse.Namespace) -> ReplayOptions:
-    topics = TopicMapping.from_yaml(args.topics_yaml) if args.topics_yaml else TopicMapping()
     cameras = [t.strip() for t in args.camera_topics.split(",")] if args.camera_topics else None
-    topics = topics.with_overrides(cameras=cameras, odometry=args.odom_topic,
-                                   labels=args.labels_topic)
+    overrides = {"cameras": cameras, "odometry": args.odom_topic, "labels": args.labels_topic}
+    topics = (TopicMapping.from_yaml(args.topics_yaml, **overrides) if args.topics_yaml
+              else TopicMapping().with_overrides(**overrides))
     return ReplayOptions(
         bag=args.bag, model_dir=args.model_dir or embedded_model_dir(), out_dir=args.out,
         mode=args.mode, topics=topics, through_ros=args.through_ros, rate=args.rate,
         num_samples=args.num_samples, device=args.device, dtype=args.dtype,
         backend=args.backend, drafter_file=args.drafter_file,
-        control_rate_hz=args.control_rate,
+        control_rate_hz=args.control_rate, late_tolerance_s=args.late_tolerance,
         max_windows=args.max_windows, progress=not args.quiet, plots=not args.no_plots,
         node_params=parse_node_params(args.node_param))
 
@@ -100,6 +109,15 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     if not args.quiet:
         print_summary(report)
+    lines = skip_report(report) + input_lines(report)
+    if empty := planned_nothing(report):
+        print(f"flashdrive-replay: planned no window ({', '.join(empty)}); report in "
+              f"{args.out}", file=sys.stderr)
+        print("\n".join(lines or ["  no window was due: the bag is shorter than one "
+                                  "window's history and future"]), file=sys.stderr)
+        return 1
+    if lines and not args.quiet:
+        print("\n".join(lines))
     return 0
 
 

@@ -1,7 +1,9 @@
 """Offline replay: bag -> WindowBuilder at the control rate in bag time -> planners -> results.
 
 Every mode sees the same windows in the same order (one WindowBuilder, one window object per
-tick). A tick at t0 is built once every record stamped up to t0 + `settle_s` has been fed.
+tick). Records come in log-time order; a tick at t0 is built once a record stamped later than
+t0 + `late_tolerance_s` has come, so that messages logged up to that much after their stamp
+(transport latency) are in the window.
 """
 
 from __future__ import annotations
@@ -9,13 +11,13 @@ from __future__ import annotations
 import math
 from bisect import bisect_left
 from collections import deque
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Protocol
 
 from tqdm import tqdm
 
 from flashdrive_ros.engine.types import Plan, Window
-from flashdrive_ros.engine.window import WindowBuilder, WindowRejection
+from flashdrive_ros.engine.window import WindowBuilder, WindowLimits, WindowRejection
 from flashdrive_ros.eval.errors import ReplayError, TopicsConfigError
 from flashdrive_ros.eval.ground_truth import OdometryTrack
 from flashdrive_ros.eval.metrics import nearest_decision, window_metrics, words
@@ -24,6 +26,7 @@ from flashdrive_ros.eval.records import (ImageRecord, LabelRecord, OdometryRecor
 from flashdrive_ros.eval.summary import SkipCounter, WindowResult
 from flashdrive_ros.eval.topics import TopicMapping
 from flashdrive_ros.model.config import ModelConfig
+from flashdrive_ros.ros.transport import DEFAULT_LATE_TOLERANCE_S
 
 
 class Planner(Protocol):
@@ -34,16 +37,21 @@ class Planner(Protocol):
 
 @dataclass
 class ReplaySettings:
+    """late_tolerance_s: at most WindowLimits.keep_seconds (the frames a builder keeps
+    beyond a window)."""
+
     control_rate_hz: float = 10.0
-    settle_s: float = 0.05
+    late_tolerance_s: float = DEFAULT_LATE_TOLERANCE_S
     max_windows: int | None = None
     progress: bool = True
 
     def __post_init__(self) -> None:
         if not (math.isfinite(self.control_rate_hz) and self.control_rate_hz > 0):
             raise ValueError(f"control_rate_hz must be > 0, got {self.control_rate_hz}")
-        if not 0 <= self.settle_s < 1.0 / self.control_rate_hz:
-            raise ValueError(f"settle_s must be in [0, control period), got {self.settle_s}")
+        keep = WindowLimits.keep_seconds
+        if not (math.isfinite(self.late_tolerance_s) and 0 <= self.late_tolerance_s <= keep):
+            raise ValueError(f"late tolerance must be in [0, {keep}] s, got "
+                             f"{self.late_tolerance_s}")
         if self.max_windows is not None and self.max_windows < 1:
             raise ValueError(f"max_windows must be >= 1 or None, got {self.max_windows}")
 
@@ -55,11 +63,15 @@ class ReplaySettings:
 @dataclass
 class ReplayResults:
     """results per mode; skipped windows per mode (offline, one counter shared by all modes,
-    which see the same windows)."""
+    which see the same windows); offline, the inputs' latency (log time - stamp, per topic)
+    and notes on them (camera slot warnings)."""
 
     results: dict[str, list[WindowResult]]
     skipped: dict[str, SkipCounter]
     ticks: int = 0
+    input_latency_ms: dict[str, dict] = field(default_factory=dict)
+    input_notes: list[str] = field(default_factory=list)
+    frame_stand_ins: int = 0
 
 
 class LabelIndex:
@@ -138,7 +150,7 @@ class OfflineReplay:
                    disable=None if self.settings.progress else True)
         try:
             for record in self.bag.records():
-                while record.stamp > tick_index * period + self.settings.settle_s:
+                while record.stamp > tick_index * period + self.settings.late_tolerance_s:
                     if self._tick(tick_index * period):
                         return self.out
                     tick_index += 1
@@ -151,6 +163,7 @@ class OfflineReplay:
                 bar.update()
         finally:
             bar.close()
+            self.out.frame_stand_ins = self.builder.stand_ins
         return self.out
 
     def _feed(self, record) -> None:

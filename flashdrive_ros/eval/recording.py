@@ -29,6 +29,8 @@ from flashdrive_ros.eval.summary import SkipCounter, WindowResult
 
 PLANNER_STATUS_SUFFIX = ": planner"
 INPUT_STATUS_INFIX = ": input "
+NODE_NOTES = ("odom_frame", "clock", "frame_stand_ins")
+NODE_NOTE_PREFIXES = ("camera_slot.", "input_latency_ms.")
 STAMP_DECIMALS = 3
 OVERLAY_FRAMES = 3
 TYPESTORE = get_typestore(Stores.ROS2_JAZZY)
@@ -116,6 +118,7 @@ def read_recording(path: str | Path, topics: dict[str, str], end_s: float,
     last_planner: dict[str, str] = {}
     last_planner_message = ""
     inputs_received: dict[str, int] = {}
+    input_faults: dict[str, str] = {}
     path_ticks: list[tuple[float, float | None]] = []
     counts = dict.fromkeys(topics, 0)
     try:
@@ -140,6 +143,9 @@ def read_recording(path: str | Path, topics: dict[str, str], end_s: float,
                             received = _number(values, "received")
                             if received is not None:
                                 inputs_received[name] = int(received)
+                            if values.get("last_fault", "none") != "none":
+                                input_faults[name] = (f"{values['last_fault']} "
+                                                      f"({values.get('faults_total')} faults)")
                         if status.name == f"{node_name}{PLANNER_STATUS_SUFFIX}":
                             values = {kv.key: kv.value for kv in status.values}
                             last_planner, last_planner_message = values, status.message
@@ -176,6 +182,9 @@ def read_recording(path: str | Path, topics: dict[str, str], end_s: float,
                             for key, value in last_planner.items()
                             if key.startswith("rejected.")},
         "node_inputs_received": inputs_received,
+        "node_input_faults": input_faults,
+        "node_input_notes": {key: value for key, value in last_planner.items()
+                             if key in NODE_NOTES or key.startswith(NODE_NOTE_PREFIXES)},
         "node_planner_message": last_planner_message,
     }
     spread = np.unique(np.linspace(0, len(overlays) - 1, OVERLAY_FRAMES).astype(int)) \

@@ -17,6 +17,7 @@ from flashdrive_ros.eval.summary import compare_blocks, summarize
 from flashdrive_ros.eval.topics import TopicMapping
 from flashdrive_ros.model.config import ConfigError, ModelConfig
 from flashdrive_ros.model.drafter_name import drafter_name_problem
+from flashdrive_ros.ros.transport import DEFAULT_LATE_TOLERANCE_S
 
 MODE_RUNS = {"flashdrive": ("flashdrive",), "baseline": ("baseline",),
              "compare": ("baseline", "flashdrive")}
@@ -38,6 +39,7 @@ class ReplayOptions:
     backend: str = "torch"
     drafter_file: str | None = None
     control_rate_hz: float = 10.0
+    late_tolerance_s: float = DEFAULT_LATE_TOLERANCE_S
     max_plan_age_s: float | None = None
     max_windows: int | None = None
     progress: bool = True
@@ -65,6 +67,9 @@ class ReplayOptions:
             raise ReplayError(f"--drafter-file {problem}")
         if not (math.isfinite(self.control_rate_hz) and self.control_rate_hz > 0):
             raise ReplayError(f"--control-rate must be > 0, got {self.control_rate_hz}")
+        if not (math.isfinite(self.late_tolerance_s) and 0 <= self.late_tolerance_s <= 0.5):
+            raise ReplayError(f"--late-tolerance must be in [0, 0.5] s, got "
+                              f"{self.late_tolerance_s}")
         if self.max_plan_age_s is not None and not self.through_ros:
             raise ReplayError("max_plan_age_s is a drive_node parameter: it applies through "
                               "ROS only")
@@ -121,6 +126,7 @@ REPLAY_OWNED_PARAMS = {
     "image_reliability": "(reliable during replay)", "control_rate_hz": "--control-rate",
     "num_samples": "--num-samples", "mode": "--mode", "device": "--device", "dtype": "--dtype",
     "backend": "--backend", "drafter_file": "--drafter-file",
+    "late_tolerance_s": "--late-tolerance",
 }
 
 
@@ -172,10 +178,32 @@ def run_offline(options: ReplayOptions) -> ReplayResults:
     with BagReader(options.bag, options.topics) as bag:
         model = load_model_config(options.model_dir)
         check_camera_count(model, options.topics)
+        bag.reduce_images_to((model.prompt.image_height, model.prompt.image_width))
         engines = load_engines(options)
         settings = ReplaySettings(control_rate_hz=options.control_rate_hz,
+                                  late_tolerance_s=options.late_tolerance_s,
                                   max_windows=options.max_windows, progress=options.progress)
-        return OfflineReplay(bag, engines, model, settings).run()
+        replay = OfflineReplay(bag, engines, model, settings).run()
+        replay.input_latency_ms = {topic: stats.summary()
+                                   for topic, stats in sorted(bag.latency.items())}
+        replay.input_notes = camera_slot_notes(list(model.prompt.camera_names),
+                                               options.topics.cameras, bag.frame_ids)
+        return replay
+
+
+def camera_slot_notes(slots: list[str], topics: tuple[str, ...] | list[str],
+                      frame_ids: dict[int, str]) -> list[str]:
+    """Camera slot warnings: a slot whose topic or first frame_id names another slot's
+    camera."""
+    from flashdrive_ros.ros.camera_slots import slot_mismatch
+
+    notes = []
+    for index, topic in enumerate(topics):
+        for name in (topic, frame_ids.get(index, "")):
+            if problem := slot_mismatch(slots, index, name):
+                notes.append(f"camera slot: {problem}")
+                break
+    return notes
 
 
 def build_report(options: ReplayOptions, replay: ReplayResults,
@@ -202,8 +230,12 @@ def build_report(options: ReplayOptions, replay: ReplayResults,
               "dtype": resolve_dtype(options.dtype, options.resolved_device()),
               "backend": options.backend,
               "ticks": replay.ticks,
+              "late_tolerance_s": options.late_tolerance_s,
               "topics": {"cameras": list(options.topics.cameras),
                          "odometry": options.topics.odometry, "labels": options.topics.labels}}
+    if node_stats is None:
+        header.update(input_latency_ms=replay.input_latency_ms, input_notes=replay.input_notes,
+                      frame_stand_ins=replay.frame_stand_ins)
     if len(blocks) == 1:
         return {**header, **blocks[options.mode]}
     comparison = compare_blocks(blocks["baseline"], blocks["flashdrive"])

@@ -14,6 +14,7 @@ from flashdrive_ros.eval.images import RAW_TYPE
 from flashdrive_ros.eval.offline import LabelIndex, ReplayResults, check_camera_count
 from flashdrive_ros.eval.recording import plan_results, read_recording
 from flashdrive_ros.eval.replay import ReplayOptions, load_model_config
+from flashdrive_ros.eval.skip_advice import skip_lines
 
 
 
@@ -26,6 +27,7 @@ def node_parameters(options: ReplayOptions, mode: str, raw_images: bool) -> dict
         "image_transport": "raw" if raw_images else "compressed",
         "image_reliability": "reliable",
         "control_rate_hz": float(options.control_rate_hz),
+        "late_tolerance_s": float(options.late_tolerance_s),
         "num_samples": int(options.num_samples),
         "mode": mode,
         "device": options.device,
@@ -84,7 +86,12 @@ def run_through_ros(options: ReplayOptions
     model = load_model_config(options.model_dir)
     check_camera_count(model, options.topics)
     with BagReader(options.bag, options.topics) as bag:
-        raw_images = {bag.image_types[t] for t in options.topics.cameras} == {RAW_TYPE}
+        transports = {bag.image_types[t] for t in options.topics.cameras}
+        if len(transports) > 1:
+            types = {t: bag.image_types[t] for t in options.topics.cameras}
+            raise ReplayError(f"the camera topics mix {sorted(transports)} ({types}); "
+                              f"drive_node subscribes one image_transport for all cameras")
+        raw_images = transports == {RAW_TYPE}
         end_s = bag.end_time
         track = OdometryTrack(bag.odometry())
         labels = LabelIndex(bag.labels(), 0.5 / options.control_rate_hz)
@@ -104,11 +111,15 @@ def run_through_ros(options: ReplayOptions
                                         model.action.num_waypoints, model.action.dt)
         if not recording.plans:
             stats = recording.node_stats
+            reasons = "\n".join(skip_lines(stats, through_ros=True)) or "  none reported"
+            faults = "".join(f"\n  input {name}: {fault}"
+                             for name, fault in sorted(stats["node_input_faults"].items()))
             raise ReplayError(f"drive_node ({mode}) finished no plan while "
                               f"{session.play.messages} messages were played (planner: "
                               f"{stats['node_planner_message'] or 'no diagnostics'}, windows "
                               f"rejected {stats['node_windows_rejected']}, last rejection "
-                              f"{stats['node_last_rejection']}); log:\n"
+                              f"{stats['node_last_rejection']}); the node's rejections:\n"
+                              f"{reasons}\nthe node's input faults:{faults or ' none'}\nlog:\n"
                               f"{log_tail(options.out_dir / f'drive_node_{mode}.log')}")
         replay.results[mode], replay.skipped[mode] = results, skipped
         replay.ticks = max(replay.ticks, recording.node_stats["control_ticks"])

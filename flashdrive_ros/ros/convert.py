@@ -14,9 +14,12 @@ import cv2
 import numpy as np
 
 from flashdrive_ros.engine.window import MAX_ODOMETRY_MAGNITUDE
+from flashdrive_ros.ros.image_reduce import ImageReducer
 
 NS_PER_S = 1_000_000_000
 RAW_CHANNELS = {"rgb8": 3, "bgr8": 3, "mono8": 1, "rgba8": 4, "bgra8": 4}
+TO_RGB = {"bgr8": cv2.COLOR_BGR2RGB, "mono8": cv2.COLOR_GRAY2RGB, "rgba8": cv2.COLOR_RGBA2RGB,
+          "bgra8": cv2.COLOR_BGRA2RGB}
 JPEG_SOI = b"\xff\xd8"
 JPEG_EOI = b"\xff\xd9"
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
@@ -100,9 +103,21 @@ def _compressed_kind(fmt: str, data: bytes) -> str:
     return sniffed
 
 
-def decode_compressed(fmt: str, data: bytes) -> np.ndarray:
-    """CompressedImage payload (JPEG or PNG) -> RGB uint8 [H, W, 3]."""
-    data = bytes(data)
+def byte_view(data) -> np.ndarray:
+    """A message's uint8[] field (bytes, array.array, numpy, list) as uint8 [N], without a
+    copy where the field exposes a buffer."""
+    try:
+        return np.frombuffer(data, np.uint8)
+    except (TypeError, ValueError):
+        return np.asarray(data, dtype=np.uint8).reshape(-1)
+
+
+def decode_compressed(fmt: str, data: bytes, reducer: ImageReducer | None = None
+                      ) -> np.ndarray:
+    """CompressedImage payload (JPEG or PNG) -> RGB uint8 [H, W, 3]; with a reducer, at the
+    model size (JPEG decoded at a reduced scale where the reducer allows)."""
+    buffer = byte_view(data)
+    data = buffer.tobytes()
     if not data:
         raise CorruptPayload("empty compressed payload")
     kind = _compressed_kind(fmt, data)
@@ -110,19 +125,25 @@ def decode_compressed(fmt: str, data: bytes) -> np.ndarray:
         raise CorruptPayload("JPEG payload is truncated (no end-of-image marker)")
     if kind == "png" and not data.endswith(PNG_IEND):
         raise CorruptPayload("PNG payload is truncated (no IEND chunk)")
+    flag = cv2.IMREAD_COLOR
+    if reducer is not None and kind == "jpeg":
+        flag = reducer.jpeg_flag(data)
     try:
-        bgr = cv2.imdecode(np.frombuffer(data, np.uint8), cv2.IMREAD_COLOR)
+        bgr = cv2.imdecode(buffer, flag)
     except cv2.error as exc:
         raise CorruptPayload(f"{kind} payload does not decode: {exc}") from None
     if bgr is None or bgr.ndim != 3 or bgr.shape[2] != 3 or bgr.size == 0:
         raise CorruptPayload(f"{kind} payload of {len(data)} bytes does not decode")
-    return cv2.cvtColor(bgr, cv2.COLOR_BGR2RGB)
+    if reducer is None:
+        return cv2.cvtColor(bgr, cv2.COLOR_BGR2RGB)
+    return reducer.finish(cv2.cvtColor(reducer.stage(bgr), cv2.COLOR_BGR2RGB))
 
 
 def raw_to_rgb(encoding: str, height: int, width: int, step: int, data: bytes,
-               is_bigendian: int = 0) -> np.ndarray:
+               is_bigendian: int = 0, reducer: ImageReducer | None = None) -> np.ndarray:
     """sensor_msgs/Image fields (rgb8, bgr8, mono8, rgba8, bgra8; rows may be padded)
-    -> RGB uint8 [H, W, 3]."""
+    -> RGB uint8 [H, W, 3]; with a reducer, at the model size (area-resized in the message's
+    own channel order first, so only the reduced image is converted)."""
     channels = RAW_CHANNELS.get(encoding.lower())
     if channels is None:
         raise UnsupportedEncoding(f"image encoding {encoding!r} not in {sorted(RAW_CHANNELS)}")
@@ -131,30 +152,29 @@ def raw_to_rgb(encoding: str, height: int, width: int, step: int, data: bytes,
     row_bytes = width * channels
     if step < row_bytes:
         raise SizeMismatch(f"step {step} < width {width} * {channels} channels")
-    buffer = np.frombuffer(bytes(data), np.uint8)
+    buffer = byte_view(data)
     if buffer.size != step * height:
         raise SizeMismatch(f"data has {buffer.size} bytes, expected step {step} * height "
                            f"{height} = {step * height}")
     pixels = buffer.reshape(height, step)[:, :row_bytes].reshape(height, width, channels)
     name = encoding.lower()
+    if reducer is not None:
+        pixels = reducer.stage(pixels)
     if name == "rgb8":
-        return np.ascontiguousarray(pixels)
-    if name == "bgr8":
-        return np.ascontiguousarray(pixels[:, :, ::-1])
-    if name == "mono8":
-        return np.ascontiguousarray(np.repeat(pixels, 3, axis=2))
-    if name == "rgba8":
-        return np.ascontiguousarray(pixels[:, :, :3])
-    return np.ascontiguousarray(pixels[:, :, 2::-1])
+        rgb = np.ascontiguousarray(pixels)
+    else:
+        rgb = cv2.cvtColor(np.ascontiguousarray(pixels), TO_RGB[name])
+    return rgb if reducer is None else reducer.finish(rgb)
 
 
-def image_msg_to_rgb(msg: Any) -> np.ndarray:
-    """sensor_msgs/CompressedImage or sensor_msgs/Image -> RGB uint8 [H, W, 3]."""
+def image_msg_to_rgb(msg: Any, reducer: ImageReducer | None = None) -> np.ndarray:
+    """sensor_msgs/CompressedImage or sensor_msgs/Image -> RGB uint8 [H, W, 3] (at the model
+    size with a reducer)."""
     if hasattr(msg, "format"):
-        return decode_compressed(msg.format, msg.data)
+        return decode_compressed(msg.format, msg.data, reducer)
     if hasattr(msg, "encoding"):
-        return raw_to_rgb(msg.encoding, msg.height, msg.width, msg.step, msg.data,
-                          msg.is_bigendian)
+        return raw_to_rgb(msg.encoding, int(msg.height), int(msg.width), int(msg.step),
+                          msg.data, msg.is_bigendian, reducer)
     raise UnsupportedEncoding(f"{type(msg).__name__} is not an image message")
 
 

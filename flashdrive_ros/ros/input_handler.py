@@ -1,29 +1,52 @@
-"""What the drive node does with each input message, without rclpy: decoding with named
-faults, stamp checks (a message up to max_reorder behind its stream's newest is dropped as
-out of order; further back restarts the time base), approximate-time camera sync and
-hand-over to the PlannerLoop.
+"""What the drive node does with each input message, without rclpy: decoding (reduced to
+the model size) with named faults, stamp checks (a message up to max_reorder behind its
+stream's newest is dropped as out of order; further back restarts the time base), the
+latency of each input and stamps on another clock, the odometry frame, camera slot sanity,
+approximate-time camera sync and hand-over to the PlannerLoop.
 Messages are read duck-typed (rclpy messages and rosbags-deserialized ones alike)."""
 
 from __future__ import annotations
 
 import math
 import threading
+from collections.abc import Callable
 
+from flashdrive_ros.ros.camera_slots import slot_mismatch
 from flashdrive_ros.ros.convert import (ConversionError, InvalidOrientation, NonFiniteValue,
                                         image_msg_to_rgb, odometry_arrays, odometry_to_sample,
                                         stamp_to_seconds)
+from flashdrive_ros.ros.image_reduce import ImageReducer
 from flashdrive_ros.ros.params import DriveParams
 from flashdrive_ros.ros.planner_loop import ODOMETRY_INPUT, PlannerLoop
 from flashdrive_ros.ros.sync import ApproximateTimeSynchronizer
+from flashdrive_ros.ros.transport import LatencyStats, clock_problem
 
 OUT_OF_ORDER = "out_of_order"
 TIME_BACKWARDS = "time_backwards"
+LATENCY_REPORT_EVERY = 10
 
 
 class InputHandler:
-    def __init__(self, params: DriveParams, loop: PlannerLoop) -> None:
+    """image_size (height, width): images are reduced to it on arrival (None: kept as
+    decoded). now: the node clock in seconds (None: no latency measurement). warn: the node
+    log's warning (each distinct warning once)."""
+
+    def __init__(self, params: DriveParams, loop: PlannerLoop,
+                 image_size: tuple[int, int] | None = None,
+                 now: Callable[[], float] | None = None,
+                 warn: Callable[[str], None] | None = None) -> None:
         self.params = params
         self.loop = loop
+        self.reducer = ImageReducer(image_size) if image_size is not None else None
+        self.now = now
+        self.warn = warn
+        self._warned: set[str] = set()
+        self.latency = {name: LatencyStats() for name in [*params.camera_names,
+                                                           ODOMETRY_INPUT]}
+        self._clock_problem = ""
+        self._clock_warned = False
+        self.odom_frame = params.odom_frame
+        self._slot_frames: list[str | None] = [None] * len(params.camera_names)
         self.sync = ApproximateTimeSynchronizer(len(params.camera_names),
                                                 params.sync_queue_size, params.sync_slop_s)
         self.sync.register_callback(self._on_camera_set)
@@ -33,9 +56,45 @@ class InputHandler:
         self._last_odometry_stamp = -math.inf
         self.late_sets_dropped = 0
         self.max_reorder = loop.builder.limits.max_reorder
+        if self.odom_frame:
+            loop.set_extra("odom_frame", f"{self.odom_frame} (odom_frame parameter)")
+        for index, topic in enumerate(params.camera_topics):
+            if not params.expected_frame_id(index):
+                self._check_slot(index, topic)
 
     def clear(self) -> None:
         self.sync.clear()
+
+    def _warn_once(self, message: str) -> None:
+        if self.warn is not None and message not in self._warned:
+            self._warned.add(message)
+            self.warn(message)
+
+    def _check_slot(self, index: int, name: str) -> None:
+        problem = slot_mismatch(self.params.camera_names, index, name,
+                                self.params.expected_frame_id(index))
+        if problem:
+            self.loop.set_extra(f"camera_slot.{self.params.camera_names[index]}", problem)
+            self._warn_once(f"camera slot: {problem}")
+
+    def _note_latency(self, name: str, stamp: float) -> None:
+        if self.now is None:
+            return
+        latency = self.now() - stamp
+        stats = self.latency[name]
+        stats.add(latency)
+        if stats.count % LATENCY_REPORT_EVERY == 1:
+            summary = stats.summary()
+            self.loop.set_extra(f"input_latency_ms.{name}",
+                                f"p50 {summary['p50_ms']}, p90 {summary['p90_ms']}, "
+                                f"max {summary['max_ms']}")
+        problem = clock_problem(latency)
+        if problem != self._clock_problem:
+            self._clock_problem = problem
+            self.loop.set_extra("clock", problem or "ok")
+            if problem and self.warn is not None and not self._clock_warned:
+                self._clock_warned = True
+                self.warn(problem)
 
     def _stamp_order(self, name: str, stamp: float, newest: float) -> str:
         """"" for a stamp at or after its stream's newest; OUT_OF_ORDER (drop it) up to
@@ -53,9 +112,14 @@ class InputHandler:
     def on_image(self, index: int, msg) -> None:
         name = self.params.camera_names[index]
         self.loop.note_received(name)
+        frame_id = str(getattr(getattr(msg, "header", None), "frame_id", ""))
+        if frame_id != self._slot_frames[index]:
+            self._slot_frames[index] = frame_id
+            self._check_slot(index, frame_id)
         try:
             stamp = stamp_to_seconds(msg.header.stamp)
-            rgb = image_msg_to_rgb(msg)
+            self._note_latency(name, stamp)
+            rgb = image_msg_to_rgb(msg, self.reducer)
         except ConversionError as exc:
             self.loop.note_fault(name, f"{exc.reason}: {exc}")
             return
@@ -86,9 +150,15 @@ class InputHandler:
         except ConversionError as exc:
             self.loop.note_fault(ODOMETRY_INPUT, f"{exc.reason}: {exc}")
             return
-        if frame and frame != self.params.odom_frame:
+        self._note_latency(ODOMETRY_INPUT, stamp)
+        if frame and not self.odom_frame:
+            self.odom_frame = frame
+            self.loop.set_extra("odom_frame", f"{frame} (first odometry message)")
+        if frame and frame != self.odom_frame:
+            origin = ("odom_frame parameter" if self.params.odom_frame
+                      else "frame of the first odometry message")
             self.loop.note_fault(ODOMETRY_INPUT, f"frame: odometry frame_id {frame!r} is not "
-                                                 f"odom_frame {self.params.odom_frame!r}")
+                                                 f"{self.odom_frame!r} ({origin}); dropped")
             return
         if self._stamp_order(ODOMETRY_INPUT, stamp, self._last_odometry_stamp) == OUT_OF_ORDER:
             return

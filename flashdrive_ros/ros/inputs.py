@@ -41,11 +41,14 @@ class InputSubscriptions:
     the 50 Hz odometry queues up first; its queue (ODOMETRY_DEPTH) outlasts such a stall
     instead of dropping its oldest samples, which would leave a gap in the ego history."""
 
-    def __init__(self, node, params: DriveParams, loop: PlannerLoop, on_camera_info) -> None:
+    def __init__(self, node, params: DriveParams, loop: PlannerLoop, on_camera_info,
+                 image_size: tuple[int, int] | None = None) -> None:
+        """image_size (height, width): the model input size images are reduced to."""
         self.node = node
         self.params = params
         self.loop = loop
-        self.handler = InputHandler(params, loop)
+        self.handler = InputHandler(params, loop, image_size, now=self._now,
+                                    warn=node.get_logger().warning)
         self._topics = dict(zip(params.camera_names, params.camera_topics))
         self._topics[ODOMETRY_INPUT] = params.odom_topic
         image_type = CompressedImage if params.image_transport == "compressed" else Image
@@ -68,6 +71,9 @@ class InputSubscriptions:
             self.subscriptions.append(node.create_subscription(
                 CameraInfo, info_topic, self._on_info, any_publisher_qos(1),
                 event_callbacks=no_subscription_events()))
+
+    def _now(self) -> float:
+        return self.node.get_clock().now().nanoseconds * 1e-9
 
     def silence_hint(self, input_name: str) -> str:
         """Whether the topic of a silent input has publishers at all."""

@@ -31,7 +31,7 @@ from rclpy.utilities import remove_ros_args
 from flashdrive_ros.engine.config import EngineConfig
 from flashdrive_ros.engine.dtype_choice import resolve_dtype
 from flashdrive_ros.engine.engine import Engine
-from flashdrive_ros.engine.window import WindowBuilder
+from flashdrive_ros.engine.window import WindowBuilder, WindowLimits
 from flashdrive_ros.model.config import ModelConfig
 from flashdrive_ros.ros import names
 from flashdrive_ros.ros.frame_encoder import FrameEncoder
@@ -103,11 +103,13 @@ def free_device_memory() -> None:
         torch.cuda.empty_cache()
 
 
-def window_builder(cfg: ModelConfig, camera_count: int) -> WindowBuilder:
+def window_builder(cfg: ModelConfig, camera_count: int,
+                   frame_stand_in_s: float = WindowLimits.frame_stand_in) -> WindowBuilder:
     """A WindowBuilder with the model's frame count and spacing and ego-history length."""
     return WindowBuilder(camera_count, num_frames=cfg.prompt.num_frames,
                          frame_dt=cfg.prompt.frame_dt, num_history=cfg.action.num_history,
-                         history_dt=cfg.action.history_dt)
+                         history_dt=cfg.action.history_dt,
+                         limits=WindowLimits(frame_stand_in=frame_stand_in_s))
 
 
 def load_engine(model_dir: Path, config: EngineConfig) -> Engine:
@@ -197,15 +199,18 @@ class DriveNode(LifecycleNode):
                                         worker_setup=partial(set_torch_threads, 1),
                                         on_error=self._on_encoder_error)
         self.loop = PlannerLoop(self.engine, window_builder(self.engine.model.cfg,
-                                                           len(params.camera_names)),
+                                                           len(params.camera_names),
+                                                           params.frame_stand_in_s),
                                 params.camera_names, overlay_index,
                                 limits=params.plan_limits,
                                 stay_streaming=self.engine.cfg.streaming,
                                 act_apart=params.act_apart and self.engine.graphs is None,
                                 worker_setup=partial(set_torch_threads, self.cpu_threads),
-                                on_camera_set=self.encoder.submit if self.encoder else None)
+                                on_camera_set=self.encoder.submit if self.encoder else None,
+                                late_tolerance_s=params.late_tolerance_s)
         self.outputs.reset()
-        self.inputs = InputSubscriptions(self, params, self.loop, self.outputs.set_camera_info)
+        self.inputs = InputSubscriptions(self, params, self.loop, self.outputs.set_camera_info,
+                                         self.engine.image_size)
         if self.encoder is not None:
             self.encoder.start()
         self.loop.start()

@@ -12,6 +12,8 @@ from typing import Any
 from flashdrive_ros.sim import topics
 from flashdrive_ros.model.drafter_name import DRAFTER_FILE, drafter_name_problem
 from flashdrive_ros.sim.cameras import rig
+from flashdrive_ros.engine.window import WindowLimits
+from flashdrive_ros.ros.transport import DEFAULT_LATE_TOLERANCE_S
 
 CHOICES_TRANSPORT = ("compressed", "raw")
 CHOICES_RELIABILITY = ("best_effort", "reliable")
@@ -61,6 +63,12 @@ class DriveParams:
     camera_info_topics: list[str] = _spec(
         [topics.camera_info_topic(n) for n in topics.CAMERA_NAMES],
         "CameraInfo topic per camera, same order as camera_names.", read_only=True)
+    camera_frame_ids: list[str] = _spec(
+        ["" for _ in topics.CAMERA_NAMES], "Expected image header frame_id per camera, same "
+        "order as camera_names (all empty: none expected); an empty entry: the frame_id and "
+        "topic must not name another slot's camera. A mismatch is warned about in the log "
+        "and on /diagnostics.",
+        read_only=True)
     image_transport: str = _spec(
         "compressed", "compressed: sensor_msgs/CompressedImage (JPEG/PNG); raw: "
         "sensor_msgs/Image.", read_only=True, choices=CHOICES_TRANSPORT)
@@ -77,6 +85,16 @@ class DriveParams:
                                minimum=0.001, maximum=1.0)
     sync_queue_size: int = _spec(10, "Approximate-time sync: messages kept per camera; "
                                  "applied at the next activate.", minimum=1, maximum=100)
+    late_tolerance_s: float = _spec(
+        DEFAULT_LATE_TOLERANCE_S, "How long a window waits, after its camera set arrived, "
+        "for odometry sent late by its transport to reach the window's time (the measured "
+        "latency per input is on /diagnostics); applied at the next activate.",
+        minimum=0.0, maximum=1.0)
+    frame_stand_in_s: float = _spec(
+        WindowLimits.frame_stand_in, "A window's frame may be missing (dropped in "
+        "transport): the camera's nearest frame within this many seconds of the wanted time "
+        "stands in (counted on /diagnostics); a camera silent longer skips the window. "
+        "Applied at the next activate.", minimum=0.0, maximum=1.0)
     num_samples: int = _spec(1, "Trajectory samples drawn per plan; applied at the next "
                              "configure.", minimum=1, maximum=64)
     streaming: bool = _spec(True, "Streaming KV cache (flashdrive mode only); applied at the "
@@ -123,8 +141,11 @@ class DriveParams:
                              read_only=True, minimum=0, maximum=256)
     base_frame: str = _spec(topics.BASE_FRAME, "Frame of the published trajectory (ego "
                             "frame at the input time).")
-    odom_frame: str = _spec(topics.ODOM_FRAME, "Fixed odometry frame (frame_id of the "
-                            "odometry pose).")
+    odom_frame: str = _spec("", "Fixed odometry frame (frame_id of the odometry pose): "
+                            "odometry in another frame is rejected with the reason on "
+                            "/diagnostics; empty = the frame of the first odometry message "
+                            "(reported on /diagnostics as odom_frame). Applied at the next "
+                            "activate.")
     max_plan_age_s: float = _spec(0.5, "A plan whose input is older than this (node clock) "
                                   "is not published as valid.", minimum=0.05, maximum=10.0)
     max_plan_accel_mps2: float = _spec(12.0, "A plan whose |longitudinal acceleration| "
@@ -158,6 +179,9 @@ class DriveParams:
             raise ParameterError("camera_names must name at least one camera")
         if len(set(self.camera_names)) != n:
             raise ParameterError(f"camera_names has duplicates: {self.camera_names}")
+        if any(self.camera_frame_ids) and len(self.camera_frame_ids) != n:
+            raise ParameterError(f"camera_frame_ids has {len(self.camera_frame_ids)} "
+                                 f"entries, camera_names has {n} (all empty: none expected)")
         for name in ("camera_topics", "camera_info_topics"):
             if len(getattr(self, name)) != n:
                 raise ParameterError(f"{name} has {len(getattr(self, name))} entries, "
@@ -171,8 +195,8 @@ class DriveParams:
                                  "camera_topics name '.../compressed' topics")
         if problem := drafter_name_problem(self.drafter_file):
             raise ParameterError(f"drafter_file {problem}")
-        if not self.odom_topic or not self.base_frame or not self.odom_frame:
-            raise ParameterError("odom_topic, base_frame and odom_frame must not be empty")
+        if not self.odom_topic or not self.base_frame:
+            raise ParameterError("odom_topic and base_frame must not be empty")
         if self.overlay_camera and self.overlay_camera not in self.camera_names:
             raise ParameterError(f"overlay_camera {self.overlay_camera!r} is not in "
                                  f"camera_names {self.camera_names}")
@@ -217,6 +241,11 @@ class DriveParams:
                 raise ParameterError(f"{f.name} = {value} is below {meta['minimum']}")
             if meta["maximum"] is not None and value > meta["maximum"]:
                 raise ParameterError(f"{f.name} = {value} is above {meta['maximum']}")
+
+    def expected_frame_id(self, index: int) -> str:
+        """The configured frame_id of camera slot `index`; "" when none is."""
+        ids = self.camera_frame_ids
+        return ids[index] if len(ids) == len(self.camera_names) else ""
 
     @property
     def plan_limits(self):

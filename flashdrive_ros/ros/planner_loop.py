@@ -17,13 +17,13 @@ from flashdrive_ros.ros.diagnostics import InputHealth, PlannerHealth
 from flashdrive_ros.ros.input_health import InputHealthBook
 from flashdrive_ros.ros.plan_actor import PlanActor
 from flashdrive_ros.ros.plan_sanity import PlanLimits, check_plan
+from flashdrive_ros.ros.transport import DEFAULT_LATE_TOLERANCE_S
 
 if TYPE_CHECKING:
     from flashdrive_ros.engine.engine import Reasoning
 
 ODOMETRY_INPUT = "odometry"
 IDLE_WAIT_S = 0.1
-ODOMETRY_SETTLE_S = 0.05
 
 
 class PlanningEngine(Protocol):
@@ -60,9 +60,10 @@ class PlannerLoop:
     A plan that fails `check_plan` (NaN/inf, or beyond `limits`) never becomes the latest
     plan; it is counted, and `rejected_plan()` names it until the next usable plan.
 
-    A window waits up to ODOMETRY_SETTLE_S after its camera set arrived for the odometry to
-    reach its t0 (published at the same time, it may come just after the images), so that its
-    ego history is interpolated rather than extrapolated, as the offline replay builds it.
+    A window waits up to `late_tolerance_s` after its camera set arrived for the odometry to
+    reach its t0 (published at the same time, it may come after the images, late by its
+    transport), so that its ego history is interpolated rather than extrapolated, as the
+    offline replay builds it.
 
     stay_streaming: when the newest window shares no frame with the last planned window but
     the window one frame older does, plan that one: a streaming window instead of a full
@@ -85,8 +86,8 @@ class PlannerLoop:
                  stay_streaming: bool = False,
                  act_apart: bool = False,
                  worker_setup: Callable[[], dict[str, object]] | None = None,
-                 on_camera_set: Callable[[list[float], list[np.ndarray]], None] | None = None
-                 ) -> None:
+                 on_camera_set: Callable[[list[float], list[np.ndarray]], None] | None = None,
+                 late_tolerance_s: float = DEFAULT_LATE_TOLERANCE_S) -> None:
         if len(camera_names) != builder.camera_count:
             raise ValueError(f"{len(camera_names)} camera names for a builder of "
                              f"{builder.camera_count} cameras")
@@ -101,6 +102,7 @@ class PlannerLoop:
         self.act_apart = act_apart
         self.worker_setup = worker_setup
         self.on_camera_set = on_camera_set
+        self.late_tolerance_s = late_tolerance_s
         self._inputs = InputHealthBook([*self.camera_names, ODOMETRY_INPUT], clock)
         self._health = PlannerHealth()
         self._latest: PlanRecord | None = None
@@ -266,7 +268,7 @@ class PlannerLoop:
         """How much longer a window at t0 waits for the odometry to reach t0."""
         if self.builder.odometry_reaches(t0):
             return 0.0
-        return max(0.0, self._camera_set_at + ODOMETRY_SETTLE_S - self.clock())
+        return max(0.0, self._camera_set_at + self.late_tolerance_s - self.clock())
 
     def _next_window(self) -> Window | None:
         with self._lock:
@@ -285,6 +287,8 @@ class PlannerLoop:
                 return None
             if result.time_base_reset:
                 self._time_base += 1
+            if self.builder.stand_ins:
+                self._health.extra["frame_stand_ins"] = str(self.builder.stand_ins)
             return result
 
     def _note_rejection(self, t0: float, rejection: WindowRejection) -> None:

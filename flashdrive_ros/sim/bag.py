@@ -9,6 +9,8 @@ CameraInfo at 10 Hz, Odometry at 50 Hz, /sim/labels (std_msgs/String JSON) at 10
 from __future__ import annotations
 
 import os
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -42,6 +44,41 @@ class BagSummary:
     topics: tuple[str, ...]
 
 
+class BagOut:
+    """A rosbag2 being written: connections by topic, messages CDR-serialized on write."""
+
+    def __init__(self, writer: Writer) -> None:
+        self.writer = writer
+
+    def connection(self, topic: str, msgtype: str, latched: bool = False):
+        qos = {"offered_qos_profiles": [_LATCHED]} if latched else {}
+        return self.writer.add_connection(topic, msgtype, typestore=M.TYPESTORE, **qos)
+
+    def put(self, connection, log_ns: int, msg) -> None:
+        self.writer.write(connection, log_ns,
+                          M.TYPESTORE.serialize_cdr(msg, connection.msgtype))
+
+
+def check_bag_output(out: Path, fmt: str) -> None:
+    if fmt not in FORMATS:
+        raise ValueError(f"bag format must be one of {sorted(FORMATS)}, got {fmt!r}")
+    if out.exists():
+        raise FileExistsError(f"bag output {out} already exists; choose a new path")
+
+
+@contextmanager
+def open_bag(out: Path, fmt: str) -> Iterator[BagOut]:
+    """A new bag directory `out` in storage `fmt` (mcap or sqlite3)."""
+    check_bag_output(out, fmt)
+    with Writer(out, version=BAG_VERSION, storage_plugin=FORMATS[fmt]) as writer:
+        yield BagOut(writer)
+
+
+def last_odometry_step(seconds: float) -> int:
+    """Index of the last 50 Hz ego row a bag of `seconds` holds."""
+    return int(round(seconds * SUBSTEPS * 10))
+
+
 def default_workers() -> int:
     return max(1, min(2, os.cpu_count() or 1))
 
@@ -50,10 +87,7 @@ def write_bag(out: str | Path, seconds: float, seed: int, fmt: str = "mcap",
               width: int = 480, height: int = 272, workers: int | None = None) -> BagSummary:
     """Simulate `seconds` of driving for `seed` and write it to the new bag directory `out`."""
     out = Path(out)
-    if fmt not in FORMATS:
-        raise ValueError(f"bag format must be one of {sorted(FORMATS)}, got {fmt!r}")
-    if out.exists():
-        raise FileExistsError(f"bag output {out} already exists; choose a new path")
+    check_bag_output(out, fmt)
     if seconds <= 0:
         raise ValueError(f"seconds must be > 0, got {seconds}")
     Renderer.check_size(width, height)
@@ -62,25 +96,19 @@ def write_bag(out: str | Path, seconds: float, seed: int, fmt: str = "mcap",
     specs = rig()
     workers = default_workers() if workers is None else workers
     n_odom = 0
-    with Writer(out, version=BAG_VERSION, storage_plugin=FORMATS[fmt]) as writer:
-        def conn(topic, msgtype, **kw):
-            return writer.add_connection(topic, msgtype, typestore=M.TYPESTORE, **kw)
-
-        tf_conn = conn(TF_STATIC_TOPIC, "tf2_msgs/msg/TFMessage", offered_qos_profiles=[_LATCHED])
-        img_conns = [conn(camera_image_topic(s.name), "sensor_msgs/msg/CompressedImage")
-                     for s in specs]
-        info_conns = [conn(camera_info_topic(s.name), "sensor_msgs/msg/CameraInfo")
+    with open_bag(out, fmt) as bag:
+        tf_conn = bag.connection(TF_STATIC_TOPIC, "tf2_msgs/msg/TFMessage", latched=True)
+        img_conns = [bag.connection(camera_image_topic(s.name),
+                                    "sensor_msgs/msg/CompressedImage") for s in specs]
+        info_conns = [bag.connection(camera_info_topic(s.name), "sensor_msgs/msg/CameraInfo")
                       for s in specs]
-        odom_conn = conn(ODOMETRY_TOPIC, "nav_msgs/msg/Odometry")
-        label_conn = conn(LABELS_TOPIC, "std_msgs/msg/String")
-
-        def put(connection, t_ns, msg):
-            writer.write(connection, t_ns, M.TYPESTORE.serialize_cdr(msg, connection.msgtype))
-
+        odom_conn = bag.connection(ODOMETRY_TOPIC, "nav_msgs/msg/Odometry")
+        label_conn = bag.connection(LABELS_TOPIC, "std_msgs/msg/String")
+        put = bag.put
         t0 = stamp_ns(0.0)
         put(tf_conn, t0, M.camera_tf_static(t0, specs))
         frames = render_frames(log, width, height, jpeg=True, workers=workers)
-        last_step = int(round(seconds * SUBSTEPS * 10))
+        last_step = last_odometry_step(seconds)
         for k, jpegs in enumerate(frames):
             t_ns = stamp_ns(log.scenes[k].t)
             for spec, c_img, c_info, data in zip(specs, img_conns, info_conns, jpegs):

@@ -1,9 +1,10 @@
-"""Rendering the 10 Hz frames of a drive, in order, optionally on several worker processes."""
+"""Rendering the frames of a drive (its 10 Hz scenes or any snapshots), in order, optionally
+on several worker processes."""
 
 from __future__ import annotations
 
 import multiprocessing as mp
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 import cv2
 import numpy as np
@@ -13,7 +14,9 @@ from flashdrive_ros.sim.render import Renderer
 from flashdrive_ros.sim.world import World
 
 JPEG_QUALITY = 90
+Encoder = Callable[[list[np.ndarray]], list]
 _renderer: Renderer | None = None
+_encode: Encoder | None = None
 _init_error: Exception | None = None
 
 
@@ -25,26 +28,39 @@ def encode_jpeg(rgb: np.ndarray, quality: int = JPEG_QUALITY) -> bytes:
     return buf.tobytes()
 
 
-def _init(world: World, width: int, height: int) -> None:
-    global _renderer, _init_error
+def encode_jpegs(images: list[np.ndarray]) -> list[bytes]:
+    return [encode_jpeg(img) for img in images]
+
+
+def _init(world: World, width: int, height: int, encode: Encoder | None) -> None:
+    global _renderer, _encode, _init_error
     try:
-        _renderer, _init_error = Renderer(world, width, height), None
+        _renderer, _encode, _init_error = Renderer(world, width, height), encode, None
     except Exception as exc:  # a failing pool initializer would be respawned forever
         _renderer, _init_error = None, exc
 
 
-def _render(scene: SceneSnapshot) -> list[np.ndarray]:
+def _render(scene: SceneSnapshot) -> list:
     if _init_error is not None:
         raise _init_error
-    return _renderer.render(scene)
+    images = _renderer.render(scene)
+    return images if _encode is None else _encode(images)
 
 
-def _render_raw(scene: SceneSnapshot) -> list[np.ndarray]:
-    return _render(scene)
-
-
-def _render_jpeg(scene: SceneSnapshot) -> list[bytes]:
-    return [encode_jpeg(img) for img in _render(scene)]
+def render_scenes(world: World, scenes: list[SceneSnapshot], width: int, height: int,
+                  encode: Encoder | None = None, workers: int = 1) -> Iterator[list]:
+    """Per scene, in order: the camera images (RGB uint8, rig order), passed through
+    `encode` (a picklable callable on the list of images) when given."""
+    if workers < 1:
+        raise ValueError(f"workers must be >= 1, got {workers}")
+    Renderer.check_size(width, height)
+    if workers == 1:
+        _init(world, width, height, encode)
+        yield from map(_render, scenes)
+        return
+    ctx = mp.get_context("fork" if "fork" in mp.get_all_start_methods() else "spawn")
+    with ctx.Pool(workers, initializer=_init, initargs=(world, width, height, encode)) as pool:
+        yield from pool.imap(_render, scenes, chunksize=8)
 
 
 def render_frames(log: DriveLog, width: int, height: int, count: int | None = None,
@@ -53,15 +69,5 @@ def render_frames(log: DriveLog, width: int, height: int, count: int | None = No
     count = log.frame_count if count is None else count
     if not 0 < count <= len(log.scenes):
         raise ValueError(f"frame count {count} outside 1..{len(log.scenes)}")
-    if workers < 1:
-        raise ValueError(f"workers must be >= 1, got {workers}")
-    Renderer.check_size(width, height)
-    fn = _render_jpeg if jpeg else _render_raw
-    scenes = log.scenes[:count]
-    if workers == 1:
-        _init(log.world, width, height)
-        yield from map(fn, scenes)
-        return
-    ctx = mp.get_context("fork" if "fork" in mp.get_all_start_methods() else "spawn")
-    with ctx.Pool(workers, initializer=_init, initargs=(log.world, width, height)) as pool:
-        yield from pool.imap(fn, scenes, chunksize=8)
+    yield from render_scenes(log.world, log.scenes[:count], width, height,
+                             encode_jpegs if jpeg else None, workers)

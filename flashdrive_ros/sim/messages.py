@@ -30,10 +30,20 @@ def _vec(x: float, y: float, z: float):
     return _T["geometry_msgs/msg/Vector3"](x=float(x), y=float(y), z=float(z))
 
 
-def compressed_image(t_ns: int, name: str, jpeg: bytes):
+def compressed_image(t_ns: int, name: str, payload: bytes, fmt: str = "jpeg"):
     return _T["sensor_msgs/msg/CompressedImage"](
-        header=header(t_ns, camera_frame(name)), format="jpeg",
-        data=np.frombuffer(jpeg, dtype=np.uint8))
+        header=header(t_ns, camera_frame(name)), format=fmt,
+        data=np.frombuffer(payload, dtype=np.uint8))
+
+
+def raw_image(t_ns: int, name: str, pixels: np.ndarray, encoding: str):
+    """pixels: uint8 [H, W, C] already in `encoding`'s channel order ([H, W] for mono8)."""
+    height, width = pixels.shape[:2]
+    channels = 1 if pixels.ndim == 2 else pixels.shape[2]
+    return _T["sensor_msgs/msg/Image"](
+        header=header(t_ns, camera_frame(name)), height=height, width=width, encoding=encoding,
+        is_bigendian=0, step=width * channels,
+        data=np.ascontiguousarray(pixels, dtype=np.uint8).reshape(-1))
 
 
 def camera_info(t_ns: int, spec: CameraSpec, width: int, height: int):
@@ -48,16 +58,17 @@ def camera_info(t_ns: int, spec: CameraSpec, width: int, height: int):
         p=p.reshape(-1), binning_x=0, binning_y=0, roi=roi)
 
 
-def odometry(t_ns: int, x: float, y: float, yaw: float, v: float, yaw_rate: float):
-    """Pose of base_link in odom; twist in base_link (forward speed, yaw rate)."""
+def odometry(t_ns: int, x: float, y: float, yaw: float, v: float, yaw_rate: float,
+             frame_id: str = ODOM_FRAME, z: float = 0.0):
+    """Pose of base_link in `frame_id`; twist in base_link (forward speed, yaw rate)."""
     pose = _T["geometry_msgs/msg/Pose"](
-        position=_T["geometry_msgs/msg/Point"](x=float(x), y=float(y), z=0.0),
+        position=_T["geometry_msgs/msg/Point"](x=float(x), y=float(y), z=float(z)),
         orientation=_quat_z(yaw))
     cov = np.diag([0.01, 0.01, 0.01, 0.001, 0.001, 0.001]).reshape(-1)
     twist = _T["geometry_msgs/msg/Twist"](linear=_vec(v, 0.0, 0.0),
                                           angular=_vec(0.0, 0.0, yaw_rate))
     return _T["nav_msgs/msg/Odometry"](
-        header=header(t_ns, ODOM_FRAME), child_frame_id=BASE_FRAME,
+        header=header(t_ns, frame_id), child_frame_id=BASE_FRAME,
         pose=_T["geometry_msgs/msg/PoseWithCovariance"](pose=pose, covariance=cov),
         twist=_T["geometry_msgs/msg/TwistWithCovariance"](twist=twist, covariance=cov.copy()))
 
@@ -76,3 +87,18 @@ def camera_tf_static(t_ns: int, specs: tuple[CameraSpec, ...]):
                 translation=_vec(spec.x, spec.y, spec.z),
                 rotation=_T["geometry_msgs/msg/Quaternion"](x=qx, y=qy, z=qz, w=qw))))
     return _T["tf2_msgs/msg/TFMessage"](transforms=transforms)
+
+
+def ego_tf(t_ns: int, parent: str, x: float, y: float, z: float, yaw: float):
+    """/tf message: base_link in `parent`."""
+    return _T["tf2_msgs/msg/TFMessage"](transforms=[_T["geometry_msgs/msg/TransformStamped"](
+        header=header(t_ns, parent), child_frame_id=BASE_FRAME,
+        transform=_T["geometry_msgs/msg/Transform"](translation=_vec(x, y, z),
+                                                    rotation=_quat_z(yaw)))])
+
+
+def rosout_log(t_ns: int, node: str, text: str):
+    sec, nanosec = divmod(t_ns, 1_000_000_000)
+    return _T["rcl_interfaces/msg/Log"](
+        stamp=_T["builtin_interfaces/msg/Time"](sec=sec, nanosec=nanosec), level=20, name=node,
+        msg=text, file="logger.cpp", function="log", line=1)

@@ -1,0 +1,22 @@
+"""What a replay learned about its inputs, for the console: offline, camera slot warnings;
+through ROS, the drive node's input faults (why it dropped messages: frame, clock, decoding)
+and its notes (clock, camera slots, accepted odometry frame)."""
+
+from __future__ import annotations
+
+from flashdrive_ros.eval.report import mode_blocks
+
+CONSOLE_NOTES = ("clock", "odom_frame")
+
+
+def input_lines(report: dict) -> list[str]:
+    lines = [f"  {note}" for note in report.get("input_notes", [])]
+    for mode, block in mode_blocks(report).items():
+        faults = block.get("node_input_faults") or {}
+        notes = block.get("node_input_notes") or {}
+        lines += [f"  drive_node ({mode}) input {name}: {fault}"
+                  for name, fault in sorted(faults.items())]
+        lines += [f"  drive_node ({mode}) {key}: {value}"
+                  for key, value in sorted(notes.items())
+                  if (key in CONSOLE_NOTES and value != "ok") or key.startswith("camera_slot.")]
+    return ["inputs:", *lines] if lines else []

@@ -1,0 +1,94 @@
+"""A drive recorded the way a vehicle logger records it, replayed offline against the same
+drive in simulator conventions; the console lines on skipped windows and the exit status when
+no window is planned (offline and through ROS)."""
+
+import json
+
+import pytest
+from test_eval_bags import write_tiny_model
+
+from flashdrive_ros.eval.cli import main, parser
+from flashdrive_ros.eval.skip_advice import ADVICE, skip_lines, skip_report
+from flashdrive_ros.ros.params import DriveParams
+from flashdrive_ros.sim.bag import write_bag
+from flashdrive_ros.sim.vehicle_bag import VehicleStyle, write_vehicle_bag
+
+SEED, SECONDS = 5, 8.6
+STYLE = VehicleStyle(sizes=((64, 36), (96, 54), (64, 36), (64, 36)),
+                     encodings=("jpeg", "png", "bgr8", "rgb8"))
+
+
+@pytest.fixture(scope="module")
+def model(tmp_path_factory):
+    return write_tiny_model(tmp_path_factory.mktemp("model") / "model")
+
+
+def _replay(bag, model, out, *extra):
+    code = main([str(bag), "--model-dir", str(model), "--out", str(out), "--num-samples", "1",
+                 "--device", "cpu", "--quiet", "--no-plots", *map(str, extra)])
+    report = json.loads((out / "report.json").read_text()) if (out / "report.json").exists() \
+        else None
+    return code, report
+
+
+def test_vehicle_bag_replays_offline_like_the_simulator_bag(tmp_path, model):
+    sim = write_bag(tmp_path / "sim", SECONDS, SEED, width=64, height=48, workers=1)
+    vehicle = write_vehicle_bag(tmp_path / "vehicle", SECONDS, SEED, STYLE, width=64,
+                                height=48)
+    topics = tmp_path / "topics.json"
+    topics.write_text(json.dumps(vehicle.topics))
+    code, sim_report = _replay(sim.path, model, tmp_path / "sim_out")
+    assert code == 0 and sim_report["windows"] >= 5
+    code, report = _replay(vehicle.path, model, tmp_path / "vehicle_out", "--topics-yaml",
+                           topics)
+    assert code == 0, report and report["skipped_windows"]
+    assert report["windows"] >= 0.9 * sim_report["windows"], report["skipped_windows"]
+    assert report["minade1_6s"] <= 1.25 * sim_report["minade1_6s"] + 0.1
+    assert report["cv_minade_6s"] == pytest.approx(sim_report["cv_minade_6s"], abs=0.05)
+
+
+def test_no_window_exits_1_with_the_reasons(tmp_path, model, capsys):
+    sim = write_bag(tmp_path / "sim", 3.0, SEED, width=64, height=48, workers=1)
+    code, report = _replay(sim.path, model, tmp_path / "out")
+    err = capsys.readouterr().err
+    assert code == 1 and report["windows"] == 0
+    assert "planned no window (flashdrive)" in err
+    assert "no_future: the odometry does not cover" in err
+
+
+def test_skip_lines_name_the_flag_offline_and_the_parameter_through_ros():
+    block = {"windows": 13, "skipped_windows": {"reasons": {
+        "stale_images": 190, "frame_gap": 20, "no_future": 64, "missing_camera": 3,
+        "odometry_gap": 2, "nonfinite": 1, "time_jump": 1}}}
+    offline = skip_lines(block, through_ros=False)
+    assert offline[0].split() [:2] == ["190", "stale_images:"]
+    assert "--late-tolerance" in offline[0]
+    assert "--node-param frame_stand_in_s" in offline[2]
+    assert "--topics-yaml" in offline[3] and "flashdrive-topics" in offline[3]
+    assert offline[-1].split() == ["2", "other", "(nonfinite,", "time_jump)"]
+    ros = skip_lines({"windows": 0, "skipped_windows": {"reasons": {"no_future": 4}},
+                      "node_rejections": {"stale_images": 7}}, through_ros=True)
+    assert "--node-param late_tolerance_s=" in ros[0] and ros[1].split()[:2] == ["4",
+                                                                                 "no_future:"]
+    report = {"mode": "flashdrive", "ticks": 203, **block}
+    assert skip_report(report)[0] == ("skipped windows (flashdrive): 13 planned of 203 ticks; "
+                                      "main reasons:")
+
+
+def test_advice_names_existing_flags_and_node_parameters():
+    flags = {o for action in parser()._actions for o in action.option_strings}
+    params = set(DriveParams.field_names())
+    for code, advice in ADVICE.items():
+        assert advice.flag is None or advice.flag in flags, code
+        assert advice.param is None or advice.param in params, code
+
+
+@pytest.mark.ros
+def test_no_window_through_ros_exits_1_with_the_reasons(tmp_path, model, capsys):
+    sim = write_bag(tmp_path / "sim", 3.0, SEED, fmt="sqlite3", width=64, height=48,
+                    workers=1)
+    code = main([str(sim.path), "--model-dir", str(model), "--out", str(tmp_path / "out"),
+                 "--through-ros", "--num-samples", "1", "--device", "cpu", "--quiet"])
+    err = capsys.readouterr().err
+    assert code != 0
+    assert "no_future" in err or "finished no plan" in err, err
