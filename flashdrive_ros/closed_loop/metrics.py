@@ -24,8 +24,8 @@ _CORNERS = np.array([[EGO_LENGTH - REAR_OVERHANG, EGO_WIDTH / 2],
                      [EGO_LENGTH - REAR_OVERHANG, -EGO_WIDTH / 2],
                      [-REAR_OVERHANG, -EGO_WIDTH / 2], [-REAR_OVERHANG, EGO_WIDTH / 2]])
 # rows: t, x, y, yaw, v, accel, steer, route s, route d, plan age (nan: none), off road,
-# lane departure
-_COLUMNS = 12
+# lane departure, following a plan
+_COLUMNS = 13
 
 
 def _quantiles(values: np.ndarray) -> dict[str, float | None]:
@@ -52,7 +52,8 @@ class DriveMonitor:
         self._rows: list[tuple] = []
 
     def record(self, t: float, ego: EgoState, route_s: float, route_d: float,
-               plan_age_s: float | None) -> None:
+               plan_age_s: float | None, following: bool = True) -> None:
+        """following: the controller tracks a plan (False: it brakes for want of one)."""
         route = self.world.route
         front_s = route_s + ego.front_offset
         rel = ego.yaw - float(route.pose_at(route_s)[2])
@@ -64,7 +65,7 @@ class DriveMonitor:
         self._lights(t, ego, front_s)
         self._rows.append((t, ego.x, ego.y, ego.yaw, ego.v, ego.accel, ego.steer, route_s,
                            route_d, math.nan if plan_age_s is None else plan_age_s,
-                           float(off_road), float(lane_departure)))
+                           float(off_road), float(lane_departure), float(following)))
         self._front_s = front_s
 
     def _in_span(self, s: float, kind: str) -> bool:
@@ -103,9 +104,10 @@ class DriveMonitor:
                     touching[("static", int(i))] = "static"
         for key, kind in touching.items():
             if key not in self._touching:
-                self.collisions.append({"t": round(t, 3), "kind": kind, "x": round(float(cx), 2),
-                                        "y": round(float(cy), 2), "route_s": round(float(front_s), 2),
-                                        "speed": round(ego.v, 2)})
+                self.collisions.append({
+                    "t": round(t, 3), "kind": kind, "x": round(float(cx), 2),
+                    "y": round(float(cy), 2), "route_s": round(float(front_s), 2),
+                    "speed": round(ego.v, 2)})
         self._touching = set(touching)
 
     def _lights(self, t: float, ego: EgoState, front_s: float) -> None:
@@ -123,8 +125,8 @@ class DriveMonitor:
                 self._overshoot[i] = max(self._overshoot.get(i, 0.0), max(past, 0.0))
 
     def rows(self) -> np.ndarray:
-        """float64 [N, 12]: t, x, y, yaw, v, accel, steer, route s, route d, plan age,
-        off road, lane departure."""
+        """float64 [N, 13]: t, x, y, yaw, v, accel, steer, route s, route d, plan age,
+        off road, lane departure, following a plan."""
         return np.asarray(self._rows, dtype=np.float64).reshape(-1, _COLUMNS)
 
     def progress(self) -> float:
@@ -161,6 +163,7 @@ class DriveMonitor:
             "comfort": self._comfort(active),
             "plan_age_s": _quantiles(ages[np.isfinite(ages)]),
             "no_plan_s": round(float(np.isnan(ages).sum() * dt), 3),
+            "fallback_s": round(float((active[:, 12] == 0).sum() * dt), 3),
             "scenarios": self._scenarios(rows, end_s),
         }
 

@@ -16,6 +16,7 @@ TABLE = (("clean_drive_rate", "drives without collision or red-light violation",
          ("jerk_rms", "jerk RMS (m/s^3)", 2),
          ("lateral_accel_max", "max lateral accel. (m/s^2)", 2),
          ("plan_age_p50_s", "plan age at the controller p50 (s)", 3),
+         ("fallback_s", "braking without a usable plan (s)", 2),
          ("latency_p50_ms", "plan latency p50 (ms)", 1))
 
 

@@ -80,6 +80,12 @@ def reference_progress(seed: int, seconds: float, blocks: tuple[str, ...] | None
     return end - start, end
 
 
+def handover_time(model: ModelConfig) -> float:
+    """When the first window can be built: the expert drives until then."""
+    history = (model.action.num_history - 1) * model.action.history_dt
+    return max(history, (model.prompt.num_frames - 1) * model.prompt.frame_dt)
+
+
 def _quaternion(yaw: float) -> np.ndarray:
     return np.array([0.0, 0.0, math.sin(yaw / 2), math.cos(yaw / 2)])
 
@@ -104,6 +110,7 @@ class ClosedLoopDrive:
         self.latencies_ms: list[float] = []
         self.compute_ms: list[float] = []
         self.rejections: dict[str, int] = {}
+        self.handover = handover_time(model)
 
     def run(self) -> DriveResult:
         sim, settings = self.sim, self.settings
@@ -112,7 +119,6 @@ class ClosedLoopDrive:
         pending: WorldPlan | None = None
         current: WorldPlan | None = None
         busy_until = -math.inf
-        engaged_at = math.inf
         for i in range(steps + 1):
             t = sim.t
             ego = sim.ego
@@ -127,19 +133,20 @@ class ClosedLoopDrive:
                     pending = self._plan(t)
                     if pending is not None:
                         busy_until = pending.ready_at
-                        engaged_at = min(engaged_at, t)
             if pending is not None and pending.ready_at <= t + 1e-9:
                 current, pending = self._apply(pending), None
             s, d = sim.route_position()
-            if t < engaged_at:
+            expert = t < self.handover - 1e-9
+            if expert:
                 accel, steer, _ = sim.expert_control()
             else:
                 accel, steer = self.tracker.command(ego, t, current)
             age = None if current is None else t - current.t0
-            self.monitor.record(t, ego, s, d, age)
+            self.monitor.record(t, ego, s, d, age,
+                                expert or self.tracker.usable(current, t))
             if i < steps:
                 sim.step(accel, steer)
-        return self._result(engaged_at)
+        return self._result()
 
     def _apply(self, plan: WorldPlan) -> WorldPlan:
         self.applied.append(plan)
@@ -159,14 +166,14 @@ class ClosedLoopDrive:
         return WorldPlan.from_ego_frame(t, plan.dt, plan.trajectories[0], self.sim.ego,
                                         latency_ms / 1000.0)
 
-    def _result(self, engaged_at: float) -> DriveResult:
+    def _result(self) -> DriveResult:
         progress, end_s = reference_progress(self.seed, self.settings.seconds,
                                              self.settings.blocks)
-        metrics = self.monitor.summary(engaged_at, progress, end_s)
+        metrics = self.monitor.summary(self.handover, progress, end_s)
         latencies = np.asarray(self.latencies_ms)
         metrics.update({
             "seed": self.seed, "variant": self.variant, "seconds": self.settings.seconds,
-            "engaged_at_s": None if math.isinf(engaged_at) else round(engaged_at, 3),
+            "engaged_at_s": round(self.handover, 3),
             "plans": len(self.latencies_ms),
             "latency_ms": {"p50": float(np.percentile(latencies, 50)) if len(latencies) else None,
                            "p90": float(np.percentile(latencies, 90)) if len(latencies) else None,

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 SPREAD_KEYS = ("route_completion", "collisions", "red_light_violations", "off_road_s",
-               "lane_departure_s", "stop_line_overshoot_m", "mean_speed_mps")
+               "lane_departure_s", "stop_line_overshoot_m", "mean_speed_mps", "fallback_s")
 
 
 def _mean_std(values: list[float]) -> dict[str, float | None]:

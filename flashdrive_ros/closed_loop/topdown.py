@@ -20,6 +20,7 @@ from flashdrive_ros.sim.world import LANE_WIDTH, ROAD_HALF_WIDTH  # noqa: E402
 
 MARGIN = 30.0
 PLAN_EVERY = 10
+VIEW_MARGIN = 20.0
 
 
 def _ribbon(route, s: np.ndarray, d0: float, d1: float) -> np.ndarray:
@@ -34,7 +35,10 @@ def draw_drive(result: DriveResult, path: Path) -> Path:
     s_lo = max(float(rows[:, 7].min()) - MARGIN, 0.0)
     s_hi = min(float(rows[:, 7].max()) + MARGIN, route.length)
     s = np.arange(s_lo, s_hi, 1.0)
-    fig, ax = plt.subplots(figsize=(10, 10))
+    view_lo = rows[:, 1:3].min(axis=0) - VIEW_MARGIN
+    view_hi = rows[:, 1:3].max(axis=0) + VIEW_MARGIN
+    span = view_hi - view_lo
+    fig, ax = plt.subplots(figsize=(12, float(np.clip(12 * span[1] / span[0], 4, 12)) + 1))
     ax.add_patch(Polygon(_ribbon(route, s, -ROAD_HALF_WIDTH, ROAD_HALF_WIDTH),
                          color="0.8", zorder=0))
     for inter in world.intersections:
@@ -61,7 +65,7 @@ def draw_drive(result: DriveResult, path: Path) -> Path:
     lines = LineCollection(segments, cmap="viridis", linewidths=2.5, zorder=4)
     lines.set_array(rows[:-1, 4])
     ax.add_collection(lines)
-    fig.colorbar(lines, ax=ax, shrink=0.6, label="ego speed (m/s)")
+    fig.colorbar(lines, ax=ax, shrink=0.8, label="ego speed (m/s)")
     for veh in world.vehicles:
         if veh.active and s_lo - 10 < route.project((veh.x, veh.y))[0] < s_hi + 10:
             ax.add_patch(Polygon(rectangle(veh.x, veh.y, veh.yaw, veh.length, veh.width),
@@ -69,11 +73,13 @@ def draw_drive(result: DriveResult, path: Path) -> Path:
                                  ec="k", lw=0.5, zorder=5))
     for ped in world.pedestrians:
         x, y = ped.position()
-        ax.plot(x, y, "o", color="tab:pink", ms=4, zorder=5)
+        if np.all((view_lo <= (x, y)) & (view_hi >= (x, y))):
+            ax.plot(x, y, "o", color="tab:pink", ms=5, zorder=5)
     x, y, yaw = rows[-1, 1:4]
     c = 1.4
     ax.add_patch(Polygon(rectangle(x + c * np.cos(yaw), y + c * np.sin(yaw), yaw, 4.8, 1.9),
                          fc="tab:green", ec="k", lw=0.5, zorder=6, label="ego (end)"))
+    ax.plot([], [], color="tab:purple", lw=0.6, label=f"every {PLAN_EVERY}th plan")
     metrics = result.metrics
     for event in metrics["collision_events"]:
         ax.plot(event["x"], event["y"], "rx", ms=14, mew=3, zorder=7)
@@ -81,7 +87,8 @@ def draw_drive(result: DriveResult, path: Path) -> Path:
         ax.plot(*route.offset_point(event["route_s"], -LANE_WIDTH / 2), "r*", ms=14,
                 zorder=7)
     ax.set_aspect("equal")
-    ax.autoscale_view()
+    ax.set_xlim(view_lo[0], view_hi[0])
+    ax.set_ylim(view_lo[1], view_hi[1])
     ax.set_title(f"seed {result.seed} {result.variant}: {metrics['collisions']} collisions, "
                  f"{metrics['red_light_violations']} red-light, off-road "
                  f"{metrics['off_road_s']:.1f} s, completion "
