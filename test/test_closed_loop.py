@@ -4,6 +4,7 @@ the light runs it, one that ignores the road leaves it; the expert's own plan do
 it), and the runner with the real engine on the tiny model through the CLI."""
 
 import json
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -139,3 +140,23 @@ def test_cli_compares_baseline_and_flashdrive_on_the_tiny_model(tmp_path, one_th
     assert "| route completion |" in (out / "report.md").read_text()
     assert main(["--model-dir", str(model), "--seconds", "1", "--seed", "1", "--out",
                  str(out), "--variants", "nonsense"]) == 2
+
+
+@pytest.mark.ros
+def test_a_drive_through_the_node_tracks_its_published_trajectories(tmp_path):
+    model = make_tiny_model_dir(tmp_path / "model")
+    out = tmp_path / "out"
+    code = main(["--model-dir", str(model), "--seconds", "3", "--seed", str(SEED), "--out",
+                 str(out), "--through-ros", "--rate", "0.5", "--width", "64", "--height", "48",
+                 "--node-param", "cpu_threads=1", "--no-pictures", "--quiet"])
+    assert code == 0
+    report = json.loads((out / "report.json").read_text())
+    d = report["drives"][0]
+    print({k: v for k, v in d.items() if k != "scenarios"})
+    assert report["through_ros"] is True and d["variant"] == "flashdrive"
+    assert d["plans"] >= 1 and d["trajectories_received"] >= d["plans"]
+    assert 0 < d["latency_ms"]["p50"] and d["plan_age_s"]["p50"] > 0
+    assert "use_sim_time: true" in (out / f"node_flashdrive_{SEED}").joinpath(
+        Path(d["node_log"]).with_suffix(".yaml").name).read_text()
+    assert main(["--model-dir", str(model), "--seconds", "1", "--seed", "1", "--out",
+                 str(out), "--through-ros", "--latency-ms", "100"]) == 2
