@@ -94,11 +94,13 @@ def test_a_planner_blind_to_parked_cars_hits_one_and_the_expert_does_not():
     assert [e["kind"] for e in blind["collision_events"]] == ["parked"]
     assert blind["scenarios"][0]["kind"] == "nudge_parked"
     assert blind["scenarios"][0]["collisions"] == 1
-    expert = drive(lambda sim: ExpertPlanner(sim, EXPERT_WAYPOINTS), "parked", 7.0, 300.0)
+    expert = drive(lambda sim: ExpertPlanner(sim, EXPERT_WAYPOINTS), "parked", 7.0, 200.0)
     assert expert["collisions"] == 0 and expert["off_road_s"] == 0
     assert expert["route_completion"] > 0.95
     assert expert["engaged_at_s"] == pytest.approx(1.5)
-    assert 0.3 <= expert["plan_age_s"]["p50"] <= expert["plan_age_s"]["max"] <= 0.5
+    assert 0.2 <= expert["plan_age_s"]["p50"] <= expert["plan_age_s"]["max"] <= 0.41
+    assert expert["fallback_s"] == pytest.approx(0.2)
+    assert expert["window_rejections"] == {}
 
 
 def test_a_planner_blind_to_the_light_runs_the_red_and_the_expert_stops():
@@ -106,7 +108,7 @@ def test_a_planner_blind_to_the_light_runs_the_red_and_the_expert_stops():
     assert blind["red_light_violations"] == 1
     assert blind["scenarios"][0]["red_light_violations"] == 1
     expert = drive(lambda sim: ExpertPlanner(sim, EXPERT_WAYPOINTS), "red_light", 8.0,
-                   300.0)
+                   200.0)
     assert expert["red_light_violations"] == 0 and expert["collisions"] == 0
     assert expert["scenarios"][0]["min_speed_mps"] < blind["scenarios"][0]["min_speed_mps"] - 3
 

@@ -118,7 +118,7 @@ class ClosedLoopDrive:
         steps = int(round(settings.seconds * FRAME_HZ * SUBSTEPS))
         pending: WorldPlan | None = None
         current: WorldPlan | None = None
-        busy_until = -math.inf
+        busy_until = 0.0
         for i in range(steps + 1):
             t = sim.t
             ego = sim.ego
@@ -129,7 +129,7 @@ class ClosedLoopDrive:
             if i % SUBSTEPS == 0:
                 for camera, image in enumerate(self.renderer.render(sim.snapshot())):
                     self.builder.add_image(camera, t, image)
-                if pending is None and t >= busy_until - 1e-9:
+                if pending is None and t >= max(busy_until, self.handover) - 1e-9:
                     pending = self._plan(t)
                     if pending is not None:
                         busy_until = pending.ready_at
