@@ -162,3 +162,6 @@ def test_a_drive_through_the_node_tracks_its_published_trajectories(tmp_path):
         Path(d["node_log"]).with_suffix(".yaml").name).read_text()
     assert main(["--model-dir", str(model), "--seconds", "1", "--seed", "1", "--out",
                  str(out), "--through-ros", "--latency-ms", "100"]) == 2
+    for bad in ("mode=baseline", "no_such_param=1", "max_plan_age_s=-1"):
+        assert main(["--model-dir", str(model), "--seconds", "1", "--seed", "1", "--out",
+                     str(out), "--through-ros", "--node-param", bad]) == 2

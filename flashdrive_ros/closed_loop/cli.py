@@ -98,7 +98,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser().parse_args(argv)
     try:
         report = run(options_from_args(args))
-    except (ValueError, ConfigError, ReplayError, OSError) as exc:
+    except (ValueError, ConfigError, ReplayError, OSError, RuntimeError) as exc:
         print(f"flashdrive-drive: error: {exc}", file=sys.stderr)
         return 2
     if not args.quiet:

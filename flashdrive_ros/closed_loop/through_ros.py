@@ -15,6 +15,7 @@ from flashdrive_ros.closed_loop.metrics import DriveMonitor
 from flashdrive_ros.closed_loop.runner import DriveResult, handover_time, reference_progress
 from flashdrive_ros.closed_loop.variants import ENGINE_VARIANTS
 from flashdrive_ros.model.config import ModelConfig
+from flashdrive_ros.ros.params import DriveParams
 from flashdrive_ros.sim.cameras import rig
 from flashdrive_ros.sim.clock import SIM_EPOCH_NS, stamp_ns
 from flashdrive_ros.sim.drive import FRAME_HZ, SUBSTEPS
@@ -50,6 +51,13 @@ def node_parameters(options, model: ModelConfig, variant: str) -> dict:
               "dtype": options.dtype, **ENGINE_VARIANTS[variant], **options.node_params}
     if options.drafter_file is not None:
         params["drafter_file"] = options.drafter_file
+    unknown = sorted(set(params) - set(DriveParams.field_names()))
+    if unknown:
+        raise ValueError(f"--node-param: {unknown} are not drive_node parameters")
+    try:
+        DriveParams().replace(**params)
+    except TypeError as exc:
+        raise ValueError(f"--node-param: {exc}") from None
     return params
 
 
