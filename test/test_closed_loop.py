@@ -50,7 +50,7 @@ def test_the_tracker_follows_the_plan_and_brakes_without_one():
     tracker = TrajectoryTracker()
     ego = EgoState(0.0, 0.5, 0.0, 8.0)
     ahead = np.stack([8.0 * FUTURE_DT * np.arange(1, 41), np.zeros(40)], axis=1)
-    plan = WorldPlan.from_ego_frame(0.0, FUTURE_DT, ahead, EgoState(0.0, 0.0, 0.0, 8.0))
+    plan = WorldPlan.from_ego_frame(0.0, FUTURE_DT, ahead, EgoState(0.0, 0.0, 0.0, 8.0), 0.0)
     accel, steer = tracker.command(ego, 0.1, plan)
     assert abs(accel) < 0.5 and steer < -0.005
     assert tracker.command(ego, 0.1 + tracker.cfg.max_plan_age_s, plan)[0] < -1.0
@@ -79,7 +79,7 @@ class RoutePlanner:
             yaw = route.pose_at(s)[2]
         poses = np.stack([x, y, yaw], axis=1)
         local = to_frame(np.array([ego.x, ego.y, ego.yaw]), poses)
-        return Plan(t0=window.t0, trajectories=local[None], dt=FUTURE_DT, coc_text="")
+        return Plan(t0=self.sim.t, trajectories=local[None], dt=FUTURE_DT, coc_text="")
 
 
 def drive(make_planner, block: str, seconds: float, latency_ms: float = 100.0) -> dict:

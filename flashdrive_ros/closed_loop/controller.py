@@ -47,27 +47,24 @@ class TrackingConfig:
 
 @dataclass(frozen=True)
 class WorldPlan:
-    """A plan in the world frame: times [N] (s), xy [N, 2], the t0 pose first."""
+    """A plan in the world frame: times [N] (s), xy [N, 2], the t0 pose first; ready_at:
+    when it reaches the controller."""
 
     t0: float
     times: np.ndarray
     xy: np.ndarray
-    latency_s: float = 0.0
+    ready_at: float
 
     @classmethod
     def from_ego_frame(cls, t0: float, dt: float, trajectory: np.ndarray, origin: EgoState,
-                       latency_s: float = 0.0) -> WorldPlan:
+                       ready_at: float) -> WorldPlan:
         """trajectory: [N, >=2] (x, y, ...) in the ego frame at t0; origin: the ego at t0."""
         c, s = math.cos(origin.yaw), math.sin(origin.yaw)
         local = np.concatenate([np.zeros((1, 2)), np.asarray(trajectory, np.float64)[:, :2]])
         xy = np.stack([origin.x + c * local[:, 0] - s * local[:, 1],
                        origin.y + s * local[:, 0] + c * local[:, 1]], axis=1)
         times = t0 + dt * np.arange(len(local))
-        return cls(t0, times, xy, latency_s)
-
-    @property
-    def ready_at(self) -> float:
-        return self.t0 + self.latency_s
+        return cls(t0, times, xy, ready_at)
 
     def arc_length(self) -> np.ndarray:
         return np.concatenate([[0.0], np.cumsum(np.hypot(*np.diff(self.xy, axis=0).T))])

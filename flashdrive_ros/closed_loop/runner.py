@@ -24,6 +24,7 @@ from flashdrive_ros.sim.cameras import DEFAULT_HEIGHT, DEFAULT_WIDTH, rig
 from flashdrive_ros.sim.drive import FRAME_HZ, SUBSTEPS
 from flashdrive_ros.sim.ego_world import EgoWorld
 from flashdrive_ros.sim.render import Renderer
+from flashdrive_ros.sim.vehicle import EgoState
 
 
 class Planner(Protocol):
@@ -34,9 +35,9 @@ class Planner(Protocol):
 
 @dataclass
 class DriveSettings:
-    """latency_ms: the plan of input time t0 applies from t0 + latency (None: each plan's
-    measured total latency); the next window is built at the first camera frame after that
-    (the planner is busy meanwhile). blocks: scenario blocks to start the route with
+    """latency_ms: a plan reaches the controller this long after the planner started on it
+    (None: each plan's measured total latency); the planner is busy meanwhile, then takes
+    the window of the newest camera frame. blocks: scenario blocks to start the route with
     (None: the simulator's default order). width / height: rendered camera size."""
 
     seconds: float
@@ -107,6 +108,7 @@ class ClosedLoopDrive:
         self.tracker = TrajectoryTracker(settings.tracking)
         self.monitor = DriveMonitor(self.sim.world, self.sim.dt)
         self.applied: list[WorldPlan] = []
+        self.poses: dict[int, EgoState] = {}
         self.latencies_ms: list[float] = []
         self.compute_ms: list[float] = []
         self.rejections: dict[str, int] = {}
@@ -118,23 +120,26 @@ class ClosedLoopDrive:
         steps = int(round(settings.seconds * FRAME_HZ * SUBSTEPS))
         pending: WorldPlan | None = None
         current: WorldPlan | None = None
-        busy_until = 0.0
+        busy_until, last_t0 = 0.0, -math.inf
         for i in range(steps + 1):
             t = sim.t
             ego = sim.ego
+            self.poses[i] = ego
             self.builder.add_odometry(t, [ego.x, ego.y, 0.0], _quaternion(ego.yaw),
                                       [ego.v, 0.0, 0.0])
-            if pending is not None and pending.ready_at <= t + 1e-9:
-                current, pending = self._apply(pending), None
             if i % SUBSTEPS == 0:
                 for camera, image in enumerate(self.renderer.render(sim.snapshot())):
                     self.builder.add_image(camera, t, image)
-                if pending is None and t >= max(busy_until, self.handover) - 1e-9:
-                    pending = self._plan(t)
-                    if pending is not None:
-                        busy_until = pending.ready_at
+            t_frame = (i // SUBSTEPS) * SUBSTEPS * sim.dt
+            if pending is None and t >= max(busy_until, self.handover) - 1e-9 \
+                    and t_frame > last_t0 + 1e-9:
+                last_t0 = t_frame
+                pending = self._plan(t_frame, t)
+                if pending is not None:
+                    busy_until = pending.ready_at
             if pending is not None and pending.ready_at <= t + 1e-9:
-                current, pending = self._apply(pending), None
+                current, pending = pending, None
+                self.applied.append(current)
             s, d = sim.route_position()
             expert = t < self.handover - 1e-9
             if expert:
@@ -148,12 +153,9 @@ class ClosedLoopDrive:
                 sim.step(accel, steer)
         return self._result()
 
-    def _apply(self, plan: WorldPlan) -> WorldPlan:
-        self.applied.append(plan)
-        return plan
-
-    def _plan(self, t: float) -> WorldPlan | None:
-        window = self.builder.build(t)
+    def _plan(self, t0: float, now: float) -> WorldPlan | None:
+        """The window of the newest frame t0, planned from `now` on; None when refused."""
+        window = self.builder.build(t0)
         if not isinstance(window, Window):
             self.rejections[window.code] = self.rejections.get(window.code, 0) + 1
             return None
@@ -163,8 +165,9 @@ class ClosedLoopDrive:
         measured = plan.timings_ms.get("total", self.compute_ms[-1])
         latency_ms = measured if self.settings.latency_ms is None else self.settings.latency_ms
         self.latencies_ms.append(latency_ms)
-        return WorldPlan.from_ego_frame(t, plan.dt, plan.trajectories[0], self.sim.ego,
-                                        latency_ms / 1000.0)
+        origin = self.poses[int(round(plan.t0 / self.sim.dt))]
+        return WorldPlan.from_ego_frame(plan.t0, plan.dt, plan.trajectories[0], origin,
+                                        now + latency_ms / 1000.0)
 
     def _result(self) -> DriveResult:
         progress, end_s = reference_progress(self.seed, self.settings.seconds,

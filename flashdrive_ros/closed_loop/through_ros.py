@@ -122,7 +122,7 @@ def drive_through_ros(options, model: ModelConfig, variant: str, seed: int) -> D
                 k = int(round(t0 * FRAME_HZ * SUBSTEPS))
                 if len(local) and k in poses:
                     latencies_ms.append((t - t0) * 1000.0)
-                    current = WorldPlan.from_ego_frame(t0, dt, local, poses[k], t - t0)
+                    current = WorldPlan.from_ego_frame(t0, dt, local, poses[k], t)
                     applied.append(current)
                 else:
                     current = None
