@@ -57,6 +57,7 @@ setup(
             "flashdrive-export = flashdrive_ros.backends.export_cli:main",
             "flashdrive-faults = flashdrive_ros.reliability.fault_cli:main",
             "flashdrive-bench = flashdrive_ros.bench.cli:main",
+            "flashdrive-drive = flashdrive_ros.closed_loop.cli:main",
             "flashdrive-replay = flashdrive_ros.eval.cli:main",
             "flashdrive-sim = flashdrive_ros.sim.cli:main",
             "flashdrive-topics = flashdrive_ros.eval.topics_cli:main",

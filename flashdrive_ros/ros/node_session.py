@@ -30,6 +30,7 @@ class Session:
     node: NodeProcess
     player: StreamPlayer
     observer: NodeObserver
+    feeder: Node
 
 
 def wait_until(ready, node: NodeProcess, timeout_s: float, what: str) -> None:
@@ -63,7 +64,7 @@ def node_session(name: str, parameters: dict, topics: dict[str, str], out_dir: P
             wait_until(lambda: not player.wait_for_subscribers(list(topics), 0.0)
                        and observer.matched(), process, START_TIMEOUT_S,
                        f"{name} to subscribe to the inputs and publish its outputs")
-            yield Session(process, player, observer)
+            yield Session(process, player, observer, node)
     finally:
         executor.shutdown()
         node.destroy_node()

@@ -1,0 +1,66 @@
+"""report.json and report.md of a closed-loop run."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+TABLE = (("clean_drive_rate", "drives without collision or red-light violation", None),
+         ("route_completion", "route completion", 3),
+         ("collisions", "collisions per drive", 2),
+         ("red_light_violations", "red-light violations per drive", 2),
+         ("off_road_s", "off road (s)", 2),
+         ("lane_departure_s", "lane departure (s)", 2),
+         ("stop_line_overshoot_m", "stop-line overshoot (m)", 2),
+         ("mean_speed_mps", "mean speed (m/s)", 2),
+         ("jerk_rms", "jerk RMS (m/s^3)", 2),
+         ("lateral_accel_max", "max lateral accel. (m/s^2)", 2),
+         ("plan_age_p50_s", "plan age at the controller p50 (s)", 3),
+         ("fallback_s", "braking without a usable plan (s)", 2),
+         ("latency_p50_ms", "plan latency p50 (ms)", 1))
+
+
+def _cell(value, digits: int | None) -> str:
+    if isinstance(value, dict):
+        if value["mean"] is None:
+            return "-"
+        return f"{value['mean']:.{digits}f} ± {value['std']:.{digits}f}"
+    return "-" if value is None else f"{value:.2f}"
+
+
+def markdown(report: dict) -> str:
+    variants = report["variants"]
+    lines = [f"# Closed-loop drives ({'through ROS' if report['through_ros'] else 'in process'})",
+             "",
+             f"{len(report['seeds'])} seeds x {report['seconds']:g} s, latency "
+             f"{report['latency']}, model {report['model_dir']}; mean ± std over seeds.", "",
+             "| metric | " + " | ".join(variants) + " |",
+             "|---" * (len(variants) + 1) + "|"]
+    for key, label, digits in TABLE:
+        lines.append(f"| {label} | " + " | ".join(_cell(v[key], digits)
+                                                  for v in variants.values()) + " |")
+    lines += ["", "## Per scenario (spans reached / completed / clean, collisions, red-light "
+              "violations, off road s)", "",
+              "| variant | scenario | reached | completed | clean | collisions | red light | "
+              "off road (s) |", "|---|---|---|---|---|---|---|---|"]
+    for name, block in variants.items():
+        for kind, sc in sorted(block["scenarios"].items()):
+            lines.append(f"| {name} | {kind} | {sc['reached']}/{sc['spans']} | "
+                         f"{sc['completed']} | {sc['clean']} | {sc['collisions']} | "
+                         f"{sc['red_light_violations']} | {sc['off_road_s']:.1f} |")
+    lines += ["", "## Drives", "",
+              "| variant | seed | collisions | red light | off road (s) | completion | "
+              "plan age p50 (s) | picture |", "|---|---|---|---|---|---|---|---|"]
+    for d in report["drives"]:
+        age = d["plan_age_s"]["p50"]
+        lines.append(f"| {d['variant']} | {d['seed']} | {d['collisions']} | "
+                     f"{d['red_light_violations']} | {d['off_road_s']:.1f} | "
+                     f"{d['route_completion']:.3f} | "
+                     f"{'-' if age is None else f'{age:.3f}'} | {d.get('picture') or '-'} |")
+    return "\n".join(lines) + "\n"
+
+
+def write_report(out_dir: Path, report: dict) -> None:
+    out_dir.mkdir(parents=True, exist_ok=True)
+    (out_dir / "report.json").write_text(json.dumps(report, indent=2) + "\n")
+    (out_dir / "report.md").write_text(markdown(report))

@@ -1,0 +1,50 @@
+"""The planners a closed-loop run compares: the engine in baseline and flashdrive mode, each
+FlashDrive shortcut alone on top of the baseline path, and the rule-based expert as the
+reference that reads the world."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from flashdrive_ros.engine.config import EngineConfig
+
+EXPERT = "expert"
+ENGINE_VARIANTS = {
+    "baseline": dict(mode="baseline"),
+    "flashdrive": dict(mode="flashdrive"),
+    "streaming_only": dict(mode="flashdrive", streaming=True, speculative=False,
+                           cached_velocity=False, cuda_graphs=False),
+    "speculative_only": dict(mode="flashdrive", streaming=False, speculative=True,
+                             cached_velocity=False, cuda_graphs=False),
+    "cached_velocity_only": dict(mode="flashdrive", streaming=False, speculative=False,
+                                 cached_velocity=True, cuda_graphs=False),
+}
+VARIANT_NAMES = (*ENGINE_VARIANTS, EXPERT)
+MODE_VARIANTS = {"flashdrive": ("flashdrive",), "baseline": ("baseline",),
+                 "compare": ("baseline", "flashdrive")}
+
+
+def parse_variants(text: str) -> tuple[str, ...]:
+    """Comma-separated variant names -> a tuple without repeats, in the given order."""
+    names = tuple(dict.fromkeys(n.strip() for n in text.split(",") if n.strip()))
+    unknown = [n for n in names if n not in VARIANT_NAMES]
+    if unknown or not names:
+        raise ValueError(f"unknown variants {unknown or text!r}; known: {VARIANT_NAMES}")
+    return names
+
+
+def engine_config(variant: str, device: str, dtype: str, num_samples: int,
+                  drafter_file: str | None = None) -> EngineConfig:
+    extra = {} if drafter_file is None else {"drafter_file": drafter_file}
+    return EngineConfig(device=device, dtype=dtype, num_samples=num_samples,
+                        **ENGINE_VARIANTS[variant], **extra)
+
+
+def load_engine(model_dir: Path, variant: str, device: str, dtype: str, num_samples: int,
+                drafter_file: str | None = None):
+    from flashdrive_ros.engine.engine import Engine
+
+    engine = Engine.load(model_dir, engine_config(variant, device, dtype, num_samples,
+                                                  drafter_file))
+    engine.warmup()
+    return engine

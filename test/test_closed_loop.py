@@ -1,0 +1,167 @@
+"""Closed-loop drives: the externally driven world against the open-loop simulation, the
+metrics read from the world (a planner that ignores parked cars hits one, one that ignores
+the light runs it, one that ignores the road leaves it; the expert's own plan does none of
+it), and the runner with the real engine on the tiny model through the CLI."""
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+from test_ros_fixtures import make_tiny_model_dir
+
+from flashdrive_ros.closed_loop.cli import main
+from flashdrive_ros.closed_loop.controller import TrajectoryTracker, WorldPlan
+from flashdrive_ros.closed_loop.expert_planner import ExpertPlanner
+from flashdrive_ros.closed_loop.geometry import overlap, rectangle
+from flashdrive_ros.closed_loop.runner import ClosedLoopDrive, DriveSettings
+from flashdrive_ros.engine.types import Plan
+from flashdrive_ros.model.config import tiny
+from flashdrive_ros.sim.drive import FUTURE_DT, simulate, to_frame
+from flashdrive_ros.sim.ego_world import EgoWorld
+from flashdrive_ros.sim.vehicle import EgoState
+from flashdrive_ros.sim.world import EGO_LANE_D
+
+SEED = 1_000_003
+MODEL = tiny()
+WAYPOINTS = 40
+EXPERT_WAYPOINTS = 20
+
+
+def test_the_expert_driving_the_ego_world_is_the_open_loop_drive():
+    log = simulate(SEED, 2.0)
+    sim = EgoWorld(SEED, 2.0)
+    rows = []
+    for _ in range(len(log.ego)):
+        rows.append((sim.t, sim.ego.x, sim.ego.y, sim.ego.yaw, sim.ego.v))
+        accel, steer, _ = sim.expert_control()
+        sim.step(accel, steer)
+    assert np.array_equal(np.asarray(rows), log.ego[:, :5])
+
+
+def test_rectangles_overlap_only_when_they_touch():
+    a = rectangle(0.0, 0.0, 0.3, 4.8, 1.9)
+    assert overlap(a, rectangle(2.0, 1.0, 1.2, 4.0, 1.8))
+    assert not overlap(a, rectangle(0.0, 3.0, 0.3, 4.8, 1.9))
+    assert not overlap(a, rectangle(5.5, 0.0, np.pi / 2, 0.5, 0.5))
+
+
+def test_the_tracker_follows_the_plan_and_brakes_without_one():
+    tracker = TrajectoryTracker()
+    ego = EgoState(0.0, 0.5, 0.0, 8.0)
+    ahead = np.stack([8.0 * FUTURE_DT * np.arange(1, 41), np.zeros(40)], axis=1)
+    plan = WorldPlan.from_ego_frame(0.0, FUTURE_DT, ahead, EgoState(0.0, 0.0, 0.0, 8.0), 0.0)
+    accel, steer = tracker.command(ego, 0.1, plan)
+    assert abs(accel) < 0.5 and steer < -0.005
+    assert tracker.command(ego, 0.1 + tracker.cfg.max_plan_age_s, plan)[0] < -1.0
+    assert tracker.command(ego, 0.1, None)[0] == -tracker.cfg.fallback_decel
+
+
+class RoutePlanner:
+    """Plans `speed` m/s along the ego lane's centre (or straight ahead), blind to
+    everything else."""
+
+    def __init__(self, sim: EgoWorld, speed: float, straight: bool = False) -> None:
+        self.sim, self.speed, self.straight = sim, speed, straight
+
+    def reset(self) -> None:
+        return None
+
+    def step(self, window) -> Plan:
+        ego, route = self.sim.ego, self.sim.world.route
+        ahead = self.speed * FUTURE_DT * np.arange(1, WAYPOINTS + 1)
+        if self.straight:
+            x, y = ego.x + ahead * np.cos(ego.yaw), ego.y + ahead * np.sin(ego.yaw)
+            yaw = np.full(WAYPOINTS, ego.yaw)
+        else:
+            s = self.sim.route_position()[0] + ahead
+            x, y = route.offset_point(s, EGO_LANE_D)
+            yaw = route.pose_at(s)[2]
+        poses = np.stack([x, y, yaw], axis=1)
+        local = to_frame(np.array([ego.x, ego.y, ego.yaw]), poses)
+        return Plan(t0=self.sim.t, trajectories=local[None], dt=FUTURE_DT, coc_text="")
+
+
+def drive(make_planner, block: str, seconds: float, latency_ms: float = 100.0) -> dict:
+    settings = DriveSettings(seconds, latency_ms=latency_ms, width=32, height=24,
+                             blocks=(block,))
+    return ClosedLoopDrive(SEED, make_planner, MODEL, settings, "test").run().metrics
+
+
+def test_a_planner_blind_to_parked_cars_hits_one_and_the_expert_does_not():
+    blind = drive(lambda sim: RoutePlanner(sim, 9.0), "parked", 7.0)
+    print(blind["collision_events"])
+    assert [e["kind"] for e in blind["collision_events"]] == ["parked"]
+    assert blind["scenarios"][0]["kind"] == "nudge_parked"
+    assert blind["scenarios"][0]["collisions"] == 1
+    expert = drive(lambda sim: ExpertPlanner(sim, EXPERT_WAYPOINTS), "parked", 7.0, 200.0)
+    assert expert["collisions"] == 0 and expert["off_road_s"] == 0
+    assert expert["route_completion"] > 0.95
+    assert expert["engaged_at_s"] == pytest.approx(1.5)
+    assert 0.2 <= expert["plan_age_s"]["p50"] <= expert["plan_age_s"]["max"] <= 0.41
+    assert expert["fallback_s"] == pytest.approx(0.2)
+    assert expert["window_rejections"] == {}
+
+
+def test_a_planner_blind_to_the_light_runs_the_red_and_the_expert_stops():
+    blind = drive(lambda sim: RoutePlanner(sim, 11.0), "red_light", 8.0)
+    assert blind["red_light_violations"] == 1
+    assert blind["scenarios"][0]["red_light_violations"] == 1
+    expert = drive(lambda sim: ExpertPlanner(sim, EXPERT_WAYPOINTS), "red_light", 8.0,
+                   200.0)
+    assert expert["red_light_violations"] == 0 and expert["collisions"] == 0
+    assert expert["scenarios"][0]["min_speed_mps"] < blind["scenarios"][0]["min_speed_mps"] - 3
+
+
+def test_a_planner_blind_to_the_road_leaves_it_in_the_turn():
+    straight = drive(lambda sim: RoutePlanner(sim, 9.0, straight=True), "turn", 6.0)
+    assert straight["off_road_s"] > 0.5 and straight["lane_departure_s"] > 0.5
+    assert straight["route_completion"] < 0.9
+    lane = drive(lambda sim: RoutePlanner(sim, 9.0), "turn", 6.0)
+    assert lane["off_road_s"] == 0 and lane["lane_departure_s"] == 0
+
+
+def test_cli_compares_baseline_and_flashdrive_on_the_tiny_model(tmp_path, one_thread):
+    model = make_tiny_model_dir(tmp_path / "model")
+    out = tmp_path / "out"
+    code = main(["--model-dir", str(model), "--seconds", "2.5", "--seed", str(SEED),
+                 "--out", str(out), "--mode", "compare", "--latency-ms", "150",
+                 "--width", "64", "--height", "48", "--quiet"])
+    assert code == 0
+    report = json.loads((out / "report.json").read_text())
+    assert set(report["variants"]) == {"baseline", "flashdrive"}
+    assert [d["variant"] for d in report["drives"]] == ["baseline", "flashdrive"]
+    for d in report["drives"]:
+        for key in ("collisions", "red_light_violations", "off_road_s", "route_completion",
+                    "scenarios", "comfort", "plan_age_s"):
+            assert key in d
+        assert d["plans"] >= 3 and d["engaged_at_s"] == pytest.approx(1.5)
+        assert d["plan_age_s"]["p50"] >= 0.15
+        assert (out / d["picture"]).read_bytes().startswith(b"\x89PNG")
+    assert "flashdrive_vs_baseline" in report
+    assert "| route completion |" in (out / "report.md").read_text()
+    assert main(["--model-dir", str(model), "--seconds", "1", "--seed", "1", "--out",
+                 str(out), "--variants", "nonsense"]) == 2
+
+
+@pytest.mark.ros
+def test_a_drive_through_the_node_tracks_its_published_trajectories(tmp_path):
+    model = make_tiny_model_dir(tmp_path / "model")
+    out = tmp_path / "out"
+    code = main(["--model-dir", str(model), "--seconds", "3", "--seed", str(SEED), "--out",
+                 str(out), "--through-ros", "--rate", "0.5", "--width", "64", "--height", "48",
+                 "--node-param", "cpu_threads=1", "--no-pictures", "--quiet"])
+    assert code == 0
+    report = json.loads((out / "report.json").read_text())
+    d = report["drives"][0]
+    print({k: v for k, v in d.items() if k != "scenarios"})
+    assert report["through_ros"] is True and d["variant"] == "flashdrive"
+    assert d["plans"] >= 1 and d["trajectories_received"] >= d["plans"]
+    assert 0 < d["latency_ms"]["p50"] and d["plan_age_s"]["p50"] > 0
+    assert "use_sim_time: true" in (out / f"node_flashdrive_{SEED}").joinpath(
+        Path(d["node_log"]).with_suffix(".yaml").name).read_text()
+    assert main(["--model-dir", str(model), "--seconds", "1", "--seed", "1", "--out",
+                 str(out), "--through-ros", "--latency-ms", "100"]) == 2
+    for bad in ("mode=baseline", "no_such_param=1", "max_plan_age_s=-1"):
+        assert main(["--model-dir", str(model), "--seconds", "1", "--seed", "1", "--out",
+                     str(out), "--through-ros", "--node-param", bad]) == 2
