@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import math
 import threading
 import time
 from collections.abc import Callable
@@ -65,9 +66,12 @@ class PlannerLoop:
     transport), so that its ego history is interpolated rather than extrapolated, as the
     offline replay builds it.
 
-    stay_streaming: when the newest window shares no frame with the last planned window but
-    the window one frame older does, plan that one: a streaming window instead of a full
-    prefill, whose plan comes out sooner although its input is a frame older.
+    stay_streaming: plan windows on the frame grid of the last planned window (its t0 plus
+    whole frame periods), so that each shares frames with it and streams instead of a full
+    prefill: with cameras faster than the model's frame rate the newest set between two grid
+    times waits for the next one; when the newest window shares no frame with the last
+    planned window but the window one frame older does, plan that one, whose plan comes out
+    sooner although its input is a frame older.
 
     act_apart: the worker reasons a window (encode, prefill, decode) and hands its action to
     an actor thread, then goes on to the next window while the actor runs the flow matching
@@ -251,9 +255,11 @@ class PlannerLoop:
         builder = self.builder
         if self.stay_streaming and np.isfinite(self._planned_t0) and \
                 not builder.time_base_reset_pending:
-            reach = self._planned_t0 + (builder.num_frames - 1) * builder.frame_dt
-            if reach < t0 - builder.limits.frame_tolerance < reach + builder.frame_dt:
-                t0 = builder.latest_t0(not_after=reach)
+            steps = math.floor((t0 - self._planned_t0 + builder.limits.frame_tolerance)
+                               / builder.frame_dt)
+            if steps <= builder.num_frames:
+                steps = min(steps, builder.num_frames - 1)
+                t0 = builder.latest_t0(not_after=self._planned_t0 + steps * builder.frame_dt)
         return t0, self._input_version
 
     def _idle_wait(self) -> float:
