@@ -192,18 +192,21 @@ def feed_30hz(loop, t_start, t_end, speed=4.0):
 
 def test_cameras_at_30_hz_are_planned_on_the_frame_grid_and_stream(engine):
     engine.reset()
-    loop = PlannerLoop(engine, WindowBuilder(len(CAMERAS)), CAMERAS, stay_streaming=True)
+    handed = []
+    loop = PlannerLoop(engine, WindowBuilder(len(CAMERAS)), CAMERAS, stay_streaming=True,
+                       on_camera_set=lambda stamps, images: handed.append(stamps[0]))
     feed_30hz(loop, 70.0, 71.6)
     assert loop.run_once() and loop.latest().plan.full_prefill
     first = loop.latest().plan.t0
     feed_30hz(loop, 71.6 + 1 / 30, 71.6 + 2 / 30)
     assert not loop.run_once()
     for end in (71.7, 71.9):
-        feed_30hz(loop, loop.builder.latest_t0() + 1 / 30, end + 0.01)
+        feed_30hz(loop, loop.builder.latest_t0() + 1 / 30, end + 0.045)
         assert loop.run_once()
         plan = loop.latest().plan
         steps = (plan.t0 - first) / 0.1
         assert abs(steps - round(steps)) < 0.05 and not plan.full_prefill, plan.prefill_reason
+    assert np.allclose(np.diff(handed), 0.1, atol=1e-6), np.diff(handed)
 
 
 def test_camera_sets_are_handed_on_after_the_window_buffer(engine):
