@@ -180,6 +180,35 @@ def test_stay_streaming_plans_the_window_a_frame_older_that_shares_a_frame(engin
     assert loop.latest().plan.t0 == pytest.approx(62.6) and loop.latest().plan.full_prefill
 
 
+def feed_30hz(loop, t_start, t_end, speed=4.0):
+    """Odometry every 0.02 s and camera sets every 1/30 s on [t_start, t_end]."""
+    for k in range(int(round((t_end - t_start) * 150)) + 1):
+        t = round(t_start + k / 150, 6)
+        if k % 3 == 0:
+            loop.add_odometry(t, [speed * t, 0.0, 0.0], IDENTITY, [speed, 0.0, 0.0])
+        if k % 5 == 0:
+            loop.add_camera_set([t] * len(CAMERAS), images(k, 48, 64))
+
+
+def test_cameras_at_30_hz_are_planned_on_the_frame_grid_and_stream(engine):
+    engine.reset()
+    handed = []
+    loop = PlannerLoop(engine, WindowBuilder(len(CAMERAS)), CAMERAS, stay_streaming=True,
+                       on_camera_set=lambda stamps, images: handed.append(stamps[0]))
+    feed_30hz(loop, 70.0, 71.6)
+    assert loop.run_once() and loop.latest().plan.full_prefill
+    first = loop.latest().plan.t0
+    feed_30hz(loop, 71.6 + 1 / 30, 71.6 + 2 / 30)
+    assert not loop.run_once()
+    for end in (71.7, 71.9):
+        feed_30hz(loop, loop.builder.latest_t0() + 1 / 30, end + 0.045)
+        assert loop.run_once()
+        plan = loop.latest().plan
+        steps = (plan.t0 - first) / 0.1
+        assert abs(steps - round(steps)) < 0.05 and not plan.full_prefill, plan.prefill_reason
+    assert np.allclose(np.diff(handed), 0.1, atol=1e-6), np.diff(handed)
+
+
 def test_camera_sets_are_handed_on_after_the_window_buffer(engine):
     handed = []
     loop = PlannerLoop(engine, WindowBuilder(len(CAMERAS)), CAMERAS,

@@ -231,6 +231,14 @@ class WindowBuilder:
         covered = [stamp for stamp, _ in self._frames[0] if stamp <= limit]
         return covered[-1] if covered else newest
 
+    def frame_near(self, t: float) -> float | None:
+        """Camera 0's frame stamp nearest `t`, when within `limits.frame_tolerance`."""
+        frames = self._frames[0]
+        if not frames:
+            return None
+        stamp = min((s for s, _ in frames), key=lambda s: abs(s - t))
+        return stamp if abs(stamp - t) <= self.limits.frame_tolerance else None
+
     def odometry_reaches(self, t: float) -> bool:
         """True when an odometry sample is stamped at or after `t`."""
         return bool(self._odometry) and self._odometry[-1].stamp >= t

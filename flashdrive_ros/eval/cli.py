@@ -53,7 +53,8 @@ def parser() -> argparse.ArgumentParser:
                    metavar="SECONDS",
                    help="how long after its stamp a message may be logged (transport "
                         "latency) and still count for the window at that time; through ROS, "
-                        "the node's late_tolerance_s (default %(default)s)")
+                        "the node's late_tolerance_s unless --node-param sets it (default "
+                        "%(default)s)")
     p.add_argument("--max-windows", type=int, default=None, help="stop after N windows")
     p.add_argument("--node-param", action="append", default=[], metavar="NAME=VALUE",
                    help="a drive_node parameter for --through-ros (YAML value, repeatable), "

@@ -126,7 +126,6 @@ REPLAY_OWNED_PARAMS = {
     "image_reliability": "(reliable during replay)", "control_rate_hz": "--control-rate",
     "num_samples": "--num-samples", "mode": "--mode", "device": "--device", "dtype": "--dtype",
     "backend": "--backend", "drafter_file": "--drafter-file",
-    "late_tolerance_s": "--late-tolerance",
 }
 
 

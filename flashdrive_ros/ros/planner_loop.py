@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import math
 import threading
 import time
 from collections.abc import Callable
@@ -65,9 +66,12 @@ class PlannerLoop:
     transport), so that its ego history is interpolated rather than extrapolated, as the
     offline replay builds it.
 
-    stay_streaming: when the newest window shares no frame with the last planned window but
-    the window one frame older does, plan that one: a streaming window instead of a full
-    prefill, whose plan comes out sooner although its input is a frame older.
+    stay_streaming: plan windows on the frame grid of the last planned window (its t0 plus
+    whole frame periods), so that each shares frames with it and streams instead of a full
+    prefill: with cameras faster than the model's frame rate the newest set between two grid
+    times waits for the next one; when the newest window shares no frame with the last
+    planned window but the window one frame older does, plan that one, whose plan comes out
+    sooner although its input is a frame older.
 
     act_apart: the worker reasons a window (encode, prefill, decode) and hands its action to
     an actor thread, then goes on to the next window while the actor runs the flow matching
@@ -77,7 +81,10 @@ class PlannerLoop:
     worker_setup runs on the worker thread (and the actor thread) before its first window
     (per-thread settings such as the torch thread count); the values it returns are reported
     as planner extras.
-    on_camera_set(stamps, images) gets every camera set once it is in the window buffer."""
+    on_camera_set(stamps, images) gets each camera set a window may take, once it is in the
+    window buffer: with streaming, those on the frame grid of the last planned window (before
+    the first plan, sets at least a frame period apart); otherwise every set. Cameras faster
+    than the model's frame rate so bring no encoding ahead that no window uses."""
 
     def __init__(self, engine: PlanningEngine, builder: WindowBuilder,
                  camera_names: list[str], overlay_index: int | None = None,
@@ -112,6 +119,8 @@ class PlannerLoop:
         self._planned_t0 = -np.inf
         self._time_base = 0
         self._camera_set_at = -np.inf
+        self._handed_t0 = -np.inf
+        self._last_set_stamp = -np.inf
         self._lock = threading.Lock()
         self._wake = threading.Condition(self._lock)
         self._stop = threading.Event()
@@ -127,8 +136,30 @@ class PlannerLoop:
             self._camera_set_at = self.clock()
             self._input_version += 1
             self._wake.notify()
-        if self.on_camera_set is not None:
+        if self.on_camera_set is not None and self._hand_on(stamps[0]):
             self.on_camera_set(stamps, images)
+
+    def _hand_on(self, stamp: float) -> bool:
+        """Whether a camera set stamped `stamp` (camera 0) goes to on_camera_set: with
+        streaming, the set nearest a grid time of the last planned window (within the frame
+        tolerance and half the camera's period), or before the first plan a set at least a
+        frame period after the last one handed on."""
+        if not self.stay_streaming:
+            return True
+        builder = self.builder
+        dt, tolerance = builder.frame_dt, builder.limits.frame_tolerance
+        with self._lock:
+            period, self._last_set_stamp = stamp - self._last_set_stamp, stamp
+            planned, handed = self._planned_t0, self._handed_t0
+            reach = min(tolerance, period / 2) if period > 0 else tolerance
+            if np.isfinite(planned) and stamp > planned:
+                steps = (stamp - planned) / dt
+                chosen = abs(steps - round(steps)) * dt <= reach + 1e-9
+            else:
+                chosen = not stamp - dt + reach < handed <= stamp
+            if chosen:
+                self._handed_t0 = stamp
+        return chosen
 
     def add_odometry(self, stamp: float, position, quaternion, linear_velocity,
                      fault: str = "") -> None:
@@ -251,9 +282,14 @@ class PlannerLoop:
         builder = self.builder
         if self.stay_streaming and np.isfinite(self._planned_t0) and \
                 not builder.time_base_reset_pending:
-            reach = self._planned_t0 + (builder.num_frames - 1) * builder.frame_dt
-            if reach < t0 - builder.limits.frame_tolerance < reach + builder.frame_dt:
-                t0 = builder.latest_t0(not_after=reach)
+            steps = math.floor((t0 - self._planned_t0 + builder.limits.frame_tolerance)
+                               / builder.frame_dt)
+            if steps <= builder.num_frames:
+                steps = min(steps, builder.num_frames - 1)
+                grid = self._planned_t0 + steps * builder.frame_dt
+                near = builder.frame_near(grid)
+                t0 = near if near is not None and near <= t0 else builder.latest_t0(
+                    not_after=grid)
         return t0, self._input_version
 
     def _idle_wait(self) -> float:
