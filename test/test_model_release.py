@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 import torch
 
+from flashdrive_ros.bench.hf_model import hf_config
 from flashdrive_ros.engine.config import EngineConfig
 from flashdrive_ros.engine.engine import Engine
 from flashdrive_ros.engine.types import Window
@@ -72,28 +73,6 @@ def package_config(vocab_size: int, layout: str) -> ModelConfig:
                                  accel_std=0.7, curvature_mean=0.0003)
     prompt = dataclasses.replace(cfg.prompt, layout=layout)
     return dataclasses.replace(cfg, action=action, prompt=prompt, drafter=None)
-
-
-def hf_qwen3_vl_config(cfg: ModelConfig, hf_tok):
-    v, t = cfg.vision, cfg.text
-    ids = {k: hf_tok.convert_tokens_to_ids(s) for k, s in (
-        ("image_token_id", "<|image_pad|>"), ("video_token_id", "<|video_pad|>"),
-        ("vision_start_token_id", "<|vision_start|>"), ("vision_end_token_id", "<|vision_end|>"))}
-    return transformers.Qwen3VLConfig(
-        vision_config=dict(
-            depth=v.depth, hidden_size=v.hidden_size, num_heads=v.num_heads,
-            intermediate_size=v.intermediate_size, patch_size=v.patch_size,
-            out_hidden_size=v.out_hidden_size, num_position_embeddings=v.num_position_embeddings,
-            deepstack_visual_indexes=list(v.deepstack_visual_indexes)),
-        text_config=dict(
-            vocab_size=t.vocab_size, hidden_size=t.hidden_size,
-            intermediate_size=t.intermediate_size, num_hidden_layers=t.num_hidden_layers,
-            num_attention_heads=t.num_attention_heads, num_key_value_heads=t.num_key_value_heads,
-            head_dim=t.head_dim, max_position_embeddings=t.max_position_embeddings,
-            rope_parameters={"rope_type": "default", "rope_theta": t.rope_theta,
-                             "mrope_section": list(t.mrope_section),
-                             "mrope_interleaved": True}),
-        tie_word_embeddings=False, **ids)
 
 
 def release_fields(cfg: ModelConfig, hf_tok, kind: str) -> dict:
@@ -181,7 +160,7 @@ def release_r1(tmp_path_factory):
     root = tmp_path_factory.mktemp("release_r1")
     hf_tok = extend_as_release(hf_backbone_tokenizer(), R1_SPECIALS)
     cfg = package_config(len(hf_tok), "alpamayo-1")
-    hf_cfg = hf_qwen3_vl_config(cfg, hf_tok)
+    hf_cfg = hf_config(cfg, hf_tok.convert_tokens_to_ids)
     release = root / "Alpamayo-R1-tiny"
     release.mkdir()
     config = {**hf_cfg.to_dict(), **release_fields(cfg, hf_tok, "alpamayo_r1")}
@@ -206,8 +185,9 @@ def release_15(tmp_path_factory):
     base = hf_backbone_tokenizer()
     reference = extend_as_release(hf_backbone_tokenizer(), A15_SPECIALS)
     cfg = package_config(len(reference), "alpamayo-1.5")
-    hf_cfg = hf_qwen3_vl_config(dataclasses.replace(
-        cfg, text=dataclasses.replace(cfg.text, vocab_size=len(base))), base)
+    hf_cfg = hf_config(dataclasses.replace(
+        cfg, text=dataclasses.replace(cfg.text, vocab_size=len(base))),
+        base.convert_tokens_to_ids)
     backbone = root / "Cosmos-Reason2-tiny"
     hf_cfg.save_pretrained(backbone)
     base.save_pretrained(backbone)
@@ -216,7 +196,7 @@ def release_15(tmp_path_factory):
     fields = {**release_fields(cfg, reference, "alpamayo1_5"),
               "vlm_name_or_path": "../Cosmos-Reason2-tiny"}
     (release / "config.json").write_text(json.dumps(fields, indent=2))
-    full_cfg = hf_qwen3_vl_config(cfg, reference)
+    full_cfg = hf_config(cfg, reference.convert_tokens_to_ids)
     write_shards(release_state(cfg, full_cfg, space_buffers=False), release)
     return release, reference, cfg
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import torch
 
 from flashdrive_ros.model.config import ModelConfig
@@ -10,7 +12,8 @@ from flashdrive_ros.model.tokenizer import TextTokenizer
 ATTENTION = "sdpa"
 
 
-def hf_config(cfg: ModelConfig, tokenizer: TextTokenizer):
+def hf_config(cfg: ModelConfig, token_id: Callable[[str], int]):
+    """The Qwen3-VL config of `cfg`'s shape; token_id: the vocabulary's id of a token."""
     from transformers import Qwen3VLConfig
 
     v, t = cfg.vision, cfg.text
@@ -31,10 +34,10 @@ def hf_config(cfg: ModelConfig, tokenizer: TextTokenizer):
             rope_parameters={"rope_type": "default", "rope_theta": t.rope_theta,
                              "mrope_section": list(t.mrope_section),
                              "mrope_interleaved": t.mrope_interleaved}),
-        image_token_id=tokenizer.token_id("<|image_pad|>"),
-        video_token_id=tokenizer.token_id("<|video_pad|>"),
-        vision_start_token_id=tokenizer.token_id("<|vision_start|>"),
-        vision_end_token_id=tokenizer.token_id("<|vision_end|>"),
+        image_token_id=token_id("<|image_pad|>"),
+        video_token_id=token_id("<|video_pad|>"),
+        vision_start_token_id=token_id("<|vision_start|>"),
+        vision_end_token_id=token_id("<|vision_end|>"),
         tie_word_embeddings=False)
     for sub in (config, config.vision_config, config.text_config):
         sub._attn_implementation = ATTENTION
@@ -51,7 +54,7 @@ def build_hf_model(cfg: ModelConfig, tokenizer: TextTokenizer, device: str,
     torch.set_default_dtype(dtype)
     try:
         with torch.device(device):
-            model = Qwen3VLForConditionalGeneration(hf_config(cfg, tokenizer))
+            model = Qwen3VLForConditionalGeneration(hf_config(cfg, tokenizer.token_id))
     finally:
         torch.set_default_dtype(previous)
     return model.eval()
