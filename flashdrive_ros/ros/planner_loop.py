@@ -3,7 +3,6 @@
 
 from __future__ import annotations
 
-import math
 import threading
 import time
 from collections.abc import Callable
@@ -15,6 +14,7 @@ import numpy as np
 from flashdrive_ros.engine.types import Plan, Window
 from flashdrive_ros.engine.window import WindowBuilder, WindowRejection
 from flashdrive_ros.ros.diagnostics import InputHealth, PlannerHealth
+from flashdrive_ros.ros.frame_grid import FrameGrid
 from flashdrive_ros.ros.input_health import InputHealthBook
 from flashdrive_ros.ros.plan_actor import PlanActor
 from flashdrive_ros.ros.plan_sanity import PlanLimits, check_plan
@@ -119,8 +119,7 @@ class PlannerLoop:
         self._planned_t0 = -np.inf
         self._time_base = 0
         self._camera_set_at = -np.inf
-        self._handed_t0 = -np.inf
-        self._last_set_stamp = -np.inf
+        self._grid = FrameGrid(builder)
         self._lock = threading.Lock()
         self._wake = threading.Condition(self._lock)
         self._stop = threading.Event()
@@ -140,26 +139,11 @@ class PlannerLoop:
             self.on_camera_set(stamps, images)
 
     def _hand_on(self, stamp: float) -> bool:
-        """Whether a camera set stamped `stamp` (camera 0) goes to on_camera_set: with
-        streaming, the set nearest a grid time of the last planned window (within the frame
-        tolerance and half the camera's period), or before the first plan a set at least a
-        frame period after the last one handed on."""
+        """Whether a camera set goes to on_camera_set (see the class docstring)."""
         if not self.stay_streaming:
             return True
-        builder = self.builder
-        dt, tolerance = builder.frame_dt, builder.limits.frame_tolerance
         with self._lock:
-            period, self._last_set_stamp = stamp - self._last_set_stamp, stamp
-            planned, handed = self._planned_t0, self._handed_t0
-            reach = min(tolerance, period / 2) if period > 0 else tolerance
-            if np.isfinite(planned) and stamp > planned:
-                steps = (stamp - planned) / dt
-                chosen = abs(steps - round(steps)) * dt <= reach + 1e-9
-            else:
-                chosen = not stamp - dt + reach < handed <= stamp
-            if chosen:
-                self._handed_t0 = stamp
-        return chosen
+            return self._grid.hands_on(stamp, self._planned_t0)
 
     def add_odometry(self, stamp: float, position, quaternion, linear_velocity,
                      fault: str = "") -> None:
@@ -279,17 +263,9 @@ class PlannerLoop:
         t0 = self.builder.latest_t0()
         if t0 is None:
             return None
-        builder = self.builder
         if self.stay_streaming and np.isfinite(self._planned_t0) and \
-                not builder.time_base_reset_pending:
-            steps = math.floor((t0 - self._planned_t0 + builder.limits.frame_tolerance)
-                               / builder.frame_dt)
-            if steps <= builder.num_frames:
-                steps = min(steps, builder.num_frames - 1)
-                grid = self._planned_t0 + steps * builder.frame_dt
-                near = builder.frame_near(grid)
-                t0 = near if near is not None and near <= t0 else builder.latest_t0(
-                    not_after=grid)
+                not self.builder.time_base_reset_pending:
+            t0 = self._grid.window_t0(t0, self._planned_t0)
         return t0, self._input_version
 
     def _idle_wait(self) -> float:
