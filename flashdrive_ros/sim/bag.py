@@ -21,9 +21,9 @@ from rosbags.rosbag2 import StoragePlugin, Writer
 from flashdrive_ros.sim import messages as M
 from flashdrive_ros.sim.cameras import rig
 from flashdrive_ros.sim.clock import stamp_ns
-from flashdrive_ros.sim.drive import SUBSTEPS, simulate
+from flashdrive_ros.sim.drive import SUBSTEPS, DriveLog, simulate
 from flashdrive_ros.sim.frames import render_frames
-from flashdrive_ros.sim.labels import label_drive
+from flashdrive_ros.sim.labels import Label, label_drive
 from flashdrive_ros.sim.render import Renderer
 from flashdrive_ros.sim.topics import (LABELS_TOPIC, ODOMETRY_TOPIC, TF_STATIC_TOPIC,
                                        camera_image_topic, camera_info_topic)
@@ -83,16 +83,22 @@ def default_workers() -> int:
     return max(1, min(2, os.cpu_count() or 1))
 
 
-def write_bag(out: str | Path, seconds: float, seed: int, fmt: str = "mcap",
-              width: int = 480, height: int = 272, workers: int | None = None) -> BagSummary:
-    """Simulate `seconds` of driving for `seed` and write it to the new bag directory `out`."""
-    out = Path(out)
+def simulate_for_bag(out: Path, fmt: str, seconds: float, seed: int, width: int,
+                     height: int) -> tuple[DriveLog, list[Label]]:
+    """The checked arguments of a bag writer, then the drive and its labels."""
     check_bag_output(out, fmt)
     if seconds <= 0:
         raise ValueError(f"seconds must be > 0, got {seconds}")
     Renderer.check_size(width, height)
     log = simulate(seed, seconds)
-    labels = label_drive(log.infos, seed, log.frame_count)
+    return log, label_drive(log.infos, seed, log.frame_count)
+
+
+def write_bag(out: str | Path, seconds: float, seed: int, fmt: str = "mcap",
+              width: int = 480, height: int = 272, workers: int | None = None) -> BagSummary:
+    """Simulate `seconds` of driving for `seed` and write it to the new bag directory `out`."""
+    out = Path(out)
+    log, labels = simulate_for_bag(out, fmt, seconds, seed, width, height)
     specs = rig()
     workers = default_workers() if workers is None else workers
     n_odom = 0

@@ -20,12 +20,12 @@ import cv2
 import numpy as np
 
 from flashdrive_ros.sim import messages as M
-from flashdrive_ros.sim.bag import check_bag_output, default_workers, last_odometry_step, open_bag
+from flashdrive_ros.sim.bag import (default_workers, last_odometry_step, open_bag,
+                                    simulate_for_bag)
 from flashdrive_ros.sim.cameras import DEFAULT_HEIGHT, DEFAULT_WIDTH, rig
 from flashdrive_ros.sim.clock import stamp_ns
-from flashdrive_ros.sim.drive import FRAME_HZ, DriveLog, SceneSnapshot, simulate
+from flashdrive_ros.sim.drive import FRAME_HZ, DriveLog, SceneSnapshot
 from flashdrive_ros.sim.frames import encode_jpeg, render_scenes
-from flashdrive_ros.sim.labels import label_drive
 from flashdrive_ros.sim.render import Renderer
 from flashdrive_ros.sim.topics import (CAMERA_NAMES, LABELS_TOPIC, ODOM_FRAME, ODOMETRY_TOPIC,
                                        TF_STATIC_TOPIC, camera_image_topic, camera_info_topic)
@@ -199,12 +199,7 @@ def write_vehicle_bag(out: str | Path, seconds: float, seed: int,
     """Simulate `seconds` of driving for `seed` and write it as `style` records it; width x
     height is the render size (each camera's image is resized to style.sizes)."""
     out, style = Path(out), style or VehicleStyle()
-    check_bag_output(out, fmt)
-    if seconds <= 0:
-        raise ValueError(f"seconds must be > 0, got {seconds}")
-    Renderer.check_size(width, height)
-    log = simulate(seed, seconds)
-    labels = label_drive(log.infos, seed, log.frame_count)
+    log, labels = simulate_for_bag(out, fmt, seconds, seed, width, height)
     specs = rig()
     frame_times = np.arange(int(math.floor(seconds * style.camera_hz + 1e-9)) + 1) \
         / style.camera_hz
