@@ -6,8 +6,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from flashdrive_ros.engine.types import Window
-from flashdrive_ros.engine.window import (MAX_ODOMETRY_MAGNITUDE, WindowBuilder, WindowLimits,
-                                          WindowRejection)
+from flashdrive_ros.engine.window import (MAX_ODOMETRY_MAGNITUDE, MAX_PENDING_RESETS,
+                                          WindowBuilder, WindowLimits, WindowRejection)
 
 CAMS = 3
 
@@ -291,15 +291,32 @@ def test_image_size_mismatch():
     assert isinstance(b.build(10.0), Window)
 
 
-def test_the_newest_time_base_reset_is_the_one_reported():
+def test_every_time_base_reset_is_reported_in_order():
     b = WindowBuilder(CAMS)
     _feed(b, 10.0)
     assert isinstance(b.build(10.0), Window)
+    b.add_image(0, 10.1, np.zeros((8, 12, 3), np.uint8))
+    b.add_odometry(float("nan"), [0, 0, 0], [0, 0, 0, 1], [0, 0, 0])
+    b.add_image(0, 9.0, np.zeros((8, 12, 3), np.uint8))
     b.add_image(0, 20.0, np.zeros((8, 12, 3), np.uint8))
-    b.add_image(0, 19.0, np.zeros((8, 12, 3), np.uint8))
-    rej = b.build(10.0)
-    assert rej.code == "time_backwards" and rej.time_base_reset
-    assert "20.000000 -> 19.000000" in rej.reason
+    first, second = b.build(10.0), b.build(10.0)
+    assert first.code == "time_backwards" and first.time_base_reset
+    assert "10.100000 -> 9.000000" in first.reason
+    assert second.code == "time_jump" and second.time_base_reset
+    assert _code(b, 20.0) in ("too_few_frames", "missing_camera")
+
+
+def test_pending_resets_are_bounded_and_keep_the_newest():
+    b = WindowBuilder(CAMS)
+    jumps = [10.0 + k for k in range(MAX_PENDING_RESETS + 3)]
+    b.add_image(0, 0.0, np.zeros((8, 12, 3), np.uint8))
+    for stamp in np.cumsum(jumps):
+        b.add_image(0, float(stamp), np.zeros((8, 12, 3), np.uint8))
+    reported = [b.build(0.0) for _ in range(MAX_PENDING_RESETS)]
+    assert [r.code for r in reported] == ["time_jump"] * MAX_PENDING_RESETS
+    assert [r.reason.split(" jumped forward ")[1][:6] for r in reported] == \
+        [f"{j:.3f}" for j in jumps[-MAX_PENDING_RESETS:]]
+    assert not b.build(0.0).time_base_reset
 
 
 def test_backwards_stamp_resets_and_flags_next_window():

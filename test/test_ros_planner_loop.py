@@ -89,11 +89,25 @@ def test_stamps_going_backwards_reset_and_recover(engine):
     feed(loop, 29.0, 29.3)
     assert not loop.run_once()
     planner, _ = loop.health()
-    assert planner.last_rejection.startswith("time_backwards")
+    assert planner.rejections_by_code["time_backwards"] == 1
+    assert planner.last_rejection.startswith("odometry_short")
     assert loop.latest() is None
     feed(loop, 29.32, 30.6)
     assert loop.run_once()
     assert loop.latest().plan.t0 == pytest.approx(30.6)
+
+
+def test_two_time_base_resets_before_an_attempt_are_both_counted(engine):
+    loop = make_loop(engine)
+    feed(loop, 40.0, 41.6)
+    assert loop.run_once()
+    feed(loop, 39.0, 39.1)
+    feed(loop, 45.0, 46.6)
+    assert loop.run_once()
+    planner, _ = loop.health()
+    assert planner.rejections_by_code == {"time_backwards": 1, "time_jump": 1}
+    assert planner.windows_rejected == 2 and planner.last_rejection.startswith("time_jump")
+    assert loop.latest().plan.t0 == pytest.approx(46.6)
 
 
 def test_engine_error_is_reported_and_cleared(engine):

@@ -18,6 +18,8 @@ REJECTION_CODES = (
 # largest |odometry position or velocity component| (m, m/s) taken as valid: float64 still
 # resolves 0.2 mm there, map-scale and epoch-scale coordinates pass, nothing downstream overflows
 MAX_ODOMETRY_MAGNITUDE = 1e12
+# time-base resets kept for the builds that report them; beyond it the oldest are dropped
+MAX_PENDING_RESETS = 8
 
 
 @dataclass(frozen=True)
@@ -117,9 +119,9 @@ class WindowBuilder:
 
     A stamp at most `limits.max_reorder` behind its stream's newest is dropped (counted in
     `late_dropped`). A stamp that goes further backwards in any stream, or jumps forward by
-    more than
-    `limits.max_time_jump`, clears all buffers; the next `build` returns a rejection with
-    `time_base_reset=True`, and the next built Window has `time_base_reset=True`.
+    more than `limits.max_time_jump`, clears all buffers; the next `build` returns a rejection
+    with `time_base_reset=True` (each reset its own, in order), and the next built Window has
+    `time_base_reset=True`.
     """
 
     def __init__(self, camera_count: int, num_frames: int = 4, frame_dt: float = 0.1,
@@ -142,7 +144,7 @@ class WindowBuilder:
             deque() for _ in range(camera_count)]
         self._odometry: deque[_Odometry] = deque()
         self._newest_stamp = -math.inf
-        self._pending: WindowRejection | None = None
+        self._pending: deque[WindowRejection] = deque(maxlen=MAX_PENDING_RESETS)
         self._time_base_reset = False
         self._sequence = 0
         self.late_dropped = 0
@@ -244,9 +246,8 @@ class WindowBuilder:
         return bool(self._odometry) and self._odometry[-1].stamp >= t
 
     def build(self, t0: float) -> Window | WindowRejection:
-        if self._pending is not None:
-            pending, self._pending = self._pending, None
-            return pending
+        if self._pending:
+            return self._pending.popleft()
         t0 = float(t0)
         if not math.isfinite(t0):
             return WindowRejection(f"t0 is {t0}", "nonfinite")
@@ -267,10 +268,15 @@ class WindowBuilder:
         return window
 
     def _note(self, rejection: WindowRejection) -> None:
-        """Keep one rejection for the next build: a time-base reset over anything else, the
-        newest reset over an older one (the cause that holds now)."""
-        if self._pending is None or rejection.time_base_reset:
-            self._pending = rejection
+        """Keep rejections for the next builds, one per build in arrival order: every
+        time-base reset (the newest MAX_PENDING_RESETS), or one other rejection while
+        nothing is pending."""
+        if rejection.time_base_reset:
+            if self._pending and not self._pending[0].time_base_reset:
+                self._pending.clear()
+            self._pending.append(rejection)
+        elif not self._pending:
+            self._pending.append(rejection)
 
     def _reset_time_base(self, rejection: WindowRejection) -> None:
         for frames in self._frames:

@@ -291,11 +291,13 @@ class PlannerLoop:
             if key[0] <= self._planned_t0 and not self.builder.time_base_reset_pending:
                 return None
             result = self.builder.build(key[0])
+            while isinstance(result, WindowRejection) and result.time_base_reset:
+                self._note_rejection(key[0], result)
+                self._planned_t0 = -np.inf
+                self._latest = None
+                result = self.builder.build(key[0])
             if isinstance(result, WindowRejection):
                 self._note_rejection(key[0], result)
-                if result.time_base_reset:
-                    self._planned_t0 = -np.inf
-                    self._latest = None
                 return None
             if result.time_base_reset:
                 self._time_base += 1
@@ -305,7 +307,7 @@ class PlannerLoop:
 
     def _note_rejection(self, t0: float, rejection: WindowRejection) -> None:
         self._health.last_rejection = f"{rejection.code}: {rejection.reason}"
-        if self._last_rejected != (t0, rejection.code):
+        if rejection.time_base_reset or self._last_rejected != (t0, rejection.code):
             self._health.windows_rejected += 1
             counts = self._health.rejections_by_code
             counts[rejection.code] = counts.get(rejection.code, 0) + 1
