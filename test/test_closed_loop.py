@@ -140,8 +140,21 @@ def test_cli_compares_baseline_and_flashdrive_on_the_tiny_model(tmp_path, one_th
         assert (out / d["picture"]).read_bytes().startswith(b"\x89PNG")
     assert "flashdrive_vs_baseline" in report
     assert "| route completion |" in (out / "report.md").read_text()
+
+    pooled = tmp_path / "pooled"
+    assert main(["--model-dir", str(model), "--seconds", "2.5", "--seed", str(SEED),
+                 "--out", str(pooled), "--mode", "compare", "--latency-ms", "150",
+                 "--width", "64", "--height", "48", "--quiet", "--no-pictures",
+                 "--workers", "2", "--threads", "1"]) == 0
+    same = ("variant", "seed", "plans", "collisions", "off_road_s", "route_completion",
+            "red_light_violations", "plan_age_s")
+    assert [{k: d[k] for k in same} for d in json.loads(
+        (pooled / "report.json").read_text())["drives"]] == \
+        [{k: d[k] for k in same} for d in report["drives"]]
     assert main(["--model-dir", str(model), "--seconds", "1", "--seed", "1", "--out",
                  str(out), "--variants", "nonsense"]) == 2
+    assert main(["--model-dir", str(model), "--seconds", "1", "--seed", "1", "--out",
+                 str(out), "--through-ros", "--workers", "2"]) == 2
 
 
 @pytest.mark.ros

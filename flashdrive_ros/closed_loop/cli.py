@@ -53,6 +53,10 @@ def parser() -> argparse.ArgumentParser:
                    help="in process: the controller brakes when its plan is older (s)")
     p.add_argument("--node-param", action="append", default=[], metavar="NAME=VALUE",
                    help="a drive_node parameter for --through-ros (YAML value, repeatable)")
+    p.add_argument("--workers", type=int, default=RunOptions.workers,
+                   help="in process: drives run in this many processes at once")
+    p.add_argument("--threads", type=int, default=RunOptions.threads_per_worker,
+                   help="torch / OpenCV threads per worker process (with --workers > 1)")
     p.add_argument("--no-pictures", action="store_true")
     p.add_argument("--quiet", action="store_true", help="no summary table")
     return p
@@ -91,7 +95,8 @@ def options_from_args(args: argparse.Namespace) -> RunOptions:
                       num_samples=args.num_samples, device=args.device, dtype=args.dtype,
                       drafter_file=args.drafter_file,
                       node_params=parse_node_params(args.node_param), rate=args.rate,
-                      pictures=not args.no_pictures, variant_latency_ms=variant_latency_ms)
+                      pictures=not args.no_pictures, variant_latency_ms=variant_latency_ms,
+                      workers=args.workers, threads_per_worker=args.threads)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field, replace
+from functools import partial
 from pathlib import Path
 
 from flashdrive_ros.closed_loop.expert_planner import ExpertPlanner
@@ -13,6 +14,7 @@ from flashdrive_ros.closed_loop.runner import ClosedLoopDrive, DriveResult, Driv
 from flashdrive_ros.closed_loop.summary import variant_summary
 from flashdrive_ros.closed_loop.variants import EXPERT, VARIANT_NAMES, load_engine
 from flashdrive_ros.engine.dtype_choice import DTYPE_CHOICES, resolve_dtype
+from flashdrive_ros.eval.process_pool import map_in_processes
 from flashdrive_ros.model.config import ModelConfig
 
 
@@ -32,6 +34,8 @@ class RunOptions:
     rate: float = 1.0
     pictures: bool = True
     variant_latency_ms: dict[str, float] = field(default_factory=dict)
+    workers: int = 1  # in process: drives run in this many processes at once
+    threads_per_worker: int = 1  # torch / OpenCV threads of each worker process (workers > 1)
 
     def __post_init__(self) -> None:
         self.model_dir, self.out_dir = Path(self.model_dir), Path(self.out_dir)
@@ -61,6 +65,12 @@ class RunOptions:
                 raise ValueError(f"--latency-ms {name}: must be >= 0, got {value}")
         if self.node_params and not self.through_ros:
             raise ValueError("node parameters apply through ROS only")
+        if self.workers < 1 or self.threads_per_worker < 1:
+            raise ValueError(f"workers and threads_per_worker must be >= 1, got "
+                             f"{self.workers}, {self.threads_per_worker}")
+        if self.through_ros and self.workers > 1:
+            raise ValueError("through ROS the drives run one at a time (one node, real "
+                             "latency); --workers is for the in-process planner")
 
     @property
     def latency(self) -> str:
@@ -79,41 +89,55 @@ class RunOptions:
         return replace(self.drive, latency_ms=self.variant_latency_ms[variant])
 
 
-def _drive_in_process(options: RunOptions, model: ModelConfig, variant: str, seed: int,
-                      engines: dict) -> DriveResult:
+_ENGINES: dict[tuple, object] = {}
+
+
+def _engine(options: RunOptions, variant: str):
+    """The variant's engine, loaded once per process."""
+    key = (str(options.model_dir), variant, options.device, options.dtype,
+           options.num_samples, options.drafter_file)
+    if key not in _ENGINES:
+        dtype = resolve_dtype(options.dtype, options.device)
+        _ENGINES[key] = load_engine(options.model_dir, variant, options.device, dtype,
+                                    options.num_samples, options.drafter_file)
+    return _ENGINES[key]
+
+
+def _drive_in_process(options: RunOptions, model: ModelConfig, variant: str,
+                      seed: int) -> DriveResult:
     if variant == EXPERT:
         return ClosedLoopDrive(seed, ExpertPlanner, model, options.settings_for(variant),
                                variant).run()
-    if variant not in engines:
-        dtype = resolve_dtype(options.dtype, options.device)
-        engines[variant] = load_engine(options.model_dir, variant, options.device, dtype,
-                                       options.num_samples, options.drafter_file)
-    engine = engines[variant]
+    engine = _engine(options, variant)
     return ClosedLoopDrive(seed, lambda sim: engine, model, options.settings_for(variant),
                            variant).run()
+
+
+def drive_metrics(job: tuple[str, int], options: RunOptions, model: ModelConfig) -> dict:
+    """One (variant, seed) drive's metrics; its top-down picture written beside the report."""
+    variant, seed = job
+    if options.through_ros:
+        from flashdrive_ros.closed_loop.through_ros import drive_through_ros
+
+        result = drive_through_ros(options, model, variant, seed)
+    else:
+        result = _drive_in_process(options, model, variant, seed)
+    metrics = dict(result.metrics)
+    if options.pictures:
+        from flashdrive_ros.closed_loop.topdown import draw_drive
+
+        name = f"drive_{variant}_{seed}.png"
+        draw_drive(result, options.out_dir / name)
+        metrics["picture"] = name
+    return metrics
 
 
 def run(options: RunOptions) -> dict:
     model = ModelConfig.load(options.model_dir / "config.json")
     options.out_dir.mkdir(parents=True, exist_ok=True)
-    engines: dict = {}
-    drives = []
-    for variant in options.variants:
-        for seed in options.seeds:
-            if options.through_ros:
-                from flashdrive_ros.closed_loop.through_ros import drive_through_ros
-
-                result = drive_through_ros(options, model, variant, seed)
-            else:
-                result = _drive_in_process(options, model, variant, seed, engines)
-            metrics = dict(result.metrics)
-            if options.pictures:
-                from flashdrive_ros.closed_loop.topdown import draw_drive
-
-                name = f"drive_{variant}_{seed}.png"
-                draw_drive(result, options.out_dir / name)
-                metrics["picture"] = name
-            drives.append(metrics)
+    jobs = [(variant, seed) for variant in options.variants for seed in options.seeds]
+    drives = map_in_processes(partial(drive_metrics, options=options, model=model), jobs,
+                              options.workers, options.threads_per_worker)
     report = {
         "model_dir": str(options.model_dir), "through_ros": options.through_ros,
         "seconds": options.drive.seconds, "seeds": list(options.seeds),

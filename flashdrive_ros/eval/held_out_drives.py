@@ -12,9 +12,7 @@ from __future__ import annotations
 
 import argparse
 import json
-import multiprocessing as mp
 import sys
-from concurrent.futures import ProcessPoolExecutor
 from dataclasses import asdict, dataclass
 from functools import partial
 from pathlib import Path
@@ -23,6 +21,7 @@ from flashdrive_ros.eval.errors import ReplayError
 from flashdrive_ros.eval.held_out import DriveWindows, replay_drive
 from flashdrive_ros.eval.held_out_breakdown import Targets, held_out_report, markdown
 from flashdrive_ros.eval.model_compare import PREFILLS, CompareSettings
+from flashdrive_ros.eval.process_pool import map_in_processes, set_worker_threads
 from flashdrive_ros.eval.sim_source import SimDriveSource
 from flashdrive_ros.model.manifest import read_manifest
 from flashdrive_ros.paths import default_model_dir
@@ -90,25 +89,11 @@ def evaluate_drive(seed: int, model_dir: str, settings: HeldOutSettings) -> Driv
                         settings.max_windows)
 
 
-def _worker_threads(threads: int) -> None:
-    """torch and OpenCV (JPEG decoding, rendering) on `threads` threads."""
-    import cv2
-    import torch
-
-    torch.set_num_threads(threads)
-    cv2.setNumThreads(threads)
-
-
 def evaluate_drives(model_dir: Path, settings: HeldOutSettings) -> list[DriveWindows]:
     """Every drive of `settings.seeds`, in seed order."""
     job = partial(evaluate_drive, model_dir=str(model_dir), settings=settings)
-    workers = min(settings.workers, settings.drives)
-    if workers == 1:
-        return [job(seed) for seed in settings.seeds]
-    with ProcessPoolExecutor(workers, mp_context=mp.get_context("spawn"),
-                             initializer=_worker_threads,
-                             initargs=(settings.threads_per_worker,)) as pool:
-        return list(pool.map(job, settings.seeds))
+    return map_in_processes(job, settings.seeds, settings.workers,
+                            settings.threads_per_worker)
 
 
 def run(model_dir: Path, out: Path, settings: HeldOutSettings,
@@ -169,7 +154,7 @@ def main(argv: list[str] | None = None) -> int:
     except ValueError as exc:
         p.error(str(exc))
     if settings.workers == 1:
-        _worker_threads(settings.threads_per_worker)
+        set_worker_threads(settings.threads_per_worker)
     try:
         report = run(Path(args.model_dir or default_model_dir()), Path(args.out), settings)
     except (ReplayError, ValueError, OSError) as exc:

@@ -51,13 +51,16 @@ class SceneSnapshot:
 @dataclass
 class DriveLog:
     """ego: float64 [N, 7] at 50 Hz: t, x, y, yaw, v, yaw_rate, accel. scenes / infos: at 10 Hz
-    (scene k at t = k / 10). seconds: the requested length (the log runs 6.4 s longer)."""
+    (scene k at t = k / 10). seconds: the requested length (the log runs 6.4 s longer).
+    planned: float64 [frame_count, 64, 3] the expert's own future of each frame where the
+    driven ego was disturbed (sim/disturbed_drive.py); None: the logged future is the expert's."""
 
     world: World
     seconds: float
     ego: np.ndarray
     scenes: list[SceneSnapshot]
     infos: list[ExpertInfo]
+    planned: np.ndarray | None = None
 
     @property
     def frame_count(self) -> int:
@@ -65,7 +68,10 @@ class DriveLog:
         return int(round(self.seconds * FRAME_HZ)) + 1
 
     def future(self, k: int) -> np.ndarray:
-        """float64 [64, 3] (x, y, yaw) of the ego at 0.1 s steps after frame k, in its frame."""
+        """float64 [64, 3] (x, y, yaw) of the expert's ego at 0.1 s steps after frame k, in
+        its frame."""
+        if self.planned is not None:
+            return self.planned[k]
         i0 = k * SUBSTEPS
         idx = i0 + SUBSTEPS * np.arange(1, FUTURE_STEPS + 1)
         return to_frame(self.ego[i0, 1:4], self.ego[idx, 1:4])

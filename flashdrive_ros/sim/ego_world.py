@@ -53,14 +53,14 @@ class EgoWorld:
 
     def fork(self) -> EgoWorld:
         """An independent copy of the world and the ego now (route, scenery and vehicle paths
-        shared, being read-only) with an expert of its own."""
+        shared, being read-only) with a copy of the expert."""
         world = self.world
         shared = [world.route, world.statics, world.style,
                   *(v.path for v in world.vehicles if v.path is not None)]
         memo = {id(obj): obj for obj in shared}
         other = copy.copy(self)
         other.world = copy.deepcopy(world, memo)
-        other.expert = Expert(other.world)
+        other.expert = self.expert.fork(other.world)
         return other
 
     def step(self, accel: float, steer: float) -> None:

@@ -3,6 +3,7 @@ parked cars, stopping for red lights and crossing pedestrians, following slower 
 
 from __future__ import annotations
 
+import copy
 from dataclasses import dataclass
 
 import numpy as np
@@ -69,6 +70,15 @@ class Expert:
             self._nudge = np.maximum(self._nudge, need * ramp)
         self._committed: set[int] = set()
         self._s = None
+
+    def fork(self, world: World) -> Expert:
+        """This expert, with its commitments to lights, for `world`, a copy of its own world
+        (lights in the same order)."""
+        other = copy.copy(self)
+        other.world = world
+        lights = {id(old): new for old, new in zip(self.world.lights(), world.lights())}
+        other._committed = {id(lights[k]) for k in self._committed if k in lights}
+        return other
 
     def nudge_at(self, s):
         return np.interp(s, self._grid, self._nudge)

@@ -13,6 +13,7 @@ import os
 import numpy as np
 
 from flashdrive_ros.model.config import ModelConfig
+from flashdrive_ros.sim.disturbed_drive import Disturbance
 from flashdrive_ros.train.drive import Drive
 from flashdrive_ros.train.sensor_noise import (NO_NOISE, SensorNoise, camera_effects,
                                                measured_poses)
@@ -20,19 +21,30 @@ from flashdrive_ros.train.sensor_noise import (NO_NOISE, SensorNoise, camera_eff
 SIM_IMPORT_ERROR = "the simulator (flashdrive_ros.sim) is needed to generate training drives"
 
 
+def is_disturbed(seed: int, share: float) -> bool:
+    """Whether the training drive of `seed` is driven with disturbances, for a `share` of
+    seeds."""
+    return bool(np.random.default_rng([seed, 31]).random() < share)
+
+
 def generate_drive(seed: int, seconds: float, image_size: tuple[int, int],
-                   noise: SensorNoise = NO_NOISE) -> Drive:
+                   noise: SensorNoise = NO_NOISE, disturbance: Disturbance | None = None
+                   ) -> Drive:
     """image_size: (height, width) of the model input; noise: what the odometry and the
-    cameras add to the simulated truth (the expert's future stays exact)."""
+    cameras add to the simulated truth (the expert's future stays exact); disturbance: the
+    ego is pushed off its course and the expert's future is its way back
+    (sim/disturbed_drive.py)."""
     import torch
 
     from flashdrive_ros.model.preprocess import resize_images
+    from flashdrive_ros.sim.disturbed_drive import simulate_disturbed
     from flashdrive_ros.sim.drive import FRAME_HZ, SUBSTEPS, simulate
     from flashdrive_ros.sim.labels import DECISIONS, label_drive
     from flashdrive_ros.sim.render import Renderer
 
     torch.set_num_threads(1)
-    log = simulate(seed, seconds)
+    log = (simulate(seed, seconds) if disturbance is None
+           else simulate_disturbed(seed, seconds, disturbance))
     count = log.frame_count
     renderer = Renderer(log.world)
     labels = label_drive(log.infos, seed, count)
@@ -54,15 +66,23 @@ def generate_drive(seed: int, seconds: float, image_size: tuple[int, int],
                  [",".join(label.tags) for label in labels])
 
 
-def _worker(args: tuple[int, float, tuple[int, int], SensorNoise]) -> Drive:
+def _worker(args: tuple[int, float, tuple[int, int], SensorNoise, Disturbance | None]
+            ) -> Drive:
     return generate_drive(*args)
 
 
 def generate_drives(seeds: list[int], seconds: float, cfg: ModelConfig,
-                    workers: int | None = None, noise: SensorNoise = NO_NOISE) -> list[Drive]:
-    """Drives for `seeds` in seed order, `workers` processes (default: all cores)."""
+                    workers: int | None = None, noise: SensorNoise = NO_NOISE,
+                    disturbance: Disturbance | None = None,
+                    disturbed_share: float = 0.0) -> list[Drive]:
+    """Drives for `seeds` in seed order, `workers` processes (default: all cores); the
+    `is_disturbed` share of them driven with `disturbance`."""
+    if disturbed_share > 0 and disturbance is None:
+        raise ValueError("disturbed_share > 0 needs a disturbance")
     size = (cfg.prompt.image_height, cfg.prompt.image_width)
-    jobs = [(int(seed), float(seconds), size, noise) for seed in seeds]
+    jobs = [(int(seed), float(seconds), size, noise,
+             disturbance if is_disturbed(int(seed), disturbed_share) else None)
+            for seed in seeds]
     workers = min(workers or os.cpu_count() or 1, len(jobs))
     if workers <= 1:
         return [_worker(job) for job in jobs]

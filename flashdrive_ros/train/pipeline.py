@@ -38,7 +38,7 @@ from flashdrive_ros.train.draft_corpus import build_draft_corpus
 from flashdrive_ros.train.drafter_data import concat_corpora
 from flashdrive_ros.train.coverage import check_coverage, coverage, markdown
 from flashdrive_ros.train.drafter_train import train_drafter
-from flashdrive_ros.train.generate import generate_drives
+from flashdrive_ros.train.generate import generate_drives, is_disturbed
 from flashdrive_ros.train.log import TrainLog
 from flashdrive_ros.train.model_dir import half_copy
 from flashdrive_ros.train.recipe import Recipe, smoke
@@ -93,7 +93,7 @@ def run(out: Path, recipe: Recipe, minutes_budget: float, device: torch.device, 
     train_list = train_seeds(recipe.train_drives)
     eval_list = eval_seeds(recipe.eval_drives)
     train_drives = generate_drives(train_list, recipe.drive_seconds, probe, workers,
-                                   recipe.noise)
+                                   recipe.noise, recipe.disturbance, recipe.disturbed_share)
     eval_drives = generate_drives(eval_list, recipe.drive_seconds, probe, workers)
     drives = train_drives + eval_drives
     frames = sum(d.num_steps for d in drives)
@@ -128,7 +128,11 @@ def run(out: Path, recipe: Recipe, minutes_budget: float, device: torch.device, 
                      "train_seeds": [train_list[0], train_list[-1]],
                      "eval_seeds": [eval_list[0], eval_list[-1]], "device": str(device),
                      "drive_seconds": recipe.drive_seconds,
-                     "noise": dataclasses.asdict(recipe.noise), "coverage": table}
+                     "noise": dataclasses.asdict(recipe.noise),
+                     "disturbance": dataclasses.asdict(recipe.disturbance),
+                     "disturbed_drives": sum(is_disturbed(seed, recipe.disturbed_share)
+                                             for seed in train_list),
+                     "coverage": table}
     summary["target"] = train_target(
         model, data, eval_data, recipe.target_steps, recipe.target_share * remaining,
         recipe.target_batch, recipe.target_lr, seed, log, device, autocast, cache_dtype,
@@ -210,12 +214,18 @@ def main(argv: list[str] | None = None) -> int:
                         help="tiny model, two short drives, a few steps (CPU test)")
     parser.add_argument("--train-drives", type=int, default=None)
     parser.add_argument("--drive-seconds", type=float, default=None)
+    parser.add_argument("--disturbed-share", type=float, default=None,
+                        help=f"share of training drives driven with disturbances (default "
+                             f"{Recipe.disturbed_share})")
     args = parser.parse_args(argv)
     recipe = smoke() if args.smoke else Recipe()
-    if args.train_drives is not None:
-        recipe.train_drives = args.train_drives
-    if args.drive_seconds is not None:
-        recipe.drive_seconds = args.drive_seconds
+    overrides = {name: value for name, value in (
+        ("train_drives", args.train_drives), ("drive_seconds", args.drive_seconds),
+        ("disturbed_share", args.disturbed_share)) if value is not None}
+    try:
+        recipe = dataclasses.replace(recipe, **overrides)
+    except ValueError as exc:
+        parser.error(str(exc))
     summary = run(args.out, recipe, args.minutes_budget, torch.device(args.device), args.seed,
                   args.workers)
     print(json.dumps({k: summary[k] for k in ("target", "streaming_backbone", "drafter_flat",

@@ -6,6 +6,7 @@ import dataclasses
 from dataclasses import dataclass, field
 
 from flashdrive_ros.model.config import ModelConfig, PromptConfig, embedded, tiny
+from flashdrive_ros.sim.disturbed_drive import Disturbance
 from flashdrive_ros.train.sensor_noise import SensorNoise
 from flashdrive_ros.train.streaming_backbone import BackboneStreamingConfig
 
@@ -15,8 +16,9 @@ class Recipe:
     """Data, vocabulary and per-stage step caps; stages also stop on their time share.
 
     Drives last `drive_seconds` (60 s holds every scenario block in a seeded order); training
-    drives carry `noise`, held-out drives are exact. A decision class with fewer than
-    `min_decision_windows` training windows stops the run.
+    drives carry `noise`, and `disturbed_share` of them are driven with `disturbance` (the
+    expert's way back to its course as the label); held-out drives are exact. A decision
+    class with fewer than `min_decision_windows` training windows stops the run.
     """
 
     preset: str = "embedded"
@@ -25,6 +27,8 @@ class Recipe:
     drive_seconds: float = 60.0
     min_decision_windows: int = 300
     noise: SensorNoise = field(default_factory=SensorNoise)
+    disturbed_share: float = 0.35
+    disturbance: Disturbance = field(default_factory=Disturbance)
     bpe_tokens: int = 1024
     target_steps: int = 6000
     target_batch: int = 32
@@ -59,6 +63,8 @@ class Recipe:
             raise ValueError("recipe counts must be >= 1")
         if self.min_decision_windows < 0:
             raise ValueError("min_decision_windows must be >= 0")
+        if not 0.0 <= self.disturbed_share <= 1.0:
+            raise ValueError(f"disturbed_share must be in [0, 1], got {self.disturbed_share}")
         if (self.target_share + self.backbone_share + 2 * self.draft_share
                 + self.stream_share > 1.0):
             raise ValueError("stage time shares exceed 1")
@@ -79,7 +85,7 @@ def smoke() -> Recipe:
                   target_eval_rows=4, draft_rows=8, draft_eval_rows=4, draft_steps=10,
                   draft_batch=16, stream_steps=2, stream_max_windows=2, stream_sequences=1,
                   stream_samples=4, stream_eval_sequences=2, reserve_seconds=0.0,
-                  min_decision_windows=0,
+                  min_decision_windows=0, disturbed_share=0.5,
                   backbone=BackboneStreamingConfig(steps=2, streaming_sequences=2,
                                                    full_prefill_windows=2, min_windows=2,
                                                    max_windows=3, eval_rows=2, eval_length=3,

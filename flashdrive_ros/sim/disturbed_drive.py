@@ -1,0 +1,120 @@
+"""A drive whose ego the expert steers with disturbance pulses added to its steering and
+acceleration, so that the ego leaves its lane centre and its speed and the expert brings it
+back. Each 10 Hz frame's future is the expert's undisturbed plan from that frame's state: the
+drive as logged up to the first disturbed step of the frame's horizon, then the expert alone on
+a copy of the world forked at that step."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from flashdrive_ros.sim.drive import (FUTURE_DT, FUTURE_STEPS, SIM_HZ, SUBSTEPS, DriveLog,
+                                      to_frame)
+from flashdrive_ros.sim.ego_world import EgoWorld
+
+HORIZON_STEPS = FUTURE_STEPS * SUBSTEPS
+
+
+@dataclass(frozen=True)
+class Disturbance:
+    gap_s: tuple[float, float] = (5.0, 12.0)  # time from one pulse's start to the next's
+    duration_s: tuple[float, float] = (0.4, 1.2)  # pulse length
+    steer_rad: float = 0.2  # largest |steering offset| of a pulse
+    accel_mps2: float = 2.0  # largest |acceleration offset| of a pulse
+    first_s: float = 2.0  # earliest start of the first pulse
+
+    def __post_init__(self) -> None:
+        for name in ("gap_s", "duration_s"):
+            low, high = getattr(self, name)
+            if not 0 < low <= high:
+                raise ValueError(f"{name} must be (low, high) with 0 < low <= high, got "
+                                 f"{getattr(self, name)}")
+        if self.duration_s[1] >= self.gap_s[0]:
+            raise ValueError(f"pulses must not overlap: duration_s {self.duration_s} against "
+                             f"gap_s {self.gap_s}")
+        if self.steer_rad < 0 or self.accel_mps2 < 0 or self.first_s < 0:
+            raise ValueError("steer_rad, accel_mps2 and first_s must be >= 0")
+
+
+@dataclass(frozen=True)
+class Pulse:
+    start: int  # first disturbed 50 Hz step
+    stop: int  # first step after the pulse
+    steer: float
+    accel: float
+
+
+def pulse_schedule(disturbance: Disturbance, steps: int, rng: np.random.Generator
+                   ) -> list[Pulse]:
+    """Pulses over `steps` 50 Hz steps, each with a random sign and size of steering and
+    acceleration offset."""
+    pulses = []
+    t = disturbance.first_s + rng.uniform(0.0, disturbance.gap_s[0])
+    while True:
+        start = int(round(t * SIM_HZ))
+        stop = start + max(1, int(round(rng.uniform(*disturbance.duration_s) * SIM_HZ)))
+        if stop > steps:
+            return pulses
+        pulses.append(Pulse(start, stop,
+                            float(rng.uniform(-1.0, 1.0) * disturbance.steer_rad),
+                            float(rng.uniform(-1.0, 1.0) * disturbance.accel_mps2)))
+        t += rng.uniform(*disturbance.gap_s)
+
+
+def simulate_disturbed(seed: int, seconds: float, disturbance: Disturbance,
+                       blocks: tuple[str, ...] | None = None) -> DriveLog:
+    """Like `drive.simulate`, with the ego disturbed by `pulse_schedule` pulses (seeded by
+    `seed`) and `DriveLog.planned` holding each frame's undisturbed expert future."""
+    if seconds <= 0:
+        raise ValueError(f"seconds must be > 0, got {seconds}")
+    sim = EgoWorld(seed, seconds, blocks)
+    n_steps = int(round((seconds + FUTURE_STEPS * FUTURE_DT) * SIM_HZ)) + 1
+    frame_count = int(round(seconds * SIM_HZ / SUBSTEPS)) + 1
+    pulses = pulse_schedule(disturbance, (frame_count - 1) * SUBSTEPS + HORIZON_STEPS,
+                            np.random.default_rng([seed, 23]))
+    offsets = np.zeros((n_steps, 2))  # offsets: [n_steps, 2] (accel, steer) added at a step
+    for pulse in pulses:
+        offsets[pulse.start:pulse.stop] = (pulse.accel, pulse.steer)
+    disturbed = np.flatnonzero(np.abs(offsets).sum(axis=1) > 0)
+    fork_steps = {p.start for p in pulses} | {
+        int(i) for i in disturbed if i % SUBSTEPS == 0 and i < frame_count * SUBSTEPS}
+    rows, scenes, infos, forks = [], [], [], {}
+    for i in range(n_steps):
+        if i in fork_steps:
+            forks[i] = sim.fork()
+        accel, steer, info = sim.expert_control()
+        if i % SUBSTEPS == 0:
+            scenes.append(sim.snapshot())
+            infos.append(info)
+        ego = sim.ego
+        rows.append((sim.t, ego.x, ego.y, ego.yaw, ego.v, ego.yaw_rate, ego.accel))
+        sim.step(accel + offsets[i, 0], steer + offsets[i, 1])
+    ego_rows = np.asarray(rows, dtype=np.float64)
+    branches = {i: _expert_poses(fork) for i, fork in forks.items()}
+    planned = np.stack([_planned_future(k * SUBSTEPS, ego_rows, disturbed, branches)
+                        for k in range(frame_count)])
+    return DriveLog(sim.world, float(seconds), ego_rows, scenes, infos, planned=planned)
+
+
+def _expert_poses(sim: EgoWorld) -> np.ndarray:
+    """float64 [HORIZON_STEPS + 1, 3] (x, y, yaw) of the undisturbed expert from the fork."""
+    poses = [(sim.ego.x, sim.ego.y, sim.ego.yaw)]
+    for _ in range(HORIZON_STEPS):
+        accel, steer, _ = sim.expert_control()
+        sim.step(accel, steer)
+        poses.append((sim.ego.x, sim.ego.y, sim.ego.yaw))
+    return np.asarray(poses, dtype=np.float64)
+
+
+def _planned_future(i0: int, ego_rows: np.ndarray, disturbed: np.ndarray,
+                    branches: dict[int, np.ndarray]) -> np.ndarray:
+    """float64 [FUTURE_STEPS, 3] of the frame at step i0: logged poses up to the first
+    disturbed step of its horizon, the fork's from there."""
+    poses = ego_rows[i0:i0 + HORIZON_STEPS + 1, 1:4].copy()  # poses: [HORIZON_STEPS + 1, 3]
+    ahead = disturbed[(disturbed >= i0) & (disturbed < i0 + HORIZON_STEPS)]
+    if ahead.size:
+        first = int(ahead[0])
+        poses[first - i0:] = branches[first][:HORIZON_STEPS + 1 - (first - i0)]
+    return to_frame(poses[0], poses[SUBSTEPS::SUBSTEPS])

@@ -1,0 +1,95 @@
+"""Disturbed drives: without pulses the drive and its futures are the plain drive's; a fork
+of the world with its expert continues the drive exactly; with pulses the ego leaves its
+course, and each frame's future is the expert's undisturbed way back."""
+
+import numpy as np
+import pytest
+
+from flashdrive_ros.sim.disturbed_drive import (HORIZON_STEPS, Disturbance, pulse_schedule,
+                                                simulate_disturbed)
+from flashdrive_ros.sim.drive import SUBSTEPS, simulate
+from flashdrive_ros.sim.ego_world import EgoWorld
+from flashdrive_ros.sim.world import EGO_LANE_D
+from flashdrive_ros.train.generate import generate_drives, is_disturbed
+
+SEED = 4242
+
+
+def test_without_pulses_the_drive_and_its_futures_are_the_plain_drive():
+    plain = simulate(SEED, 3.0)
+    log = simulate_disturbed(SEED, 3.0, Disturbance(first_s=100.0))
+    assert np.array_equal(log.ego, plain.ego)
+    assert np.array_equal(np.stack([log.future(k) for k in range(log.frame_count)]),
+                          np.stack([plain.future(k) for k in range(plain.frame_count)]))
+
+
+def test_a_fork_continues_the_drive_through_a_red_light_exactly():
+    sim = EgoWorld(SEED, 12.0, ("red_light",))
+    rows, forks = [], {}
+    for i in range(12 * 50):
+        if i in (100, 350):
+            forks[i] = sim.fork()
+        accel, steer, _ = sim.expert_control()
+        sim.step(accel, steer)
+        rows.append((sim.ego.x, sim.ego.y, sim.ego.yaw, sim.ego.v))
+    assert min(r[3] for r in rows) < 0.5
+    for start, fork in forks.items():
+        for i in range(start, len(rows)):
+            accel, steer, _ = fork.expert_control()
+            fork.step(accel, steer)
+            assert (fork.ego.x, fork.ego.y, fork.ego.yaw, fork.ego.v) == rows[i]
+
+
+def test_pulses_push_the_ego_off_its_course_and_the_futures_lead_back():
+    log = simulate_disturbed(SEED, 20.0, Disturbance())
+    plain = simulate(SEED, 20.0)
+    offset = np.array([info.route_d for info in log.infos[:log.frame_count]]) - EGO_LANE_D
+    assert np.abs(log.ego[:, 1:3] - plain.ego[:, 1:3]).max() > 1.0
+    assert np.abs(offset).max() > 0.4
+    futures = np.stack([log.future(k) for k in range(log.frame_count)])
+    logged = np.stack([_logged_future(log, k) for k in range(log.frame_count)])
+    changed = np.abs(futures - logged).max(axis=(1, 2)) > 1e-9
+    assert 0.2 < changed.mean() < 1.0
+    off = np.flatnonzero(np.abs(offset) > 0.4)
+    route = log.world.route
+    for k in off:
+        pose = log.ego[k * SUBSTEPS, 1:4]
+        c, s = np.cos(pose[2]), np.sin(pose[2])
+        end = futures[k, -1]
+        _, d_end = route.project((pose[0] + c * end[0] - s * end[1],
+                                  pose[1] + s * end[0] + c * end[1]))
+        assert abs(d_end - EGO_LANE_D) < abs(offset[k]), f"frame {k} does not lead back"
+
+
+def _logged_future(log, k):
+    from flashdrive_ros.sim.drive import to_frame
+
+    i0 = k * SUBSTEPS
+    return to_frame(log.ego[i0, 1:4], log.ego[i0 + SUBSTEPS * np.arange(1, 65), 1:4])
+
+
+def test_pulse_schedule_keeps_pulses_apart_and_inside_the_drive():
+    d = Disturbance()
+    pulses = pulse_schedule(d, 40 * 50 + HORIZON_STEPS, np.random.default_rng(0))
+    assert len(pulses) >= 3
+    assert pulses[0].start >= d.first_s * 50
+    for a, b in zip(pulses, pulses[1:]):
+        assert a.stop < b.start and (b.start - a.start) >= d.gap_s[0] * 50 - 1
+    assert all(abs(p.steer) <= d.steer_rad and abs(p.accel) <= d.accel_mps2 for p in pulses)
+
+
+@pytest.mark.parametrize("kwargs", [{"gap_s": (0.0, 1.0)}, {"duration_s": (2.0, 1.0)},
+                                    {"duration_s": (1.0, 6.0)}, {"steer_rad": -0.1}])
+def test_bad_disturbances_are_refused(kwargs):
+    with pytest.raises(ValueError):
+        Disturbance(**kwargs)
+
+
+def test_the_disturbed_share_of_training_drives_is_drawn_per_seed():
+    seeds = range(200)
+    share = np.mean([is_disturbed(s, 0.35) for s in seeds])
+    assert 0.25 < share < 0.45
+    assert [is_disturbed(s, 0.35) for s in seeds] == [is_disturbed(s, 0.35) for s in seeds]
+    assert not any(is_disturbed(s, 0.0) for s in seeds)
+    with pytest.raises(ValueError, match="needs a disturbance"):
+        generate_drives([1], 1.0, None, disturbed_share=0.5)
