@@ -29,7 +29,7 @@ from flashdrive_ros.engine.graphed_steps import GraphedSteps
 from flashdrive_ros.engine.padded_logits import PaddedRowLogits
 from flashdrive_ros.engine.proposers import make_proposer
 from flashdrive_ros.engine.slot_features import SlotFeatures
-from flashdrive_ros.engine.speculative import speculative_decode
+from flashdrive_ros.engine.speculative import Proposer, speculative_decode
 from flashdrive_ros.engine.streaming import (PrefillPlan, StreamingKVCache, encode_frames,
                                              prompt_geometry, run_prefill)
 from flashdrive_ros.engine.timing import StageTimer
@@ -325,16 +325,22 @@ class Engine:
     def decode(self, prefill_out: PrefillOutput, generator: torch.Generator) -> DecodeResult:
         cache = self.stream.cache
         target = self.graphs.target if self.graphs else self.target
-        proposer = self.graphs.proposer if self.graphs else self.proposer
+        proposer = self.window_proposer()
         if proposer is not None:
-            if self.cfg.coc_reuse and self.previous_coc:
-                proposer = CoCReuseProposer(proposer, self.previous_coc, self.device)
             decoded = speculative_decode(target, proposer, prefill_out, cache, self.stop,
                                          self.sampling, generator)
             self.previous_coc = list(decoded.tokens)
             return decoded
         return autoregressive_decode(target, prefill_out, cache, self.stop, self.sampling,
                                      generator)
+
+    def window_proposer(self) -> Proposer | None:
+        """The proposer of this window's decode (None: autoregressive): the drafter, graphed
+        under CUDA graphs, behind the previous window's CoC drafts with `coc_reuse`."""
+        proposer = self.graphs.proposer if self.graphs else self.proposer
+        if proposer is not None and self.cfg.coc_reuse and self.previous_coc:
+            proposer = CoCReuseProposer(proposer, self.previous_coc, self.device)
+        return proposer
 
     def action(self, window: Window, generator: torch.Generator,
                velocity_fn: VelocityFn | None = None) -> np.ndarray:
