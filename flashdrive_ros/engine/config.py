@@ -8,6 +8,7 @@ from dataclasses import dataclass
 import torch
 
 from flashdrive_ros.engine.flow_cached import FlowSchedule
+from flashdrive_ros.model.cache_attention import VERIFY_ATTENTION
 from flashdrive_ros.model.config import ConfigError
 from flashdrive_ros.model.drafter_name import DRAFTER_FILE, drafter_name_problem
 
@@ -33,7 +34,9 @@ class EngineConfig:
     of 8 (default on CUDA in flashdrive mode, where the plain product runs several times under
     memory bandwidth). `coc_reuse` drafts from the previous window's CoC where the tokens
     committed so far match it, from the drafter elsewhere (default on with speculative
-    decoding; lossless like any draft)."""
+    decoding; lossless like any draft). `verify_attention` "flex" runs the attention of the
+    fixed-shape decode and verify steps (CUDA graphs) by the cache length with a FlexAttention
+    block mask instead of a dense mask over the capacity."""
 
     mode: str = "flashdrive"
     streaming: bool | None = None
@@ -55,6 +58,7 @@ class EngineConfig:
     padded_logits: bool | None = None
     drafter_file: str = DRAFTER_FILE
     coc_reuse: bool | None = None
+    verify_attention: str = "masked"
 
     def __post_init__(self) -> None:
         if self.mode not in MODES:
@@ -120,6 +124,12 @@ class EngineConfig:
                               f"device={self.device!r}")
         if problem := drafter_name_problem(self.drafter_file):
             raise ConfigError(f"drafter_file {problem}")
+        if self.verify_attention not in VERIFY_ATTENTION:
+            raise ConfigError(f"verify_attention must be one of {VERIFY_ATTENTION}, got "
+                              f"{self.verify_attention!r}")
+        if self.verify_attention == "flex" and not self.cuda_graphs:
+            raise ConfigError("verify_attention 'flex' runs in the fixed-shape steps of "
+                              "cuda_graphs; set cuda_graphs true or verify_attention 'masked'")
         if self.backend == "tensorrt" and self.cuda_graphs:
             raise ConfigError("cuda_graphs captures the torch backend's steps; set "
                               "cuda_graphs false with backend 'tensorrt'")

@@ -151,7 +151,8 @@ class Engine:
         """The fixed-shape steps over this engine's model and cache, as CUDA graphs
         (`enabled=False`: the same capture-safe steps run eagerly)."""
         return GraphedSteps(self.model, self.target, self.proposer, self.stream.cache,
-                            self.image_size, self.cfg.flow_schedule, enabled)
+                            self.image_size, self.cfg.flow_schedule, enabled,
+                            self.cfg.verify_attention)
 
     def shapes(self) -> EngineShapes:
         """The step shapes this engine runs (exported graphs and TensorRT profiles)."""
