@@ -38,6 +38,7 @@ from flashdrive_ros.model.alpamayo import AlpamayoModel
 from flashdrive_ros.model.config import ConfigError
 from flashdrive_ros.model.drafter_file import AnyDrafter, load_drafter
 from flashdrive_ros.model.flow import initial_noise
+from flashdrive_ros.model.fp8_linear import fp8_gemm_supported, use_backbone_weights
 from flashdrive_ros.model.history import HistoryTokenizer
 from flashdrive_ros.model.kv_cache import KVCache
 from flashdrive_ros.model.prompt import PromptBuilder
@@ -95,6 +96,12 @@ class Engine:
                     wanted.index is not None and weight.device.index != wanted.index):
                 raise ConfigError(f"{name} is on {weight.device} as {weight.dtype}, the engine "
                                   f"config asks for {cfg.device} {cfg.dtype}")
+        if cfg.backbone_weights == "fp8" and self.device.type == "cuda" \
+                and not fp8_gemm_supported(self.device):
+            raise ConfigError(f"backbone_weights 'fp8' needs e4m3 GEMMs (compute capability "
+                              f">= 8.9); {self.device} has "
+                              f"{torch.cuda.get_device_capability(self.device)}")
+        use_backbone_weights(model.vlm.language_model, cfg.backbone_weights)
         self.prompt_builder = PromptBuilder(mcfg, tokenizer)
         self.history_tokenizer = HistoryTokenizer(mcfg.action, tokenizer.traj_token_start)
         self.image_token_id = tokenizer.token_id("<|image_pad|>")
