@@ -32,8 +32,8 @@ def test_a_variant_that_cannot_fit_three_windows_is_refused_with_the_reason():
 
 
 def test_the_reference_runs_after_the_full_method_variants():
-    names = ["flashdrive", "flashdrive_at_5.6_block8", "flashdrive_plain_logits", "baseline"]
-    assert job_order(names, True) == ["flashdrive", "flashdrive_at_5.6_block8", "reference",
-                                      "flashdrive_plain_logits", "baseline"]
+    names = ["flashdrive", "flashdrive_at_5.6_block8", "cuda_graphs", "baseline", "streaming"]
+    assert job_order(names, True) == ["flashdrive", "flashdrive_at_5.6_block8", "cuda_graphs",
+                                      "reference", "baseline", "streaming"]
     assert job_order(names, False) == names
-    assert job_order(["baseline"], True) == ["reference", "baseline"]
+    assert job_order(["flashdrive"], True) == ["flashdrive", "reference"]

@@ -22,8 +22,8 @@ from flashdrive_ros.bench.measured_acceptance import run_at_acceptance
 from flashdrive_ros.bench.projection import SOURCES, project, thor_floors
 from flashdrive_ros.bench.reference_run import ReferenceRunner, run_reference
 from flashdrive_ros.bench.shapes import Parts, build_parts
-from flashdrive_ros.bench.variants import (ALL_PLAIN_LOGITS, AT_ACCEPTANCE, REFERENCE,
-                                           ar_counterpart, variant_overrides)
+from flashdrive_ros.bench.variants import (AT_ACCEPTANCE, BASELINE, REFERENCE, ar_counterpart,
+                                           variant_overrides)
 from flashdrive_ros.bench.work import Work, stage_floors
 from flashdrive_ros.model.config import ModelConfig
 from flashdrive_ros.paths import default_model_dir
@@ -169,13 +169,12 @@ def measured_section(variants: dict) -> dict:
 
 
 def job_order(names: list[str], reference: bool) -> list[str]:
-    """Engine variants in order, the reference (when on) right before the plain-logits
-    variant: after all CUDA-graph variants of the full method, before the ablations."""
+    """Engine variants in order, the reference (when on) right before the baseline: after
+    the CUDA-graph variants, before the ablations."""
     if not reference:
         return names
     order = list(names)
-    cut = next((i for i, name in enumerate(order) if name == ALL_PLAIN_LOGITS
-                or not name.startswith("flashdrive")), len(order))
+    cut = order.index(BASELINE) if BASELINE in order else len(order)
     return order[:cut] + [REFERENCE] + order[cut:]
 
 

@@ -23,14 +23,16 @@ AT_ACCEPTANCE = {
     "flashdrive_at_11.5_block16": ({}, 11.5, 16),
     "flashdrive_fp8_flex_at_5.6_block8": ({**FP8, **FLEX}, 5.6, 8),
 }
-VARIANT_NAMES = (ALL, *AT_ACCEPTANCE, ALL_FLEX, ALL_FP8, ALL_FP8_FLEX, ALL_PLAIN_LOGITS,
-                 BASELINE, ALL_PRE_ROPE, *SHORTCUTS)
+VARIANT_NAMES = (ALL, *AT_ACCEPTANCE, ALL_FLEX, ALL_FP8, ALL_FP8_FLEX, "cuda_graphs",
+                 ALL_PLAIN_LOGITS, BASELINE, ALL_PRE_ROPE,
+                 *(name for name in SHORTCUTS if name != "cuda_graphs"))
 
 
 def variant_overrides(device: str, backend: str = "torch"
                       ) -> tuple[dict[str, dict], dict[str, str]]:
     """({variant: EngineConfig overrides}, {variant: why it is skipped}) in VARIANT_NAMES
-    order. `flashdrive` takes every shortcut at its mode default (CUDA graphs on where the
+    order (the CUDA-graph variants first).
+    `flashdrive` takes every shortcut at its mode default (CUDA graphs on where the
     device is CUDA and the backend torch); the AT_ACCEPTANCE variants are `flashdrive` (or
     with FP8 weights and flex verify attention) timed at a chosen accepted length
     (measured_acceptance.py); `flashdrive_flex_verify` and `flashdrive_fp8[_flex]` add
@@ -45,11 +47,12 @@ def variant_overrides(device: str, backend: str = "torch"
     candidates[ALL_FLEX] = {"mode": "flashdrive", **FLEX}
     candidates[ALL_FP8] = {"mode": "flashdrive", **FP8}
     candidates[ALL_FP8_FLEX] = {"mode": "flashdrive", **FP8, **FLEX}
+    candidates["cuda_graphs"] = {"mode": "flashdrive", **ALL_OFF, "cuda_graphs": True}
     candidates[ALL_PLAIN_LOGITS] = {"mode": "flashdrive", "padded_logits": False}
     candidates[BASELINE] = {"mode": "baseline"}
     candidates[ALL_PRE_ROPE] = {"mode": "flashdrive", "rotated_keys": False}
     candidates.update({name: {"mode": "flashdrive", **ALL_OFF, name: True}
-                       for name in SHORTCUTS})
+                       for name in SHORTCUTS if name != "cuda_graphs"})
     variants: dict[str, dict] = {}
     skipped: dict[str, str] = {}
     for name, overrides in candidates.items():
