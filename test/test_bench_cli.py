@@ -8,8 +8,9 @@ from flashdrive_ros.bench.cli import main
 from flashdrive_ros.bench.variants import ALL_PRE_ROPE, ar_counterpart, variant_overrides
 from flashdrive_ros.engine.types import STAGES
 
+AT_L = ("flashdrive_at_5.6_block8", "flashdrive_at_11.5_block16")
 ENGINE_VARIANTS = ("baseline", "streaming", "speculative", "cached_velocity", "flashdrive",
-                   "flashdrive_prerope_keys")
+                   "flashdrive_prerope_keys", "flashdrive_fp8", *AT_L)
 SAMPLES = ("1", "6")
 
 
@@ -36,6 +37,30 @@ def test_bench_json_is_complete(run):
     assert run["floors"]["copy_bytes_per_s"] > 0 and run["floors"]["matmul_flops_per_s"] > 0
     assert set(run["variants"]) == {"reference", *ENGINE_VARIANTS}
     assert "cuda_graphs" in run["skipped"] and "flashdrive_plain_logits" in run["skipped"]
+    assert "set cuda_graphs true" in run["skipped"]["flashdrive_flex_verify"]
+    order = list(run["variants"])
+    assert order[:5] == ["flashdrive", *AT_L, "flashdrive_fp8", "reference"]
+
+
+def test_decode_is_measured_at_the_pattern_accepted_length(run):
+    for name, block, length in ((AT_L[0], 8, 5.6), (AT_L[1], 16, 11.5)):
+        for count in SAMPLES:
+            m = run["measured_acceptance"][name][count]
+            assert m["block_size"] == block and m["target_accepted_length"] == length
+            assert m["rounds_mean"] == m["pattern_rounds"] and m["same_coc_as_recorded"] == 1
+            result = run["variants"][name]["samples"][count]
+            assert result["work"]["rounds"] == m["pattern_rounds"]
+            assert m["decode_ms"] == result["stages"]["decode"]["p50"]
+    assert run["measured_acceptance"][AT_L[0]]["1"]["pattern_rounds"] == 3
+
+
+def test_every_measured_variant_has_a_thor_projection(run):
+    assert run["thor"]["floors"]["copy_bytes_per_s"] == pytest.approx(273e9)
+    for name, variant in run["variants"].items():
+        projected = variant["samples"]["1"]["thor_projected_ms"]
+        assert all(projected[stage] > 0 for stage in STAGES), name
+        assert projected["total"] == pytest.approx(
+            sum(projected[s] for s in STAGES if s != "total"))
 
 
 @pytest.mark.parametrize("variant", ["reference", *ENGINE_VARIANTS])
@@ -70,6 +95,7 @@ def test_engine_variants_decode_the_forced_coc_and_stream(run):
 
 def test_decode_section_pairs_speculative_with_autoregressive(run):
     assert set(run["decode"]) == {"speculative", "flashdrive", "flashdrive_prerope_keys"}
+    assert "flashdrive_fp8" not in run["decode"]
     d = run["decode"]["speculative"]
     assert d["autoregressive_variant"] == "baseline"
     labels = [i["label"] for i in d["implied"]]
@@ -110,7 +136,8 @@ def test_tensorrt_variants_leave_out_what_the_backend_cannot_run():
     assert ar_counterpart("flashdrive", torch_variants["flashdrive"], "cuda") == "cuda_graphs"
     variants, skipped = variant_overrides("cuda", "tensorrt")
     assert set(variants) == {"baseline", "flashdrive", "streaming", "speculative",
-                             "cached_velocity", "flashdrive_plain_logits"}
+                             "cached_velocity", "flashdrive_plain_logits", *AT_L}
+    assert "set backend 'torch'" in skipped["flashdrive_fp8"]
     assert "before RoPE" in skipped[ALL_PRE_ROPE] and "cuda_graphs" in skipped["cuda_graphs"]
     assert ar_counterpart("flashdrive", variants["flashdrive"], "cuda", "tensorrt") == "baseline"
 

@@ -58,6 +58,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                         help="torch CPU threads (default: torch's choice)")
     parser.add_argument("--budget-s", type=float, default=None,
                         help="start no further variant after this many seconds")
+    parser.add_argument("--reference-windows", type=int, default=None,
+                        help="timed windows of the reference path (default: --windows)")
     parser.add_argument("--no-reference", action="store_true",
                         help="skip the HF transformers reference path")
     parser.add_argument("--variants", type=variant_names, default=None,
@@ -68,9 +70,10 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                              "as TensorRT engines (CUDA)")
     args = parser.parse_args(argv)
     if args.windows < 1 or args.warmup < 1 or args.coc_tokens < 2 or (
-            args.threads is not None and args.threads < 1):
-        parser.error("--windows >= 1, --warmup >= 1, --coc-tokens >= 2 and --threads >= 1 "
-                     "are required")
+            args.threads is not None and args.threads < 1) or (
+            args.reference_windows is not None and args.reference_windows < 1):
+        parser.error("--windows >= 1, --warmup >= 1, --coc-tokens >= 2, --threads >= 1 and "
+                     "--reference-windows >= 1 are required")
     if args.backend == "tensorrt":
         if args.device != "cuda":
             parser.error("--backend tensorrt needs --device cuda")
@@ -98,7 +101,7 @@ def main(argv: list[str] | None = None) -> int:
     command = shlex.join(["flashdrive-bench", *(sys.argv[1:] if argv is None else argv)])
     settings = Settings(args.shape, args.device, args.windows, args.warmup, args.samples,
                         args.coc_tokens, args.seed, not args.no_reference, args.budget_s,
-                        args.backend, args.variants)
+                        args.backend, args.variants, args.reference_windows)
 
     def progress(bench: dict) -> None:
         write_json(path, bench)

@@ -83,6 +83,40 @@ def decode_table(bench: dict) -> str:
                      "implied total ms"], rows))
 
 
+def measured_table(bench: dict) -> str:
+    rows = []
+    for name, per_count in bench.get("measured_acceptance", {}).items():
+        for count, m in per_count.items():
+            rows.append([name, count, str(m["block_size"]), fmt(m["target_accepted_length"], 2),
+                         fmt(m["measured_accepted_length"], 2),
+                         f"{fmt(m['rounds_mean'])} ({m['pattern_rounds']})",
+                         fmt(m["same_coc_as_recorded"], 2), fmt(m["decode_ms"]),
+                         fmt(m["total_ms"])])
+    return ("### Decode measured at an accepted length (rounds of a trained drafter; "
+            "ms p50)\n\n"
+            + table(["variant", "samples", "block", "pattern L", "measured L (last round cut "
+                     "by the CoC end)", "rounds (pattern)", "same CoC as recorded",
+                     "decode", "total"], rows))
+
+
+def thor_table(bench: dict, count: str) -> str:
+    thor = bench.get("thor")
+    if not thor:
+        return ""
+    rows = []
+    for name, variant in bench["variants"].items():
+        run = variant.get("samples", {}).get(count)
+        if run is None or "thor_projected_ms" not in run:
+            continue
+        rows.append([name, *(fmt(run["thor_projected_ms"][s]) for s in STAGES)])
+    f = thor["floors"]
+    return (f"### Jetson AGX Thor projection, ms, {count} sample(s) (not measured)\n\n"
+            f"Rates used: {fmt(f['copy_bytes_per_s'] / 1e9)} GB/s, "
+            f"{fmt(f['matmul_flops_per_s'] / 1e12)} TFLOP/s ({thor['sources']['thor']}; "
+            f"scaled by this run's measured / nominal rates where the run is on an H200: "
+            f"{thor['sources']['h200']}).\n\n" + table(["variant", *STAGES], rows))
+
+
 def errors(bench: dict) -> str:
     lines = [f"- {name}: {v['error']}" for name, v in bench["variants"].items()
              if "error" in v]
@@ -97,6 +131,8 @@ def markdown(bench: dict) -> str:
     for count in bench["settings"]["samples"]:
         parts.append(floor_table(bench, str(count)))
     parts.append(decode_table(bench))
+    parts.append(measured_table(bench))
+    parts.append(thor_table(bench, str(bench["settings"]["samples"][0])))
     problems = errors(bench)
     if problems:
         parts.append("### Not measured\n\n" + problems)

@@ -8,7 +8,9 @@ from dataclasses import dataclass
 import torch
 
 from flashdrive_ros.engine.flow_cached import FlowSchedule
+from flashdrive_ros.model.cache_attention import VERIFY_ATTENTION
 from flashdrive_ros.model.config import ConfigError
+from flashdrive_ros.model.fp8_linear import BACKBONE_WEIGHTS
 from flashdrive_ros.model.drafter_name import DRAFTER_FILE, drafter_name_problem
 
 MODES = ("flashdrive", "baseline")
@@ -33,7 +35,12 @@ class EngineConfig:
     of 8 (default on CUDA in flashdrive mode, where the plain product runs several times under
     memory bandwidth). `coc_reuse` drafts from the previous window's CoC where the tokens
     committed so far match it, from the drafter elsewhere (default on with speculative
-    decoding; lossless like any draft)."""
+    decoding; lossless like any draft). `verify_attention` "flex" runs the attention of the
+    fixed-shape decode and verify steps (CUDA graphs) by the cache length with a FlexAttention
+    block mask instead of a dense mask over the capacity. `backbone_weights` "fp8" runs the
+    backbone's decoder linear layers with e4m3 weights (per-channel scales, per-tensor
+    activation scales; `torch._scaled_mm` on CUDA devices of compute capability >= 8.9,
+    emulated elsewhere); the engine puts the shared model's layers in the form it asks for."""
 
     mode: str = "flashdrive"
     streaming: bool | None = None
@@ -55,6 +62,8 @@ class EngineConfig:
     padded_logits: bool | None = None
     drafter_file: str = DRAFTER_FILE
     coc_reuse: bool | None = None
+    verify_attention: str = "masked"
+    backbone_weights: str = "native"
 
     def __post_init__(self) -> None:
         if self.mode not in MODES:
@@ -120,6 +129,18 @@ class EngineConfig:
                               f"device={self.device!r}")
         if problem := drafter_name_problem(self.drafter_file):
             raise ConfigError(f"drafter_file {problem}")
+        if self.verify_attention not in VERIFY_ATTENTION:
+            raise ConfigError(f"verify_attention must be one of {VERIFY_ATTENTION}, got "
+                              f"{self.verify_attention!r}")
+        if self.verify_attention == "flex" and not self.cuda_graphs:
+            raise ConfigError("verify_attention 'flex' runs in the fixed-shape steps of "
+                              "cuda_graphs; set cuda_graphs true or verify_attention 'masked'")
+        if self.backbone_weights not in BACKBONE_WEIGHTS:
+            raise ConfigError(f"backbone_weights must be one of {BACKBONE_WEIGHTS}, got "
+                              f"{self.backbone_weights!r}")
+        if self.backbone_weights == "fp8" and self.backend != "torch":
+            raise ConfigError("backbone_weights 'fp8' quantizes the torch backbone; set "
+                              "backend 'torch' or backbone_weights 'native'")
         if self.backend == "tensorrt" and self.cuda_graphs:
             raise ConfigError("cuda_graphs captures the torch backend's steps; set "
                               "cuda_graphs false with backend 'tensorrt'")

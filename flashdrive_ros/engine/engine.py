@@ -29,7 +29,7 @@ from flashdrive_ros.engine.graphed_steps import GraphedSteps
 from flashdrive_ros.engine.padded_logits import PaddedRowLogits
 from flashdrive_ros.engine.proposers import make_proposer
 from flashdrive_ros.engine.slot_features import SlotFeatures
-from flashdrive_ros.engine.speculative import speculative_decode
+from flashdrive_ros.engine.speculative import Proposer, speculative_decode
 from flashdrive_ros.engine.streaming import (PrefillPlan, StreamingKVCache, encode_frames,
                                              prompt_geometry, run_prefill)
 from flashdrive_ros.engine.timing import StageTimer
@@ -38,6 +38,7 @@ from flashdrive_ros.model.alpamayo import AlpamayoModel
 from flashdrive_ros.model.config import ConfigError
 from flashdrive_ros.model.drafter_file import AnyDrafter, load_drafter
 from flashdrive_ros.model.flow import initial_noise
+from flashdrive_ros.model.fp8_linear import fp8_gemm_supported, use_backbone_weights
 from flashdrive_ros.model.history import HistoryTokenizer
 from flashdrive_ros.model.kv_cache import KVCache
 from flashdrive_ros.model.prompt import PromptBuilder
@@ -95,6 +96,12 @@ class Engine:
                     wanted.index is not None and weight.device.index != wanted.index):
                 raise ConfigError(f"{name} is on {weight.device} as {weight.dtype}, the engine "
                                   f"config asks for {cfg.device} {cfg.dtype}")
+        if cfg.backbone_weights == "fp8" and self.device.type == "cuda" \
+                and not fp8_gemm_supported(self.device):
+            raise ConfigError(f"backbone_weights 'fp8' needs e4m3 GEMMs (compute capability "
+                              f">= 8.9); {self.device} has "
+                              f"{torch.cuda.get_device_capability(self.device)}")
+        use_backbone_weights(model.vlm.language_model, cfg.backbone_weights)
         self.prompt_builder = PromptBuilder(mcfg, tokenizer)
         self.history_tokenizer = HistoryTokenizer(mcfg.action, tokenizer.traj_token_start)
         self.image_token_id = tokenizer.token_id("<|image_pad|>")
@@ -151,7 +158,8 @@ class Engine:
         """The fixed-shape steps over this engine's model and cache, as CUDA graphs
         (`enabled=False`: the same capture-safe steps run eagerly)."""
         return GraphedSteps(self.model, self.target, self.proposer, self.stream.cache,
-                            self.image_size, self.cfg.flow_schedule, enabled)
+                            self.image_size, self.cfg.flow_schedule, enabled,
+                            self.cfg.verify_attention)
 
     def shapes(self) -> EngineShapes:
         """The step shapes this engine runs (exported graphs and TensorRT profiles)."""
@@ -325,16 +333,22 @@ class Engine:
     def decode(self, prefill_out: PrefillOutput, generator: torch.Generator) -> DecodeResult:
         cache = self.stream.cache
         target = self.graphs.target if self.graphs else self.target
-        proposer = self.graphs.proposer if self.graphs else self.proposer
+        proposer = self.window_proposer()
         if proposer is not None:
-            if self.cfg.coc_reuse and self.previous_coc:
-                proposer = CoCReuseProposer(proposer, self.previous_coc, self.device)
             decoded = speculative_decode(target, proposer, prefill_out, cache, self.stop,
                                          self.sampling, generator)
             self.previous_coc = list(decoded.tokens)
             return decoded
         return autoregressive_decode(target, prefill_out, cache, self.stop, self.sampling,
                                      generator)
+
+    def window_proposer(self) -> Proposer | None:
+        """The proposer of this window's decode (None: autoregressive): the drafter, graphed
+        under CUDA graphs, behind the previous window's CoC drafts with `coc_reuse`."""
+        proposer = self.graphs.proposer if self.graphs else self.proposer
+        if proposer is not None and self.cfg.coc_reuse and self.previous_coc:
+            proposer = CoCReuseProposer(proposer, self.previous_coc, self.device)
+        return proposer
 
     def action(self, window: Window, generator: torch.Generator,
                velocity_fn: VelocityFn | None = None) -> np.ndarray:

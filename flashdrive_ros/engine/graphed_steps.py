@@ -21,6 +21,7 @@ from flashdrive_ros.engine.eagle_proposer import EagleProposer
 from flashdrive_ros.engine.flow_cached import FlowSchedule, euler_cached
 from flashdrive_ros.engine.speculative import DFlashProposer, Proposal, ProposalRequest
 from flashdrive_ros.model.alpamayo import AlpamayoModel
+from flashdrive_ros.model.cache_attention import VERIFY_ATTENTION, FlexCacheAttention
 from flashdrive_ros.model.kv_cache import KVCache
 from flashdrive_ros.model.preprocess import preprocess_images
 from flashdrive_ros.model.vision import VisionEncoder
@@ -28,12 +29,29 @@ from flashdrive_ros.model.vision import VisionEncoder
 
 class GraphedTarget(Target):
     """A `Target` whose `run_tokens` (decode-one, verify block, finish) runs the backbone's
-    capture-safe path over the whole cache; `run_embeds` (prefill) stays eager."""
+    capture-safe path over the whole cache; `run_embeds` (prefill) stays eager.
+    `verify_attention` "flex": the length-aware attention (one per token count) instead of
+    the dense mask, compiled on CUDA."""
 
-    def __init__(self, target: Target, cache: KVCache, enabled: bool = True) -> None:
+    def __init__(self, target: Target, cache: KVCache, enabled: bool = True,
+                 verify_attention: str = "masked") -> None:
+        if verify_attention not in VERIFY_ATTENTION:
+            raise ValueError(f"verify_attention must be one of {VERIFY_ATTENTION}, got "
+                             f"{verify_attention!r}")
         super().__init__(target.backbone, target.lm_head, target.feature_layers)
         self.cache = cache
         self.step = GraphedStep(self._forward, enabled)
+        self.verify_attention = verify_attention
+        self.attention: dict[int, FlexCacheAttention] = {}
+
+    def _attention(self, count: int) -> FlexCacheAttention | None:
+        if self.verify_attention == "masked":
+            return None
+        if count not in self.attention:
+            device = self.cache.k.device
+            self.attention[count] = FlexCacheAttention(self.cache.capacity, count, device,
+                                                       compiled=device.type == "cuda")
+        return self.attention[count]
 
     def _forward(self, inputs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor | None]:
         """inputs: [3, T] long rows (token ids, cache slots, text positions) -> logits [T, V],
@@ -42,7 +60,8 @@ class GraphedTarget(Target):
         embeds = self.embed_tokens(ids[None])  # embeds: [1, T, H]
         positions = positions.view(1, 1, -1).expand(3, 1, -1).contiguous()  # [3, 1, T]
         out = self.backbone.forward_static(embeds, positions, self.cache, slots,
-                                           self.feature_layers)
+                                           self.feature_layers,
+                                           self._attention(ids.shape[0]))
         features = None
         if self.feature_layers:
             features = torch.cat([out.layer_hidden[i][0] for i in self.feature_layers], dim=-1)
@@ -177,11 +196,11 @@ class GraphedSteps:
     def __init__(self, model: AlpamayoModel, target: Target,
                  proposer: DFlashProposer | EagleProposer | None, cache: KVCache,
                  image_size: tuple[int, int], schedule: FlowSchedule,
-                 enabled: bool = True) -> None:
+                 enabled: bool = True, verify_attention: str = "masked") -> None:
         weight = model.action_out_proj.weight
         self.encoder = GraphedEncoder(model.vlm.visual, image_size, weight.dtype,
                                       weight.device, enabled)
-        self.target = GraphedTarget(target, cache, enabled)
+        self.target = GraphedTarget(target, cache, enabled, verify_attention)
         self.proposer = (GraphedProposer(proposer, enabled)
                          if isinstance(proposer, DFlashProposer) else proposer)
         self.flow = GraphedFlow(model, cache, schedule, enabled)

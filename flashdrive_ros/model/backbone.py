@@ -15,6 +15,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from flashdrive_ros.model.cache_attention import FlexCacheAttention
 from flashdrive_ros.model.config import TextConfig
 from flashdrive_ros.model.kv_cache import KVCache
 from flashdrive_ros.model.rope import apply_rotary, inverse_frequencies, mrope_cos_sin
@@ -66,8 +67,9 @@ class TextAttention(nn.Module):
         self.k_norm = RMSNorm(self.head_dim, cfg.rms_norm_eps)
 
     def forward(self, x: torch.Tensor, rotary: RotaryTables, cache: KVCache, slots: torch.Tensor,
-                mask: torch.Tensor | None) -> torch.Tensor:
-        """x: [B, T, H] -> [B, T, H]; writes this layer's pre-RoPE k and v at `slots`."""
+                mask: torch.Tensor | FlexCacheAttention | None) -> torch.Tensor:
+        """x: [B, T, H] -> [B, T, H]; writes this layer's pre-RoPE k and v at `slots`.
+        mask: additive [B, 1, G*T, S], None (no mask) or a length-aware attention."""
         b, t, _ = x.shape
         q = self.q_norm(self.q_proj(x).view(b, t, self.num_heads, self.head_dim))
         k = self.k_norm(self.k_proj(x).view(b, t, self.num_kv_heads, self.head_dim))
@@ -83,10 +85,13 @@ class TextAttention(nn.Module):
             cache.write(self.layer_index, slots, k, v.transpose(1, 2), k_rotated)
             keys, values = cache.rotated_view(self.layer_index, rotary.length)  # [B,Hkv,S,D]
             keys = keys.to(q.dtype)
-        group = self.num_heads // self.num_kv_heads
-        q = q.reshape(b, self.num_kv_heads, group * t, self.head_dim)  # q: [B, Hkv, G*T, D]
-        out = F.scaled_dot_product_attention(q, keys, values.to(q.dtype), attn_mask=mask)
-        out = out.reshape(b, self.num_heads, t, self.head_dim)
+        if isinstance(mask, FlexCacheAttention):
+            out = mask(q, keys, values.to(q.dtype))  # out: [B, Hq, T, D]
+        else:
+            group = self.num_heads // self.num_kv_heads
+            q = q.reshape(b, self.num_kv_heads, group * t, self.head_dim)  # [B, Hkv, G*T, D]
+            out = F.scaled_dot_product_attention(q, keys, values.to(q.dtype), attn_mask=mask)
+            out = out.reshape(b, self.num_heads, t, self.head_dim)
         return self.o_proj(out.transpose(1, 2).reshape(b, t, -1))
 
 
@@ -99,7 +104,7 @@ class TextDecoderLayer(nn.Module):
         self.post_attention_layernorm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
 
     def forward(self, x: torch.Tensor, rotary: RotaryTables, cache: KVCache, slots: torch.Tensor,
-                mask: torch.Tensor | None) -> torch.Tensor:
+                mask: torch.Tensor | FlexCacheAttention | None) -> torch.Tensor:
         x = x + self.self_attn(self.input_layernorm(x), rotary, cache, slots, mask)
         return x + self.mlp(self.post_attention_layernorm(x))
 
@@ -167,23 +172,28 @@ class TextBackbone(nn.Module):
                                 deepstack or [], output_layers)
 
     def forward_static(self, inputs_embeds: torch.Tensor, positions: torch.Tensor,
-                       cache: KVCache, slots: torch.Tensor, output_layers: tuple[int, ...] = ()
-                       ) -> BackboneOutput:
+                       cache: KVCache, slots: torch.Tensor, output_layers: tuple[int, ...] = (),
+                       attention: FlexCacheAttention | None = None) -> BackboneOutput:
         """Capture-safe text-only forward: no host reads, shapes fixed by T and the capacity.
 
         inputs_embeds: [B, T, H]; positions: [3, B, T]; slots: [T] device long. Attends over
         every cache slot [0, capacity) with the mask key slot <= query slot built on device,
         which equals `forward`'s causal-by-slot attention when the cache holds no valid slot
         at or after slots[0] (decode and verify). The caller checks the slots against the
-        capacity and advances `cache.length` (host bookkeeping) itself.
+        capacity and advances `cache.length` (host bookkeeping) itself. `attention`: the same
+        attention by the block's first slot instead of the dense mask (slots consecutive).
         """
         if cache.has_moved:
             raise ValueError("cache slots were moved: run `forward` (or rotate_moved_keys) "
                              "before a static step")
         capacity = cache.capacity
-        key_slots = torch.arange(capacity, device=slots.device)
-        mask = self._grouped_mask((key_slots[None, :] <= slots[:, None])[None, None],
-                                  inputs_embeds.dtype)
+        if attention is not None:
+            attention.update(slots)
+            mask = attention
+        else:
+            key_slots = torch.arange(capacity, device=slots.device)
+            mask = self._grouped_mask((key_slots[None, :] <= slots[:, None])[None, None],
+                                      inputs_embeds.dtype)
         cache.write_positions(slots, positions)
         dtype = inputs_embeds.dtype
         query_cos, query_sin = self.rotary_cos_sin(positions, dtype)
@@ -212,7 +222,7 @@ class TextBackbone(nn.Module):
         return self.rotary_cos_sin(cache.positions[:, :, :length], dtype)
 
     def _run_layers(self, x: torch.Tensor, rotary: RotaryTables, cache: KVCache,
-                    slots: torch.Tensor, mask: torch.Tensor | None,
+                    slots: torch.Tensor, mask: torch.Tensor | FlexCacheAttention | None,
                     visual_mask: torch.Tensor | None, deepstack: list[torch.Tensor],
                     output_layers: tuple[int, ...]) -> BackboneOutput:
         layer_hidden: dict[int, torch.Tensor] = {}

@@ -1,0 +1,168 @@
+"""Length-aware verify attention (FlexAttention by the block's first slot) against the dense
+masked path: the attention alone, the graphed target's steps run eagerly, whole greedy
+speculative decodes; on CUDA the compiled kernel under CUDA graphs inside the engine.
+
+Tolerances: float32 paths differ only in summation order (1e-5 on unit-scale outputs);
+bfloat16 keeps 8 bits of mantissa, so outputs of unit scale agree to a few 2^-8 (2e-2)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+import torch.nn.functional as F
+
+from flashdrive_ros.engine.config import EngineConfig
+from flashdrive_ros.engine.decoding import StopRule, Target, prefill, required_capacity
+from flashdrive_ros.engine.graphed_steps import GraphedTarget
+from flashdrive_ros.engine.speculative import DFlashProposer, speculative_decode
+from flashdrive_ros.model.cache_attention import KV_BLOCK, FlexCacheAttention
+from flashdrive_ros.model.config import ConfigError, tiny
+from flashdrive_ros.model.drafter import Drafter
+from flashdrive_ros.model.kv_cache import KVCache
+from flashdrive_ros.model.positions import text_positions
+from flashdrive_ros.model.vlm import VLM
+
+CFG = tiny(vocab_size=512)
+STOP = StopRule(cot_end_id=510, traj_future_start_id=511, max_new_tokens=16)
+needs_cuda = pytest.mark.skipif(not torch.cuda.is_available(),
+                                reason="the compiled flex kernel under CUDA graphs needs CUDA")
+
+pytestmark = [pytest.mark.usefixtures("one_thread"),
+              pytest.mark.filterwarnings("ignore:flex_attention called without torch.compile")]
+
+
+def masked_reference(q, keys, values, start):
+    """q: [B, Hq, T, D] at slots [start, start + T) over keys [B, Hkv, C, D], dense mask."""
+    t, capacity = q.shape[2], keys.shape[2]
+    slots = torch.arange(start, start + t, device=q.device)
+    mask = torch.arange(capacity, device=q.device)[None, :] <= slots[:, None]  # [T, C]
+    return F.scaled_dot_product_attention(q, keys, values, attn_mask=mask, enable_gqa=True)
+
+
+def random_qkv(t: int, capacity: int, dtype: torch.dtype, device: str, seed: int = 0):
+    g = torch.Generator(device=device).manual_seed(seed)
+    heads, kv_heads, dim = 8, 2, 32
+    q = torch.randn(1, heads, t, dim, generator=g, device=device, dtype=dtype)
+    k = torch.randn(1, kv_heads, capacity, dim, generator=g, device=device, dtype=dtype)
+    v = torch.randn(1, kv_heads, capacity, dim, generator=g, device=device, dtype=dtype)
+    return q, k, v
+
+
+@pytest.mark.parametrize("t", [1, 9])
+def test_flex_matches_the_masked_attention_at_every_length(t):
+    capacity = 3 * KV_BLOCK + 20
+    attention = FlexCacheAttention(capacity, t, "cpu", compiled=False)
+    q, k, v = random_qkv(t, capacity, torch.float32, "cpu")
+    for start in (0, 5, KV_BLOCK - t, KV_BLOCK - 1, KV_BLOCK, 2 * KV_BLOCK + 3, capacity - t):
+        attention.update(torch.arange(start, start + t))
+        end = start + t
+        assert int(attention.kv_num_blocks.flatten()[0]) == -(-end // KV_BLOCK)
+        got = attention(q, k, v)
+        torch.testing.assert_close(got, masked_reference(q, k, v, start), atol=1e-5, rtol=1e-5)
+
+
+def test_flex_refuses_other_shapes():
+    attention = FlexCacheAttention(200, 4, "cpu", compiled=False)
+    q, k, v = random_qkv(3, 200, torch.float32, "cpu")
+    with pytest.raises(ValueError, match="built for 4 queries over 200 slots"):
+        attention(q, k, v)
+    with pytest.raises(ValueError, match="slots must be"):
+        attention.update(torch.arange(3))
+    with pytest.raises(ValueError, match="block <= capacity"):
+        FlexCacheAttention(3, 4, "cpu", compiled=False)
+
+
+@pytest.fixture(scope="module")
+def target() -> Target:
+    torch.manual_seed(0)
+    vlm = VLM(CFG.vision, CFG.text).eval()
+    return Target(vlm.language_model, vlm.lm_head, CFG.drafter.target_layer_ids)
+
+
+def prefilled(target: Target, length: int, capacity: int, seed: int) -> tuple:
+    g = torch.Generator().manual_seed(seed)
+    ids = torch.randint(0, 500, (1, length), generator=g)
+    cache = KVCache(CFG.text.num_hidden_layers, 1, CFG.text.num_key_value_heads, capacity,
+                    CFG.text.head_dim, rotated_keys=True)
+    with torch.no_grad():
+        out = prefill(target, target.embed_tokens(ids), text_positions(0, length), cache,
+                      context_len=CFG.drafter.context_len)
+    return cache, out
+
+
+def test_graphed_target_steps_with_flex_match_the_masked_steps(target):
+    capacity = 2 * KV_BLOCK + 40
+    for length in (30, KV_BLOCK - 3, 2 * KV_BLOCK + 2):
+        logits = {}
+        for kind in ("masked", "flex"):
+            cache, _ = prefilled(target, length, capacity, seed=length)
+            graphed = GraphedTarget(target, cache, enabled=False, verify_attention=kind)
+            with torch.no_grad():
+                steps = [graphed.run_tokens(list(range(40, 49)), cache, length),
+                         graphed.run_tokens([7], cache, length + 9)]
+            logits[kind] = [s.logits for s in steps]
+            assert cache.length == length + 10
+        for got, want in zip(logits["flex"], logits["masked"], strict=True):
+            torch.testing.assert_close(got, want, atol=1e-4, rtol=1e-4)
+
+
+def test_speculative_decode_with_flex_equals_the_masked_decode(target):
+    torch.manual_seed(1)
+    drafter = Drafter(CFG.drafter, CFG.text).eval()
+    proposer = DFlashProposer(drafter, target.embed_tokens, target.lm_head)
+    length = KV_BLOCK - 5
+    capacity = required_capacity(length, STOP, CFG.drafter.block_size)
+    decoded = {}
+    for kind in ("masked", "flex"):
+        cache, out = prefilled(target, length, capacity, seed=3)
+        graphed = GraphedTarget(target, cache, enabled=False, verify_attention=kind)
+        decoded[kind] = speculative_decode(graphed, proposer, out, cache, STOP)
+    assert decoded["flex"].tokens == decoded["masked"].tokens
+    assert decoded["flex"].accepted_lengths == decoded["masked"].accepted_lengths
+
+
+def test_flex_is_a_switch_of_the_fixed_shape_steps():
+    assert EngineConfig().verify_attention == "masked"
+    with pytest.raises(ConfigError, match="set cuda_graphs true"):
+        EngineConfig(verify_attention="flex")
+    with pytest.raises(ConfigError, match="verify_attention must be one of"):
+        EngineConfig(verify_attention="dense")
+    assert EngineConfig(device="cuda", verify_attention="flex").cuda_graphs
+
+
+@needs_cuda
+@pytest.mark.parametrize(("dtype", "tol"), [(torch.float32, 1e-4), (torch.bfloat16, 2e-2)])
+def test_compiled_flex_on_cuda_matches_the_masked_attention(dtype, tol):
+    capacity, t = 26 * KV_BLOCK, 9
+    attention = FlexCacheAttention(capacity, t, "cuda", compiled=True)
+    q, k, v = random_qkv(t, capacity, dtype, "cuda")
+    for start in (100, KV_BLOCK * 10 - 4, capacity - t):
+        attention.update(torch.arange(start, start + t, device="cuda"))
+        got = attention(q, k, v)
+        want = masked_reference(q.float(), k.float(), v.float(), start)
+        torch.testing.assert_close(got.float(), want, atol=tol, rtol=tol)
+
+
+@needs_cuda
+def test_engine_with_flex_verify_under_cuda_graphs_plans_like_the_masked_engine():
+    from test_engine_engine import CORPUS, window
+
+    from flashdrive_ros.engine.engine import Engine
+    from flashdrive_ros.model.alpamayo import AlpamayoModel
+    from flashdrive_ros.model.tokenizer import build_tokenizer
+
+    tok = build_tokenizer(CORPUS, vocab_size=4600)
+    cfg = tiny(vocab_size=tok.vocab_size)
+    torch.manual_seed(0)
+    model = AlpamayoModel(cfg).eval().to("cuda")
+    drafter = Drafter(cfg.drafter, cfg.text).eval().to("cuda")
+    plans = {}
+    for kind in ("masked", "flex"):
+        engine = Engine(model, tok, drafter, EngineConfig(
+            device="cuda", max_coc_tokens=12, verify_attention=kind))
+        plans[kind] = [engine.step(window(i)) for i in range(3)]
+    for got, want in zip(plans["flex"], plans["masked"], strict=True):
+        assert got.coc_token_ids == want.coc_token_ids
+        assert got.accepted_lengths == want.accepted_lengths
+        np.testing.assert_allclose(got.trajectories, want.trajectories, atol=1e-3)
