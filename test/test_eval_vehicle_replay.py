@@ -47,6 +47,37 @@ def test_vehicle_bag_replays_offline_like_the_simulator_bag(tmp_path, model):
     assert report["cv_minade_6s"] == pytest.approx(sim_report["cv_minade_6s"], abs=0.05)
 
 
+@pytest.fixture(scope="module")
+def one_file_replay(tmp_path_factory, model):
+    root = tmp_path_factory.mktemp("one_file")
+    bag = write_vehicle_bag(root / "bag", SECONDS, SEED, STYLE, width=64, height=48)
+    topics = root / "topics.json"
+    topics.write_text(json.dumps(bag.topics))
+    code, report = _replay(bag.path, model, root / "out", "--topics-yaml", topics)
+    assert code == 0
+    return topics, report
+
+
+@pytest.mark.parametrize("fmt, compression, split_s", [
+    ("mcap", "storage", 3.0), ("sqlite3", "file", 2.5), ("sqlite3", "message", None)])
+def test_split_and_compressed_recordings_replay_like_one_plain_file(
+        tmp_path, model, one_file_replay, fmt, compression, split_s):
+    topics, plain = one_file_replay
+    style = VehicleStyle(**{**STYLE.__dict__, "compression": compression, "split_s": split_s})
+    bag = write_vehicle_bag(tmp_path / "bag", SECONDS, SEED, style, fmt=fmt, width=64,
+                            height=48)
+    files = sorted(p.name for p in bag.path.iterdir() if p.name != "metadata.yaml")
+    if split_s is not None:
+        assert len(files) == int(SECONDS // split_s) + 1 and files[0].startswith("bag_0.")
+    if compression == "file":
+        assert all(name.endswith(".zstd") for name in files)
+    code, report = _replay(bag.path, model, tmp_path / "out", "--topics-yaml", topics)
+    assert code == 0
+    assert report["windows"] == plain["windows"]
+    assert report["minade1_6s"] == plain["minade1_6s"]
+    assert report["decision_match_rate"] == plain["decision_match_rate"]
+
+
 def test_no_window_exits_1_with_the_reasons(tmp_path, model, capsys):
     sim = write_bag(tmp_path / "sim", 3.0, SEED, width=64, height=48, workers=1)
     code, report = _replay(sim.path, model, tmp_path / "out")

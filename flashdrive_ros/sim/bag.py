@@ -14,9 +14,16 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
-from rosbags.interfaces import (Qos, QosDurability, QosHistory, QosLiveliness,
-                                QosReliability, QosTime)
-from rosbags.rosbag2 import StoragePlugin, Writer
+import yaml
+from rosbags.interfaces import (
+    Qos,
+    QosDurability,
+    QosHistory,
+    QosLiveliness,
+    QosReliability,
+    QosTime,
+)
+from rosbags.rosbag2 import CompressionFormat, CompressionMode, StoragePlugin, Writer
 
 from flashdrive_ros.sim import messages as M
 from flashdrive_ros.sim.cameras import rig
@@ -25,10 +32,17 @@ from flashdrive_ros.sim.drive import SUBSTEPS, DriveLog, simulate
 from flashdrive_ros.sim.frames import render_frames
 from flashdrive_ros.sim.labels import Label, label_drive
 from flashdrive_ros.sim.render import Renderer
-from flashdrive_ros.sim.topics import (LABELS_TOPIC, ODOMETRY_TOPIC, TF_STATIC_TOPIC,
-                                       camera_image_topic, camera_info_topic)
+from flashdrive_ros.sim.topics import (
+    LABELS_TOPIC,
+    ODOMETRY_TOPIC,
+    TF_STATIC_TOPIC,
+    camera_image_topic,
+    camera_info_topic,
+)
 
 FORMATS = {"mcap": StoragePlugin.MCAP, "sqlite3": StoragePlugin.SQLITE3}
+COMPRESSIONS = {"none": CompressionMode.NONE, "storage": CompressionMode.STORAGE,
+                "file": CompressionMode.FILE, "message": CompressionMode.MESSAGE}
 BAG_VERSION = 9
 _ZERO = QosTime(0, 0)
 _LATCHED = Qos(QosHistory.KEEP_LAST, 1, QosReliability.RELIABLE, QosDurability.TRANSIENT_LOCAL,
@@ -44,19 +58,118 @@ class BagSummary:
     topics: tuple[str, ...]
 
 
+@dataclass(frozen=True)
+class BagTopic:
+    """A topic of a bag being written (its connection in each file of a split bag)."""
+
+    topic: str
+    msgtype: str
+    latched: bool = False
+
+
 class BagOut:
-    """A rosbag2 being written: connections by topic, messages CDR-serialized on write."""
+    """A rosbag2 being written: messages CDR-serialized on write, compressed as `compression`
+    says (COMPRESSIONS: mcap chunks or sqlite3 files / messages with zstd, as `ros2 bag
+    record` writes them), split into a new file once a message's log time passes the next
+    multiple of `split_ns` from the first (`ros2 bag record --max-bag-duration`)."""
 
-    def __init__(self, writer: Writer) -> None:
-        self.writer = writer
+    def __init__(self, out: Path, fmt: str, compression: str = "none",
+                 split_ns: int | None = None) -> None:
+        self.out, self.fmt, self.compression, self.split_ns = out, fmt, compression, split_ns
+        self.topics: list[BagTopic] = []
+        self.parts: list[Path] = []
+        self.writer: Writer | None = None
+        self.connections: dict[BagTopic, object] = {}
+        self.part_end_ns: int | None = None
+        self._open_part()
 
-    def connection(self, topic: str, msgtype: str, latched: bool = False):
-        qos = {"offered_qos_profiles": [_LATCHED]} if latched else {}
-        return self.writer.add_connection(topic, msgtype, typestore=M.TYPESTORE, **qos)
+    def connection(self, topic: str, msgtype: str, latched: bool = False) -> BagTopic:
+        handle = BagTopic(topic, msgtype, latched)
+        self.topics.append(handle)
+        self._connect(handle)
+        return handle
 
-    def put(self, connection, log_ns: int, msg) -> None:
-        self.writer.write(connection, log_ns,
-                          M.TYPESTORE.serialize_cdr(msg, connection.msgtype))
+    def put(self, handle: BagTopic, log_ns: int, msg) -> None:
+        if self.split_ns is not None:
+            if self.part_end_ns is None:
+                self.part_end_ns = log_ns + self.split_ns
+            elif log_ns >= self.part_end_ns:
+                self._close_part()
+                self._open_part()
+                while self.part_end_ns <= log_ns:
+                    self.part_end_ns += self.split_ns
+        self.writer.write(self.connections[handle], log_ns,
+                          M.TYPESTORE.serialize_cdr(msg, handle.msgtype))
+
+    def close(self) -> None:
+        self._close_part()
+        if self.split_ns is not None:
+            merge_split_parts(self.out, self.parts)
+
+    def _open_part(self) -> None:
+        path = self.out if self.split_ns is None else self.out / f".part_{len(self.parts)}"
+        self.writer = Writer(path, version=BAG_VERSION, storage_plugin=FORMATS[self.fmt])
+        mode = COMPRESSIONS[self.compression]
+        if mode != CompressionMode.NONE:
+            self.writer.set_compression(mode, CompressionFormat.ZSTD)
+        self.writer.open()
+        self.parts.append(path)
+        self.connections = {}
+        for handle in self.topics:
+            self._connect(handle)
+
+    def _connect(self, handle: BagTopic) -> None:
+        qos = {"offered_qos_profiles": [_LATCHED]} if handle.latched else {}
+        self.connections[handle] = self.writer.add_connection(
+            handle.topic, handle.msgtype, typestore=M.TYPESTORE, **qos)
+
+    def _close_part(self) -> None:
+        self.writer.close()
+
+
+def merge_split_parts(out: Path, parts: list[Path]) -> None:
+    """Move the files of the part bags `parts` (directories in `out`) into `out` as
+    <name>_<i>.<ext> and write the one metadata.yaml that lists them, as a split recording
+    has."""
+    infos, paths = [], []
+    for i, part in enumerate(parts):
+        info = yaml.safe_load((part / "metadata.yaml").read_text())[
+            "rosbag2_bagfile_information"]
+        (relative,) = info["relative_file_paths"]
+        name = f"{out.name}_{i}{relative[len(part.name):]}"
+        (part / relative).rename(out / name)
+        (part / "metadata.yaml").unlink()
+        part.rmdir()
+        infos.append(info)
+        paths.append(name)
+    merged = dict(infos[0])
+    starts = [i["starting_time"]["nanoseconds_since_epoch"] for i in infos]
+    ends = [s + i["duration"]["nanoseconds"] for s, i in zip(starts, infos)]
+    counts: dict[str, int] = {}
+    for info in infos:
+        for entry in info["topics_with_message_count"]:
+            name = entry["topic_metadata"]["name"]
+            counts[name] = counts.get(name, 0) + entry["message_count"]
+    merged.update(
+        relative_file_paths=paths,
+        starting_time={"nanoseconds_since_epoch": min(starts)},
+        duration={"nanoseconds": max(ends) - min(starts)},
+        message_count=sum(i["message_count"] for i in infos),
+        topics_with_message_count=[
+            {**entry, "message_count": counts[entry["topic_metadata"]["name"]]}
+            for entry in infos[0]["topics_with_message_count"]],
+        files=[{**i["files"][0], "path": path} for i, path in zip(infos, paths)])
+    (out / "metadata.yaml").write_text(yaml.safe_dump(
+        {"rosbag2_bagfile_information": merged}, default_flow_style=False, sort_keys=False))
+
+
+def check_compression(fmt: str, compression: str) -> None:
+    if compression not in COMPRESSIONS:
+        raise ValueError(f"compression must be one of {sorted(COMPRESSIONS)}, got "
+                         f"{compression!r}")
+    if compression == "storage" and fmt != "mcap":
+        raise ValueError("storage (chunk) compression is for mcap; sqlite3 takes 'file' or "
+                         "'message'")
 
 
 def check_bag_output(out: Path, fmt: str) -> None:
@@ -67,11 +180,22 @@ def check_bag_output(out: Path, fmt: str) -> None:
 
 
 @contextmanager
-def open_bag(out: Path, fmt: str) -> Iterator[BagOut]:
-    """A new bag directory `out` in storage `fmt` (mcap or sqlite3)."""
+def open_bag(out: Path, fmt: str, compression: str = "none",
+             split_s: float | None = None) -> Iterator[BagOut]:
+    """A new bag directory `out` in storage `fmt` (mcap or sqlite3), compressed and split as
+    BagOut says."""
     check_bag_output(out, fmt)
-    with Writer(out, version=BAG_VERSION, storage_plugin=FORMATS[fmt]) as writer:
-        yield BagOut(writer)
+    check_compression(fmt, compression)
+    if split_s is not None:
+        if not split_s > 0:
+            raise ValueError(f"split seconds must be > 0, got {split_s}")
+        out.mkdir(parents=True)
+    bag = BagOut(out, fmt, compression,
+                 None if split_s is None else int(round(split_s * 1e9)))
+    try:
+        yield bag
+    finally:
+        bag.close()
 
 
 def last_odometry_step(seconds: float) -> int:

@@ -11,13 +11,14 @@ from pathlib import Path
 
 import yaml
 
-from flashdrive_ros.sim.bag import FORMATS, default_workers, write_bag
+from flashdrive_ros.sim.bag import COMPRESSIONS, FORMATS, default_workers, write_bag
 from flashdrive_ros.sim.cameras import DEFAULT_HEIGHT, DEFAULT_WIDTH
 from flashdrive_ros.sim.vehicle_bag import ENCODINGS, VehicleStyle, write_vehicle_bag
 
 VEHICLE = VehicleStyle()
 FLAGS = {"sizes": "--camera-sizes", "vehicle_topics": "--sim-topics",
-         "extra_topics": "--no-extra-topics", "labels": "--no-labels"}
+         "extra_topics": "--no-extra-topics", "labels": "--no-labels",
+         "split_s": "--split-seconds"}
 
 
 def _positive_float(text: str) -> float:
@@ -104,6 +105,12 @@ def build_parser() -> argparse.ArgumentParser:
                    const=False, help="no /tf and /rosout")
     v.add_argument("--no-labels", dest="labels", action="store_const", const=False,
                    help="no /sim/labels")
+    v.add_argument("--compression", choices=sorted(COMPRESSIONS),
+                   help="zstd as ros2 bag record writes it: storage (mcap chunks), file or "
+                        "message (default none)")
+    v.add_argument("--split-seconds", dest="split_s", type=_positive_float,
+                   help="a new bag file every this many seconds (ros2 bag record "
+                        "--max-bag-duration)")
     v.add_argument("--topics-out", default=None,
                    help="write the bag's topic mapping as a topics YAML for flashdrive-replay")
     return p

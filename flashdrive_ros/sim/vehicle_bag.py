@@ -20,8 +20,8 @@ import cv2
 import numpy as np
 
 from flashdrive_ros.sim import messages as M
-from flashdrive_ros.sim.bag import (default_workers, last_odometry_step, open_bag,
-                                    simulate_for_bag)
+from flashdrive_ros.sim.bag import (COMPRESSIONS, default_workers, last_odometry_step,
+                                    open_bag, simulate_for_bag)
 from flashdrive_ros.sim.cameras import DEFAULT_HEIGHT, DEFAULT_WIDTH, rig
 from flashdrive_ros.sim.clock import stamp_ns
 from flashdrive_ros.sim.drive import FRAME_HZ, DriveLog, SceneSnapshot
@@ -51,7 +51,8 @@ class VehicleStyle:
     header stamps are shifted by up to +-this against the exposure; sizes (width, height) and
     encodings per camera in rig order; odometry_offset (x, y, z) in metres is added to every
     odometry and /tf position; vehicle_topics: /sensing/camera/front_wide/... names, else the
-    simulator's."""
+    simulator's; compression: none, storage (mcap zstd chunks), file or message (zstd);
+    split_s: a new bag file every split_s seconds of log time (None: one file)."""
 
     camera_hz: float = 30.0
     latency_ms: tuple[float, float] = (40.0, 80.0)
@@ -66,6 +67,8 @@ class VehicleStyle:
     vehicle_topics: bool = True
     extra_topics: bool = True
     labels: bool = True
+    compression: str = "none"
+    split_s: float | None = None
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "sizes", tuple(tuple(int(v) for v in s) for s in self.sizes))
@@ -106,6 +109,11 @@ class VehicleStyle:
         if self.odometry_latency_ms < 0:
             raise ValueError(f"odometry_latency_ms must be >= 0, got "
                              f"{self.odometry_latency_ms}")
+        if self.compression not in COMPRESSIONS:
+            raise ValueError(f"compression must be one of {sorted(COMPRESSIONS)}, got "
+                             f"{self.compression!r}")
+        if self.split_s is not None and not (math.isfinite(self.split_s) and self.split_s > 0):
+            raise ValueError(f"split_s must be > 0 seconds, got {self.split_s}")
 
     @classmethod
     def simulator(cls, width: int = DEFAULT_WIDTH, height: int = DEFAULT_HEIGHT
@@ -215,7 +223,7 @@ def write_vehicle_bag(out: str | Path, seconds: float, seed: int,
     ox, oy, oz = style.odometry_offset
     odom_latency_ns = int(round(style.odometry_latency_ms * 1e6))
     last_step = last_odometry_step(seconds)
-    with open_bag(out, fmt) as bag:
+    with open_bag(out, fmt, style.compression, style.split_s) as bag:
         put = bag.put
         tf_static = bag.connection(TF_STATIC_TOPIC, "tf2_msgs/msg/TFMessage", latched=True)
         img_conns = [bag.connection(style.image_topic(s.name, enc),
