@@ -1,6 +1,7 @@
 # Quick start: `make demo` runs the main job, `make test` runs the test suite.
 # Both build a pinned virtualenv in .venv (PyPI only) on first use.
-PYTHON ?= python3.11
+# Python 3.11 where present (what the pins are tested with), else the system python3
+PYTHON ?= $(shell command -v python3.11 2>/dev/null || echo python3)
 VENV ?= .venv
 PY := $(VENV)/bin/python
 export ROS_AUTOMATIC_DISCOVERY_RANGE ?= LOCALHOST
