@@ -47,7 +47,7 @@ def tiny_parts(corpus: list[str] = CORPUS, max_coc_tokens: int | None = None,
 
 
 def make_tiny_model_dir(path, max_coc_tokens: int = MAX_COC_TOKENS, manifest: bool = False,
-                   **changes) -> Path:
+                        **changes) -> Path:
     """`tiny_parts(max_coc_tokens=..., **changes)` saved in `path` (config.json, weights,
     tokenizer, drafter; manifest.json when `manifest`). The CoC budget keeps a CPU step
     short."""
