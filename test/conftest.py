@@ -1,5 +1,8 @@
 import pytest
 import torch
+from helpers.speculative import tiny_target
+from helpers.streaming import make_vlm
+from helpers.tiny_model import PROMPT_CORPUS, tiny_parts
 
 
 @pytest.fixture(scope="module")
@@ -32,3 +35,21 @@ def client_node():
     node.destroy_node()
     context.shutdown()
     spinner.join(timeout=5.0)
+
+
+@pytest.fixture(scope="module")
+def parts():
+    """The tiny model, its tokenizer (prompt corpus) and drafter: random weights, seed 0."""
+    return tiny_parts(PROMPT_CORPUS)
+
+
+@pytest.fixture(scope="module")
+def target():
+    """The speculative decoding tests' tiny target (backbone and lm_head)."""
+    return tiny_target()
+
+
+@pytest.fixture(scope="module")
+def tiny_vlm():
+    """(4-layer tiny VLM, its config) for the streaming prefill tests."""
+    return make_vlm(4)

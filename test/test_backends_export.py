@@ -10,6 +10,7 @@ import numpy as np
 import onnx
 import pytest
 from onnx import TensorProto, helper
+from helpers.windows import sliding_windows
 
 from flashdrive_ros.backends.base import Backend
 from flashdrive_ros.backends.export_cli import main
@@ -18,7 +19,6 @@ from flashdrive_ros.backends.op_check import op_types, tensorrt_problems
 from flashdrive_ros.backends.trt_onnx_ops import SUPPORTED_OPS
 from flashdrive_ros.engine.config import EngineConfig
 from flashdrive_ros.engine.engine import Engine
-from flashdrive_ros.engine.types import Window
 from flashdrive_ros.paths import default_model_dir
 
 ort = pytest.importorskip("onnxruntime")
@@ -89,21 +89,6 @@ def test_op_check_flags_unsupported_ops_opsets_and_domains(tmp_path):
     assert "opset 21 > 20" in problems
     assert any("com.example" in p for p in problems)
     assert not any("Greater" in p or "If" in p for p in problems)
-
-
-def sliding_windows(engine: Engine, count: int) -> list[Window]:
-    p, a = engine.model.cfg.prompt, engine.model.cfg.action
-    rng = np.random.default_rng(0)
-    shape = (len(p.camera_names), p.num_frames + count, p.image_height, p.image_width, 3)
-    frames = rng.integers(0, 256, size=shape, dtype=np.uint8)
-    history = np.cumsum(np.tile([[0.5, 0.0, 0.0, 0.0]], (a.num_history, 1)), axis=0)
-    windows = []
-    for n in range(count):
-        stamps = p.frame_dt * (n + np.arange(p.num_frames, dtype=np.float64))
-        windows.append(Window(t0=float(stamps[-1]), images=frames[:, n:n + p.num_frames],
-                              image_stamps=np.tile(stamps, (shape[0], 1)),
-                              ego_history=history, sequence=n))
-    return windows
 
 
 def test_engine_runs_encoder_and_backbone_through_the_exported_graphs(exported):

@@ -7,7 +7,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
-from test_backends_export import sliding_windows
+from helpers.windows import sliding_windows
 
 from flashdrive_ros.backends import base
 from flashdrive_ros.backends.base import CACHE_ENV, tensorrt_backend

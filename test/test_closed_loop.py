@@ -8,7 +8,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from test_ros_fixtures import make_tiny_model_dir
+from helpers.tiny_model import make_tiny_model_dir
 
 from flashdrive_ros.closed_loop.cli import main
 from flashdrive_ros.closed_loop.controller import TrajectoryTracker, WorldPlan

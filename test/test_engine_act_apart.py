@@ -4,7 +4,8 @@ step: the same plans, also when the next window was reasoned in between."""
 import numpy as np
 import pytest
 import torch
-from test_engine_engine import MAX_COC, parts, window  # noqa: F401
+from helpers.engines import MAX_COC
+from helpers.windows import window
 
 from flashdrive_ros.engine.config import EngineConfig
 from flashdrive_ros.engine.engine import Engine
@@ -18,7 +19,7 @@ def _same(a, b) -> None:
     np.testing.assert_array_equal(a.trajectories, b.trajectories)
 
 
-def test_detached_actions_equal_plain_steps_with_the_next_window_reasoned_first(parts):  # noqa: F811
+def test_detached_actions_equal_plain_steps_with_the_next_window_reasoned_first(parts):
     model, tok, drafter = parts
     cfg = EngineConfig(max_coc_tokens=MAX_COC, num_samples=2)
     plain = Engine(model, tok, drafter, cfg)
@@ -36,7 +37,7 @@ def test_detached_actions_equal_plain_steps_with_the_next_window_reasoned_first(
     assert [p.full_prefill for p in got] == [True, False, False, False]
 
 
-def test_detached_velocity_is_the_velocity_of_the_cache_it_copied(parts):  # noqa: F811
+def test_detached_velocity_is_the_velocity_of_the_cache_it_copied(parts):
     model, tok, drafter = parts
     eng = Engine(model, tok, drafter, EngineConfig(max_coc_tokens=MAX_COC))
     eng.reason(window(0))

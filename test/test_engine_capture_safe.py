@@ -7,21 +7,18 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
+from helpers.windows import window
 
 from flashdrive_ros.engine.config import EngineConfig
 from flashdrive_ros.engine.engine import Engine
 from flashdrive_ros.engine.flow_cached import FlowSchedule, euler_cached
 from flashdrive_ros.engine.graphed_steps import GraphedFlow
 from flashdrive_ros.engine.streaming import encode_frames
-from flashdrive_ros.model.alpamayo import AlpamayoModel
 from flashdrive_ros.model.config import tiny
-from flashdrive_ros.model.drafter import Drafter
 from flashdrive_ros.model.expert import ActionExpert, expert_positions
 from flashdrive_ros.model.kv_cache import KVCache
 from flashdrive_ros.model.positions import image_positions, text_positions
-from flashdrive_ros.model.tokenizer import build_tokenizer
 from flashdrive_ros.model.vlm import VLM
-from test_engine_engine import CORPUS, window
 
 CFG = tiny(vocab_size=512)
 FEATURE_LAYERS = (1, 2, 3)
@@ -122,14 +119,6 @@ def test_expert_prefix_mask_equals_a_shorter_prefix():
                                       mask)
     torch.testing.assert_close(got, want, rtol=0, atol=1e-5)
     assert torch.equal(again, got)
-
-
-@pytest.fixture(scope="module")
-def parts():
-    tok = build_tokenizer(CORPUS, vocab_size=4600)
-    cfg = tiny(vocab_size=tok.vocab_size)
-    torch.manual_seed(0)
-    return AlpamayoModel(cfg).eval(), tok, Drafter(cfg.drafter, cfg.text).eval()
 
 
 def _engine(parts, **changes) -> Engine:

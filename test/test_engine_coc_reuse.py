@@ -3,9 +3,9 @@ and the engine switch."""
 
 import numpy as np
 import pytest
-from test_engine_engine import FLOAT32_REORDER_ATOL_M, engine, parts, window  # noqa: F401
-from test_engine_speculative import (SEEDS, _assert_same_cache, _drafter_proposer, _run,
-                                     _stop_for, target)  # noqa: F401
+from helpers.engines import FLOAT32_REORDER_ATOL_M, engine
+from helpers.speculative import SEEDS, assert_same_cache, drafter_proposer, run_decode, stop_for
+from helpers.windows import window
 
 from flashdrive_ros.engine.coc_reuse import CoCReuseProposer, lookup_drafts
 from flashdrive_ros.engine.config import EngineConfig
@@ -44,20 +44,20 @@ def _variants(reference: list[int], other: list[int]) -> dict[str, list[int]]:
             "unrelated": [499, 498, 497, 496]}
 
 
-def test_coc_reuse_greedy_matches_autoregressive_whatever_the_previous_coc(target):  # noqa: F811
-    drafter = _drafter_proposer(target)
+def test_coc_reuse_greedy_matches_autoregressive_whatever_the_previous_coc(target):
+    drafter = drafter_proposer(target)
     drafted_rounds = {}
     full_blocks = 0
     for seed in SEEDS:
-        stop = _stop_for(target, seed)
-        ref, ref_cache, _ = _run(target, seed, stop)
-        other, _, _ = _run(target, seed + 1000, stop)
+        stop = stop_for(target, seed)
+        ref, ref_cache, _ = run_decode(target, seed, stop)
+        other, _, _ = run_decode(target, seed + 1000, stop)
         for name, previous in _variants(ref.tokens, other.tokens).items():
             proposer = CoCReuseProposer(drafter, previous, "cpu")
-            got, cache, _ = _run(target, seed, stop, proposer)
+            got, cache, _ = run_decode(target, seed, stop, proposer)
             assert got.tokens == ref.tokens, (seed, name)
             assert got.stopped_by == ref.stopped_by and got.next_position == ref.next_position
-            _assert_same_cache(cache, ref_cache)
+            assert_same_cache(cache, ref_cache)
             drafted_rounds[name] = drafted_rounds.get(name, 0) + proposer.lookup_rounds
             if name == "same":
                 assert proposer.lookup_rounds == len(got.accepted_lengths)
@@ -67,7 +67,7 @@ def test_coc_reuse_greedy_matches_autoregressive_whatever_the_previous_coc(targe
     assert drafted_rounds["one token changed"] > len(SEEDS)
 
 
-def test_engine_drafts_a_repeated_coc_from_the_previous_window(parts):  # noqa: F811
+def test_engine_drafts_a_repeated_coc_from_the_previous_window(parts):
     reuse, plain = engine(parts), engine(parts, coc_reuse=False)
     assert reuse.cfg.coc_reuse and not plain.cfg.coc_reuse
     for step in (0, 0, 1, 1):

@@ -6,30 +6,18 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
+from helpers.windows import window
 
 from flashdrive_ros.engine.config import EngineConfig
 from flashdrive_ros.engine.engine import Engine
 from flashdrive_ros.engine.speculative import ProposalRequest
-from flashdrive_ros.model.alpamayo import AlpamayoModel
-from flashdrive_ros.model.config import tiny
-from flashdrive_ros.model.drafter import Drafter
 from flashdrive_ros.model.kv_cache import KVCache
-from flashdrive_ros.model.tokenizer import build_tokenizer
-from test_engine_engine import CORPUS, window
 
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
 
 MAX_COC = 12
 TOLERANCE = {"float32": 1e-5, "bfloat16": 2e-2}
 TRAJECTORY_TOLERANCE = {"float32": 1e-3, "bfloat16": 5e-2}
-
-
-@pytest.fixture(scope="module")
-def parts():
-    tok = build_tokenizer(CORPUS, vocab_size=4600)
-    cfg = tiny(vocab_size=tok.vocab_size)
-    torch.manual_seed(0)
-    return AlpamayoModel(cfg).eval(), tok, Drafter(cfg.drafter, cfg.text).eval()
 
 
 def _engine(parts, dtype: str, **changes) -> Engine:

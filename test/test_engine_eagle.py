@@ -2,30 +2,15 @@ import dataclasses
 
 import pytest
 import torch
+from helpers.speculative import CFG, random_prompt, run_decode, stop_for
 
-from flashdrive_ros.engine.decoding import (Sampling, StopRule, Target, greedy_decode, prefill,
-                                            required_capacity, start_state)
+from flashdrive_ros.engine.decoding import Sampling, Target, prefill, start_state
 from flashdrive_ros.engine.eagle_proposer import EagleProposer
-from flashdrive_ros.engine.speculative import ProposalRequest, propose_block, speculative_decode
-from flashdrive_ros.model.config import tiny
+from flashdrive_ros.engine.speculative import ProposalRequest, propose_block
 from flashdrive_ros.model.eagle_drafter import EagleDrafter
 from flashdrive_ros.model.kv_cache import KVCache
-from flashdrive_ros.model.positions import image_positions, text_positions
-from flashdrive_ros.model.vlm import VLM
-
-CFG = tiny(vocab_size=512)
-MAX_NEW = 20
-UNREACHABLE = StopRule(cot_end_id=510, traj_future_start_id=511, max_new_tokens=MAX_NEW)
-
 
 pytestmark = pytest.mark.usefixtures("one_thread")
-
-
-@pytest.fixture(scope="module")
-def target() -> Target:
-    torch.manual_seed(0)
-    vlm = VLM(CFG.vision, CFG.text).eval()
-    return Target(vlm.language_model, vlm.lm_head, CFG.drafter.target_layer_ids)
 
 
 def _eagle(target: Target, rotary: str = "flat", context_len: int = 8, block_size: int = 8,
@@ -66,38 +51,6 @@ class OracleEagleProposer(EagleProposer):
         return super().propose(request)
 
 
-def _prompt(target: Target, seed: int):
-    g = torch.Generator().manual_seed(seed)
-    a = int(torch.randint(2, 8, (), generator=g))
-    tail = int(torch.randint(3, 10, (), generator=g))
-    img = image_positions(a, (1, 4, 6), 2)[:, None]
-    positions = torch.cat([text_positions(0, a), img, text_positions(a + 3, tail)], dim=2)
-    ids = torch.randint(0, 500, (positions.shape[2],), generator=g)
-    with torch.no_grad():
-        embeds = target.embed_tokens(ids[None])
-    return embeds, positions, ids
-
-
-def _run(target: Target, seed: int, stop: StopRule, proposer=None, context_len: int = 8):
-    embeds, positions, ids = _prompt(target, seed)
-    cap = required_capacity(positions.shape[2], stop, 16)
-    cache = KVCache(CFG.text.num_hidden_layers, 1, CFG.text.num_key_value_heads, cap,
-                    CFG.text.head_dim)
-    with torch.no_grad():
-        out = prefill(target, embeds, positions, cache, context_len=context_len, token_ids=ids)
-    if proposer is None:
-        return greedy_decode(target, out, cache, stop), cache
-    return speculative_decode(target, proposer, out, cache, stop), cache
-
-
-def _stop_for(target: Target, seed: int) -> StopRule:
-    if seed % 2 == 0:
-        return UNREACHABLE
-    reference, _ = _run(target, seed, UNREACHABLE)
-    cot_end = reference.tokens[(2 + seed % 12) % (len(reference.tokens) - 2)]
-    return StopRule(cot_end, (cot_end + 1) % 500, MAX_NEW)
-
-
 def _same_cache(a: KVCache, b: KVCache) -> None:
     assert a.length == b.length
     n = a.length
@@ -110,9 +63,9 @@ def test_eagle_speculative_greedy_matches_autoregressive(target, rotary, context
                                                          block_size):
     proposer = _eagle(target, rotary, context_len, block_size)
     for seed in range(24):
-        stop = _stop_for(target, seed)
-        ref, ref_cache = _run(target, seed, stop)
-        got, cache = _run(target, seed, stop, proposer, context_len)
+        stop = stop_for(target, seed)
+        ref, ref_cache, _ = run_decode(target, seed, stop)
+        got, cache, _ = run_decode(target, seed, stop, proposer, context_len)
         assert got.tokens == ref.tokens, seed
         assert got.stopped_by == ref.stopped_by and got.next_position == ref.next_position
         _same_cache(cache, ref_cache)
@@ -121,10 +74,10 @@ def test_eagle_speculative_greedy_matches_autoregressive(target, rotary, context
 @pytest.mark.parametrize("block_size", [8, 16])
 def test_eagle_chain_with_an_oracle_head_accepts_full_blocks(target, block_size):
     for seed in range(12):
-        stop = _stop_for(target, seed)
-        ref, ref_cache = _run(target, seed, stop)
+        stop = stop_for(target, seed)
+        ref, ref_cache, _ = run_decode(target, seed, stop)
         oracle = OracleEagleProposer(_eagle(target, block_size=block_size), ref.tokens)
-        got, cache = _run(target, seed, stop, oracle)
+        got, cache, _ = run_decode(target, seed, stop, oracle)
         assert got.tokens == ref.tokens, seed
         _same_cache(cache, ref_cache)
         assert got.accepted_lengths[:-1] == [block_size] * (len(got.accepted_lengths) - 1)
@@ -134,7 +87,7 @@ def test_eagle_chain_with_an_oracle_head_accepts_full_blocks(target, block_size)
 
 def test_eagle_needs_token_ids_and_samples_with_probs(target):
     proposer = _eagle(target)
-    embeds, positions, ids = _prompt(target, 3)
+    embeds, positions, ids = random_prompt(target, 3)
     cache = KVCache(CFG.text.num_hidden_layers, 1, CFG.text.num_key_value_heads, 80,
                     CFG.text.head_dim)
     with torch.no_grad():

@@ -1,15 +1,13 @@
 import numpy as np
 import pytest
 import torch
-from test_engine_engine import FLOAT32_REORDER_ATOL_M
+from helpers.engines import FLOAT32_REORDER_ATOL_M
+from helpers.tiny_model import tiny_parts
 
 from flashdrive_ros.engine.config import EngineConfig
 from flashdrive_ros.engine.encoded_frames import EncodedFrames
 from flashdrive_ros.engine.engine import Engine
 from flashdrive_ros.engine.types import Window
-from flashdrive_ros.model.alpamayo import AlpamayoModel
-from flashdrive_ros.model.config import tiny
-from flashdrive_ros.model.tokenizer import build_tokenizer
 
 VIEWS, FRAMES = 4, 4
 
@@ -38,11 +36,8 @@ def test_store_keeps_the_last_seconds_and_restarts_on_an_old_stamp():
 @pytest.fixture(scope="module")
 def parts():
     torch.set_num_threads(1)
-    tok = build_tokenizer(["the car ahead brakes, so the ego vehicle slows down."] * 10,
-                          vocab_size=4600)
-    cfg = tiny(vocab_size=tok.vocab_size)
-    torch.manual_seed(0)
-    return AlpamayoModel(cfg).eval(), tok
+    model, tok, _ = tiny_parts(["the car ahead brakes, so the ego vehicle slows down."] * 10)
+    return model, tok
 
 
 def camera_set(step: int) -> list[np.ndarray]:

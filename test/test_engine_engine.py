@@ -3,76 +3,19 @@ import dataclasses
 import numpy as np
 import pytest
 import torch
+from helpers.engines import FLOAT32_REORDER_ATOL_M, MAX_COC, engine, run
+from helpers.windows import window
 
 from flashdrive_ros.engine.config import EngineConfig
 from flashdrive_ros.engine.config import DRAFTER_FILE
 from flashdrive_ros.engine.engine import Engine
 from flashdrive_ros.engine.timing import StageTimer
 from flashdrive_ros.engine.types import STAGES, Window
-from flashdrive_ros.model.alpamayo import AlpamayoModel
-from flashdrive_ros.model.config import ConfigError, tiny
-from flashdrive_ros.model.drafter import Drafter
-from flashdrive_ros.model.tokenizer import build_tokenizer
+from flashdrive_ros.model.config import ConfigError
 from flashdrive_ros.model.weights import save_model_dir
-
-CORPUS = ["Front camera: frame 0 the car ahead brakes, so the ego vehicle slows down.",
-          "output the chain-of-thought reasoning of the driving process, then output the "
-          "future trajectory. You are a driving assistant that generates safe and accurate "
-          "actions."] * 10
-MAX_COC = 6
-# Two float32 paths that feed the same tokens through other call shapes (other verify-round
-# splits, other encoder batch sizes) run GEMMs of other sizes; MKL may then block their
-# reductions differently (seen with AVX-512/AMX kernels on Xeon), which moves keys, values
-# and embeddings by about float32 rounding (2**-24 relative). The random tiny expert and
-# the unicycle integration over 64 waypoints (up to ~32 m) amplify that: a 2**-24 relative
-# perturbation of every backbone attention or linear output moved trajectories by at most
-# 5e-3 m (4 windows x 6 draws). 2e-2 m leaves a 4x margin and is still far below what a
-# wrong token, cache slot or noise draw changes (meters).
-FLOAT32_REORDER_ATOL_M = 2e-2
 
 
 pytestmark = pytest.mark.usefixtures("one_thread")
-
-
-@pytest.fixture(scope="module")
-def parts():
-    tok = build_tokenizer(CORPUS, vocab_size=4600)
-    cfg = tiny(vocab_size=tok.vocab_size)
-    torch.manual_seed(0)
-    model = AlpamayoModel(cfg).eval()
-    drafter = Drafter(cfg.drafter, cfg.text).eval()
-    return model, tok, drafter
-
-
-def engine(parts, **changes) -> Engine:
-    model, tok, drafter = parts
-    return Engine(model, tok, drafter, EngineConfig(max_coc_tokens=MAX_COC, **changes))
-
-
-def window(step: int, cams: int = 4, frames: int = 4, size=(48, 64)) -> Window:
-    """Window `step` holds camera steps step .. step + frames - 1, 0.1 s apart."""
-    images = np.stack([np.stack([
-        np.random.default_rng(100 * c + step + f).integers(0, 256, (*size, 3), dtype=np.uint8)
-        for f in range(frames)]) for c in range(cams)])
-    stamps = np.tile(0.1 * (step + np.arange(frames, dtype=np.float64)), (cams, 1))
-    history = np.zeros((16, 4))
-    history[:, 0] = np.linspace(-4.5 - 0.3 * step, 0.0, 16)
-    return Window(t0=float(stamps[0, -1]), images=images, image_stamps=stamps,
-                  ego_history=history, speed=3.0, sequence=step)
-
-
-def run(eng: Engine, steps=(0, 1)):
-    return [eng.step(window(s)) for s in steps]
-
-
-def plans_with_switch(parts, switch: str, steps=(0, 1, 2)) -> dict[bool, tuple[Engine, list]]:
-    """{on/off: (engine, its plans of windows `steps`)} with only `switch` changed (2
-    samples)."""
-    out = {}
-    for value in (True, False):
-        eng = engine(parts, num_samples=2, **{switch: value})
-        out[value] = (eng, run(eng, steps))
-    return out
 
 
 def test_plan_fields(parts):

@@ -4,7 +4,7 @@ lm_head: the same logits for any row count and the same plans from the engine.""
 import numpy as np
 import pytest
 import torch
-from test_engine_engine import MAX_COC, parts, plans_with_switch, window  # noqa: F401
+from helpers.engines import plans_with_switch
 
 from flashdrive_ros.engine.config import EngineConfig
 from flashdrive_ros.engine.padded_logits import PaddedRowLogits
@@ -29,7 +29,7 @@ def test_padded_row_logits_refuse_a_bias():
         PaddedRowLogits(torch.nn.Linear(4, 5))
 
 
-def test_engine_plans_match_with_and_without_padded_logits(parts):  # noqa: F811
+def test_engine_plans_match_with_and_without_padded_logits(parts):
     runs = plans_with_switch(parts, "padded_logits")
     for padded, (eng, _) in runs.items():
         assert isinstance(eng.target.lm_head, PaddedRowLogits) == padded

@@ -3,8 +3,8 @@
 import numpy as np
 import pytest
 import torch
-from test_engine_engine import MAX_COC, parts, plans_with_switch, window  # noqa: F401
-from test_engine_streaming import new_state, prefill_window, tiny_vlm  # noqa: F401
+from helpers.engines import plans_with_switch
+from helpers.streaming import new_state, prefill_window
 
 from flashdrive_ros.engine.config import EngineConfig
 from flashdrive_ros.model.config import ConfigError
@@ -23,7 +23,7 @@ def rotated_state(cfg):
     return state
 
 
-def test_streaming_prefill_and_decode_match_the_plain_cache(tiny_vlm):  # noqa: F811
+def test_streaming_prefill_and_decode_match_the_plain_cache(tiny_vlm):
     vlm, cfg = tiny_vlm
     plain, rotated = new_state(cfg), rotated_state(cfg)
     for step in range(4):
@@ -49,7 +49,7 @@ def test_streaming_prefill_and_decode_match_the_plain_cache(tiny_vlm):  # noqa: 
         torch.testing.assert_close(rotated.decoded, plain.decoded, rtol=1e-4, atol=1e-5)
 
 
-def test_static_step_refuses_moved_slots_before_a_forward(tiny_vlm):  # noqa: F811
+def test_static_step_refuses_moved_slots_before_a_forward(tiny_vlm):
     vlm, cfg = tiny_vlm
     state = rotated_state(cfg)
     prefill_window(vlm, cfg, state, 0)
@@ -61,7 +61,7 @@ def test_static_step_refuses_moved_slots_before_a_forward(tiny_vlm):  # noqa: F8
                                           slots)
 
 
-def test_engine_plans_match_with_and_without_rotated_keys(parts):  # noqa: F811
+def test_engine_plans_match_with_and_without_rotated_keys(parts):
     runs = plans_with_switch(parts, "rotated_keys")
     for rotated, (eng, _) in runs.items():
         assert (eng.stream.cache.k_rot is not None) == rotated

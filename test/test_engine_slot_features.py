@@ -1,18 +1,13 @@
 import dataclasses
 
-import numpy as np
 import pytest
 import torch
 
-from test_engine_engine import CORPUS
+from helpers.windows import window
 
 from flashdrive_ros.engine.config import EngineConfig
 from flashdrive_ros.engine.engine import Engine
-from flashdrive_ros.engine.types import Window
-from flashdrive_ros.model.alpamayo import AlpamayoModel
-from flashdrive_ros.model.config import tiny
 from flashdrive_ros.model.drafter_file import build_drafter
-from flashdrive_ros.model.tokenizer import build_tokenizer
 
 WHOLE_PROMPT = 4096
 
@@ -20,27 +15,8 @@ WHOLE_PROMPT = 4096
 pytestmark = pytest.mark.usefixtures("one_thread")
 
 
-@pytest.fixture(scope="module")
-def parts():
-    tok = build_tokenizer(CORPUS, vocab_size=4600)
-    cfg = tiny(vocab_size=tok.vocab_size)
-    torch.manual_seed(0)
-    return AlpamayoModel(cfg).eval(), tok
-
-
-def window(step: int, size=(48, 64)) -> Window:
-    images = np.stack([np.stack([
-        np.random.default_rng(100 * c + step + f).integers(0, 256, (*size, 3), dtype=np.uint8)
-        for f in range(4)]) for c in range(4)])
-    stamps = np.tile(0.1 * (step + np.arange(4, dtype=np.float64)), (4, 1))
-    history = np.zeros((16, 4))
-    history[:, 0] = np.linspace(-4.5 - 0.3 * step, 0.0, 16)
-    return Window(t0=float(stamps[0, -1]), images=images, image_stamps=stamps,
-                  ego_history=history, speed=3.0, sequence=step)
-
-
 def _engine(parts, kind: str | None, rotary: str = "flat", **changes) -> Engine:
-    model, tok = parts
+    model, tok, _ = parts
     drafter = None
     if kind is not None:
         torch.manual_seed(3)

@@ -2,11 +2,12 @@ import dataclasses
 
 import pytest
 import torch
+from helpers.speculative import (CFG, MAX_NEW, SEEDS, UNREACHABLE, assert_same_cache,
+                                 drafter_proposer, run_decode, stop_for)
 
 from flashdrive_ros.engine.coc_reuse import CoCReuseProposer
 from flashdrive_ros.engine.decoding import (Sampling, StopRule, Target, decode_one,
-                                            greedy_decode, prefill, required_capacity,
-                                            sampling_probs, start_state)
+                                            prefill, sampling_probs, start_state)
 from flashdrive_ros.engine.speculative import (DFlashProposer, Proposal, ProposalRequest,
                                                accept_sampled, propose_block,
                                                speculative_decode)
@@ -16,26 +17,7 @@ from flashdrive_ros.model.kv_cache import KVCache
 from flashdrive_ros.model.positions import image_positions, text_positions
 from flashdrive_ros.model.vlm import VLM
 
-CFG = tiny(vocab_size=512)
-MAX_NEW = 20
-UNREACHABLE = StopRule(cot_end_id=510, traj_future_start_id=511, max_new_tokens=MAX_NEW)
-
-
 pytestmark = pytest.mark.usefixtures("one_thread")
-
-
-@pytest.fixture(scope="module")
-def target() -> Target:
-    torch.manual_seed(0)
-    vlm = VLM(CFG.vision, CFG.text).eval()
-    return Target(vlm.language_model, vlm.lm_head, CFG.drafter.target_layer_ids)
-
-
-def _drafter_proposer(target: Target, rotary: str = "flat", seed: int = 1) -> DFlashProposer:
-    torch.manual_seed(seed)
-    cfg = dataclasses.replace(CFG.drafter, rotary=rotary)
-    drafter = Drafter(cfg, CFG.text).eval()
-    return DFlashProposer(drafter, target.embed_tokens, target.lm_head)
 
 
 class OracleProposer:
@@ -67,67 +49,17 @@ class UniformProposer:
         return Proposal(torch.multinomial(probs, 1, generator=request.generator)[:, 0], probs)
 
 
-def _prompt(target: Target, seed: int):
-    """Random text, an image-like run with 3D positions, more text: embeds, positions."""
-    g = torch.Generator().manual_seed(seed)
-    a = int(torch.randint(2, 8, (), generator=g))
-    tail = int(torch.randint(3, 10, (), generator=g))
-    img = image_positions(a, (1, 4, 6), 2)[:, None]  # [3, 1, 6], max a + 2
-    positions = torch.cat([text_positions(0, a), img, text_positions(a + 3, tail)], dim=2)
-    ids = torch.randint(0, 500, (1, positions.shape[2]), generator=g)
-    with torch.no_grad():
-        embeds = target.embed_tokens(ids)
-    return embeds, positions
-
-
-def _run(target: Target, seed: int, stop: StopRule, proposer=None, context_len: int = 8,
-         sampling=None, generator=None):
-    embeds, positions = _prompt(target, seed)
-    cap = required_capacity(positions.shape[2], stop, 8)
-    cache = KVCache(CFG.text.num_hidden_layers, 1, CFG.text.num_key_value_heads, cap,
-                    CFG.text.head_dim, dtype=torch.float32)
-    with torch.no_grad():
-        out = prefill(target, embeds, positions, cache, context_len=context_len)
-    if proposer is None:
-        result = greedy_decode(target, out, cache, stop)
-    else:
-        result = speculative_decode(target, proposer, out, cache, stop, sampling, generator)
-    return result, cache, positions
-
-
-def _assert_same_cache(a: KVCache, b: KVCache) -> None:
-    assert a.length == b.length
-    n = a.length
-    torch.testing.assert_close(a.k[:, :, :, :n], b.k[:, :, :, :n], atol=1e-5, rtol=1e-5)
-    torch.testing.assert_close(a.v[:, :, :, :n], b.v[:, :, :, :n], atol=1e-5, rtol=1e-5)
-    assert torch.equal(a.positions[:, :, :n], b.positions[:, :, :n])
-
-
-def _stop_for(target: Target, seed: int) -> StopRule:
-    """Odd seeds stop at a <|cot_end|> that greedy decoding really emits."""
-    if seed % 2 == 0:
-        return UNREACHABLE
-    reference, _, _ = _run(target, seed, UNREACHABLE)
-    k = (2 + seed % 12) % (len(reference.tokens) - 2)
-    cot_end = reference.tokens[k]
-    tfs = (cot_end + 1) % 500
-    return StopRule(cot_end, tfs, MAX_NEW)
-
-
-SEEDS = range(50)
-
-
 def test_speculative_greedy_matches_autoregressive_with_random_drafter(target):
-    proposer = _drafter_proposer(target)
+    proposer = drafter_proposer(target)
     stopped = 0
     accepted = []
     for seed in SEEDS:
-        stop = _stop_for(target, seed)
-        ref, ref_cache, positions = _run(target, seed, stop)
-        got, cache, _ = _run(target, seed, stop, proposer)
+        stop = stop_for(target, seed)
+        ref, ref_cache, positions = run_decode(target, seed, stop)
+        got, cache, _ = run_decode(target, seed, stop, proposer)
         assert got.tokens == ref.tokens, seed
         assert got.stopped_by == ref.stopped_by and got.next_position == ref.next_position
-        _assert_same_cache(cache, ref_cache)
+        assert_same_cache(cache, ref_cache)
         stopped += ref.stopped_by == "cot_end"
         accepted += got.accepted_lengths
     assert stopped >= 20
@@ -137,11 +69,11 @@ def test_speculative_greedy_matches_autoregressive_with_random_drafter(target):
 def test_speculative_greedy_with_oracle_accepts_full_blocks(target):
     tail_verified = 0
     for seed in SEEDS:
-        stop = _stop_for(target, seed)
-        ref, ref_cache, _ = _run(target, seed, stop)
-        got, cache, _ = _run(target, seed, stop, OracleProposer(ref.tokens), context_len=0)
+        stop = stop_for(target, seed)
+        ref, ref_cache, _ = run_decode(target, seed, stop)
+        got, cache, _ = run_decode(target, seed, stop, OracleProposer(ref.tokens), context_len=0)
         assert got.tokens == ref.tokens, seed
-        _assert_same_cache(cache, ref_cache)
+        assert_same_cache(cache, ref_cache)
         assert got.accepted_lengths[:-1] == [8] * (len(got.accepted_lengths) - 1)
         generated = len(ref.tokens) - (1 if ref.stopped_by == "cot_end" else 2)
         assert sum(got.accepted_lengths) == generated - 1
@@ -155,17 +87,17 @@ def test_speculative_greedy_with_oracle_accepts_full_blocks(target):
 
 
 def test_mrope_drafter_path_is_lossless(target):
-    proposer = _drafter_proposer(target, rotary="mrope", seed=3)
+    proposer = drafter_proposer(target, rotary="mrope", seed=3)
     for seed in range(5):
-        stop = _stop_for(target, seed)
-        ref, ref_cache, _ = _run(target, seed, stop)
-        got, cache, _ = _run(target, seed, stop, proposer)
+        stop = stop_for(target, seed)
+        ref, ref_cache, _ = run_decode(target, seed, stop)
+        got, cache, _ = run_decode(target, seed, stop, proposer)
         assert got.tokens == ref.tokens
-        _assert_same_cache(cache, ref_cache)
+        assert_same_cache(cache, ref_cache)
 
 
 def test_positions_continue_after_prompt_max_on_all_axes(target):
-    ref, cache, positions = _run(target, 4, UNREACHABLE)
+    ref, cache, positions = run_decode(target, 4, UNREACHABLE)
     n = positions.shape[2]
     start = int(positions.max()) + 1
     assert start < n
@@ -175,29 +107,29 @@ def test_positions_continue_after_prompt_max_on_all_axes(target):
 
 
 def test_stop_rules(target):
-    ref, cache, positions = _run(target, 0, UNREACHABLE)
+    ref, cache, positions = run_decode(target, 0, UNREACHABLE)
     assert ref.stopped_by == "max_tokens" and len(ref.tokens) == MAX_NEW + 2
     assert ref.tokens[-2:] == [510, 511]
     assert cache.length == positions.shape[2] + len(ref.tokens)
     first = ref.tokens[0]
     immediate = StopRule(first, (first + 1) % 500, MAX_NEW)
-    for proposer in (None, _drafter_proposer(target)):
-        got, cache, positions = _run(target, 0, immediate, proposer)
+    for proposer in (None, drafter_proposer(target)):
+        got, cache, positions = run_decode(target, 0, immediate, proposer)
         assert got.tokens == [first, (first + 1) % 500] and got.stopped_by == "cot_end"
         assert cache.length == positions.shape[2] + 2
     one = StopRule(510, 511, 1)
-    got, _, _ = _run(target, 0, one, OracleProposer(ref.tokens), context_len=0)
+    got, _, _ = run_decode(target, 0, one, OracleProposer(ref.tokens), context_len=0)
     assert got.tokens == [first, 510, 511] and got.stopped_by == "max_tokens"
 
 
 def test_oracle_block_cut_at_cot_end(target):
-    ref, _, _ = _run(target, 7, UNREACHABLE)
+    ref, _, _ = run_decode(target, 7, UNREACHABLE)
     stop = StopRule(ref.tokens[5], 511, MAX_NEW)
-    cut, cut_cache, positions = _run(target, 7, stop)
+    cut, cut_cache, positions = run_decode(target, 7, stop)
     assert cut.tokens[-2:] == [ref.tokens[5], 511]
-    got, cache, _ = _run(target, 7, stop, OracleProposer(ref.tokens), context_len=0)
+    got, cache, _ = run_decode(target, 7, stop, OracleProposer(ref.tokens), context_len=0)
     assert got.tokens == cut.tokens and got.accepted_lengths == [cut.tokens.index(ref.tokens[5])]
-    _assert_same_cache(cache, cut_cache)
+    assert_same_cache(cache, cut_cache)
 
 
 def test_bad_usage_raises(target):
@@ -208,10 +140,10 @@ def test_bad_usage_raises(target):
     with pytest.raises(ValueError):
         Sampling(temperature=0.0)
     with pytest.raises(ValueError, match="features"):
-        _run(target, 0, UNREACHABLE, _drafter_proposer(target), context_len=0)
+        run_decode(target, 0, UNREACHABLE, drafter_proposer(target), context_len=0)
     wrong = Target(target.backbone, target.lm_head, (0, 1, 2))
     with pytest.raises(ValueError, match="layers"):
-        _run(wrong, 0, UNREACHABLE, _drafter_proposer(target))
+        run_decode(wrong, 0, UNREACHABLE, drafter_proposer(target))
 
 
 def test_top_p_keeps_smallest_nucleus():
@@ -305,7 +237,7 @@ def test_speculative_sampling_preserves_distribution():
 
 @pytest.mark.parametrize("rotary", ["flat", "mrope"])
 def test_dflash_proposer_feeds_context_and_positions(target, rotary):
-    proposer = _drafter_proposer(target, rotary=rotary, seed=4)
+    proposer = drafter_proposer(target, rotary=rotary, seed=4)
     img = image_positions(3, (1, 4, 6), 2)[:, None]
     positions = torch.cat([text_positions(0, 3), img, text_positions(6, 3)], dim=2)
     n = positions.shape[2]

@@ -4,7 +4,8 @@ import importlib.util
 
 import pytest
 from rosbags.rosbag2 import StoragePlugin, Writer
-from test_eval_bags import write_drive_bag
+from helpers.bags import write_drive_bag
+from helpers.tiny_model import make_tiny_model_dir
 
 from flashdrive_ros.eval.cli import main, options_from_args, parser
 from flashdrive_ros.eval.topics import TopicMapping
@@ -111,8 +112,6 @@ def test_tensorrt_backend_without_tensorrt_exits_2_with_the_reason(tmp_path, cap
 
 
 def test_drafter_file_option_reaches_the_engines_and_the_node(tmp_path, capsys):
-    from test_ros_fixtures import make_tiny_model_dir
-
     from flashdrive_ros.eval.replay import ReplayOptions, load_engines
     from flashdrive_ros.eval.through_ros import node_parameters
 

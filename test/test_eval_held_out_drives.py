@@ -6,7 +6,7 @@ import json
 
 import numpy as np
 import pytest
-from test_train_streaming_finetune import write_tiny_model
+from helpers.tiny_model import make_sim_sized_model_dir
 
 from flashdrive_ros.eval.held_out_breakdown import (BREAKDOWNS, FULL, MODES, STREAMING,
                                                     UNLABELLED, speed_band, time_band)
@@ -18,7 +18,7 @@ SEED, SECONDS = 1000002, 8.6
 @pytest.fixture(scope="module")
 def evaluated(tmp_path_factory):
     root = tmp_path_factory.mktemp("held_out")
-    model = write_tiny_model(root / "model")
+    model = make_sim_sized_model_dir(root / "model")
     out = root / "out"
     code = main(["--model-dir", str(model), "--out", str(out), "--drives", "1", "--seconds",
                  str(SECONDS), "--first-seed", str(SEED), "--device", "cpu",
@@ -108,7 +108,7 @@ def test_bad_settings_and_windowless_drives_are_refused(tmp_path, capsys):
         HeldOutSettings(first_seed=1000999, drives=2)
     with pytest.raises(ValueError, match="device"):
         HeldOutSettings(device="tpu")
-    model = write_tiny_model(tmp_path / "model")
+    model = make_sim_sized_model_dir(tmp_path / "model")
     assert main(["--model-dir", str(model), "--out", str(tmp_path / "out"), "--drives", "1",
                  "--seconds", "2"]) == 2
     assert "no window was planned" in capsys.readouterr().err

@@ -5,7 +5,8 @@ import json
 
 import numpy as np
 import pytest
-from test_eval_bags import SPEED, T_START, YAW_RATE, write_drive_bag, write_tiny_model
+from helpers.bags import SPEED, T_START, YAW_RATE, write_drive_bag
+from helpers.tiny_model import make_tiny_model_dir
 
 from flashdrive_ros.eval.cli import main
 from flashdrive_ros.eval.report import summary_table
@@ -17,7 +18,7 @@ CONTRACT_KEYS = ("windows", "minade1_6s", "minade6_6s", "cv_minade_6s",
 @pytest.fixture(scope="module")
 def replay(tmp_path_factory):
     root = tmp_path_factory.mktemp("offline")
-    model = write_tiny_model(root / "model")
+    model = make_tiny_model_dir(root / "model", max_coc_tokens=4)
     bag = write_drive_bag(root / "bag", seconds=8.2, corrupt_frames={(1, 16), (1, 17), (1, 18)})
     out = root / "out"
     code = main([str(bag), "--model-dir", str(model), "--out", str(out), "--mode", "compare",

@@ -5,7 +5,7 @@ import math
 import numpy as np
 import pytest
 from rosbags.rosbag2 import StoragePlugin, Writer
-from test_eval_bags import TYPESTORE, _header
+from helpers.bags import TYPESTORE, header_msg
 
 from flashdrive_ros.eval.ground_truth import OdometryTrack
 from flashdrive_ros.eval.bag import OdometryRecord
@@ -27,14 +27,14 @@ def path_msg(t0, lateral, steps=64):
         pose = T["geometry_msgs/msg/Pose"](
             position=T["geometry_msgs/msg/Point"](x=1.0 * (i + 1) * 0.1, y=lateral, z=0.0),
             orientation=T["geometry_msgs/msg/Quaternion"](x=0.0, y=0.0, z=0.0, w=1.0))
-        poses.append(T["geometry_msgs/msg/PoseStamped"](header=_header(t0 + (i + 1) * 0.1),
+        poses.append(T["geometry_msgs/msg/PoseStamped"](header=header_msg(t0 + (i + 1) * 0.1),
                                                          pose=pose))
-    return T["nav_msgs/msg/Path"](header=_header(t0), poses=poses)
+    return T["nav_msgs/msg/Path"](header=header_msg(t0), poses=poses)
 
 
 def marker(t0, marker_id, marker_type, points=(), text=""):
     return MARKER(
-        header=_header(t0), ns="plan", id=marker_id, type=marker_type, action=MARKER.ADD,
+        header=header_msg(t0), ns="plan", id=marker_id, type=marker_type, action=MARKER.ADD,
         pose=T["geometry_msgs/msg/Pose"](
             position=T["geometry_msgs/msg/Point"](x=0.0, y=0.0, z=0.0),
             orientation=T["geometry_msgs/msg/Quaternion"](x=0.0, y=0.0, z=0.0, w=1.0)),
@@ -42,7 +42,7 @@ def marker(t0, marker_id, marker_type, points=(), text=""):
         color=T["std_msgs/msg/ColorRGBA"](r=1.0, g=0.0, b=0.0, a=1.0),
         lifetime=T["builtin_interfaces/msg/Duration"](sec=0, nanosec=0), frame_locked=False,
         points=list(points), colors=[], texture_resource="",
-        texture=T["sensor_msgs/msg/CompressedImage"](header=_header(t0), format="",
+        texture=T["sensor_msgs/msg/CompressedImage"](header=header_msg(t0), format="",
                                                      data=np.zeros(0, np.uint8)),
         uv_coordinates=[], text=text, mesh_resource="",
         mesh_file=T["visualization_msgs/msg/MeshFile"](filename="", data=np.zeros(0, np.uint8)),
@@ -64,7 +64,7 @@ def diagnostics_msg(t, node, values):
     kv = [T["diagnostic_msgs/msg/KeyValue"](key=k, value=v) for k, v in values.items()]
     status = T["diagnostic_msgs/msg/DiagnosticStatus"](level=0, name=f"{node}: planner",
                                                        message="", hardware_id="", values=kv)
-    return T["diagnostic_msgs/msg/DiagnosticArray"](header=_header(t), status=[status])
+    return T["diagnostic_msgs/msg/DiagnosticArray"](header=header_msg(t), status=[status])
 
 
 def write_recording(path, events):
@@ -83,7 +83,7 @@ def planner_values(t0, total, ticks, skipped):
 
 
 def test_every_finished_plan_is_recorded_and_late_ones_are_deadline_misses(tmp_path):
-    empty_path = T["nav_msgs/msg/Path"](header=_header(10.0), poses=[])
+    empty_path = T["nav_msgs/msg/Path"](header=header_msg(10.0), poses=[])
     events = [
         (10.0, "trajectory", empty_path),  # before the first plan: not a control tick
         (10.3, "finished_plans", finished_plan_msg(10.0, [1.0, 0.5], "stop for the light")),

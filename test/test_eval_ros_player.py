@@ -15,7 +15,7 @@ from rclpy.lifecycle import LifecycleNode, TransitionCallbackReturn
 from rclpy.node import Node
 from rosbags.highlevel import AnyReader
 from rosgraph_msgs.msg import Clock
-from test_eval_bags import TYPESTORE, T_START, write_drive_bag
+from helpers.bags import TYPESTORE, T_START, write_drive_bag
 
 from flashdrive_ros.eval.topics import TopicMapping
 from flashdrive_ros.ros.bag_player import BagPlayer

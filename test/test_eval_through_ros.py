@@ -7,7 +7,8 @@ import json
 import numpy as np
 import pytest
 from rosbags.highlevel import AnyReader
-from test_eval_bags import TYPESTORE, write_tiny_model
+from helpers.bags import TYPESTORE
+from helpers.tiny_model import make_tiny_model_dir
 
 from flashdrive_ros.eval.cli import main
 from flashdrive_ros.eval.recording import control_ticks
@@ -22,7 +23,7 @@ pytestmark = pytest.mark.ros
 
 
 def test_replay_through_the_node(tmp_path, capsys):
-    model = write_tiny_model(tmp_path / "model")
+    model = make_tiny_model_dir(tmp_path / "model", max_coc_tokens=4)
     bag = tmp_path / "bag"
     write_bag(bag, 8.6, seed=5, fmt="sqlite3", width=64, height=48, workers=1)
     with AnyReader([bag], default_typestore=TYPESTORE) as reader:
@@ -92,7 +93,7 @@ def test_node_plans_equal_offline_plans_on_the_same_windows(tmp_path):
     same t0, both in baseline mode (no streaming state) and float32: the node builds the
     same window from the DDS messages (images, stamps, ego history), draws the same noise
     and its recorded plan scores as the offline plan against the same ground truth."""
-    model = write_tiny_model(tmp_path / "model")
+    model = make_tiny_model_dir(tmp_path / "model", max_coc_tokens=4)
     bag = tmp_path / "bag"
     write_bag(bag, 10.0, seed=5, fmt="sqlite3", width=64, height=48, workers=1)
     common = dict(bag=bag, model_dir=model, mode="baseline", num_samples=2, device="cpu",

@@ -4,7 +4,8 @@ coordinates. The tiny model with random weights, the real engine."""
 
 import numpy as np
 import pytest
-from test_eval_bags import write_drive_bag, write_tiny_model
+from helpers.bags import write_drive_bag
+from helpers.tiny_model import make_tiny_model_dir
 
 from flashdrive_ros.eval.bag import BagReader
 from flashdrive_ros.eval.input_notes import input_lines
@@ -24,7 +25,7 @@ DROPPED = {(cam, frame) for cam in range(4) for frame in range(5, 85)
 @pytest.fixture(scope="module")
 def setup(tmp_path_factory):
     root = tmp_path_factory.mktemp("transport")
-    model = write_tiny_model(root / "model")
+    model = make_tiny_model_dir(root / "model", max_coc_tokens=4)
     options = ReplayOptions(bag=root, model_dir=model, out_dir=root / "out", mode="flashdrive",
                             num_samples=1, device="cpu", progress=False)
     return root, load_model_config(model), load_engines(options)

@@ -5,7 +5,7 @@ no window is planned (offline and through ROS)."""
 import json
 
 import pytest
-from test_eval_bags import write_tiny_model
+from helpers.tiny_model import make_tiny_model_dir
 
 from flashdrive_ros.eval.cli import main, parser
 from flashdrive_ros.eval.skip_advice import ADVICE, skip_lines, skip_report
@@ -20,7 +20,7 @@ STYLE = VehicleStyle(sizes=((64, 36), (96, 54), (64, 36), (64, 36)),
 
 @pytest.fixture(scope="module")
 def model(tmp_path_factory):
-    return write_tiny_model(tmp_path_factory.mktemp("model") / "model")
+    return make_tiny_model_dir(tmp_path_factory.mktemp("model") / "model", max_coc_tokens=4)
 
 
 def _replay(bag, model, out, *extra):

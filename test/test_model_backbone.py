@@ -7,7 +7,8 @@ import dataclasses
 import pytest
 import torch
 
-from flashdrive_ros.model.backbone import RMSNorm, TextBackbone
+from flashdrive_ros.model.backbone import TextBackbone
+from flashdrive_ros.model.layers import RMSNorm
 from flashdrive_ros.model.config import tiny
 from flashdrive_ros.model.kv_cache import KVCache
 from flashdrive_ros.model.positions import next_position, text_positions

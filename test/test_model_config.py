@@ -8,8 +8,8 @@ import pytest
 import torch
 
 from flashdrive_ros.model.alpamayo import AlpamayoModel
-from flashdrive_ros.model.config import (ConfigError, ModelConfig, TextConfig, alpamayo_1_5_10b,
-                                         alpamayo_r1_10b, preset, tiny)
+from flashdrive_ros.model.config import (ConfigError, ExpertConfig, ModelConfig, TextConfig,
+                                         alpamayo_1_5_10b, alpamayo_r1_10b, preset, tiny)
 
 RELEASE_PRESETS = ("alpamayo-r1-10b", "alpamayo-1.5-10b")
 QWEN3_VL_8B_PARAMS = 8_767_123_696
@@ -91,6 +91,10 @@ def test_config_json_round_trip(name, tmp_path):
 def test_invalid_configs_raise_config_error(tmp_path):
     with pytest.raises(ConfigError, match="mrope_section"):
         TextConfig(head_dim=64)
+    with pytest.raises(ConfigError, match="text hidden_act 'gelu'"):
+        TextConfig(hidden_act="gelu")
+    with pytest.raises(ConfigError, match="expert hidden_act 'gelu'"):
+        ExpertConfig(hidden_act="gelu")
     with pytest.raises(ConfigError, match="unknown config keys"):
         ModelConfig.from_dict({**tiny().to_dict(), "extra": 1})
     with pytest.raises(ConfigError, match="unknown keys in 'text'"):

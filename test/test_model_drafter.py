@@ -4,6 +4,7 @@ import math
 import pytest
 import torch
 from torch import nn
+from helpers.drafters import with_target_head
 
 from flashdrive_ros.model.config import tiny
 from flashdrive_ros.model.drafter import Drafter
@@ -15,13 +16,7 @@ C, K = 5, 4
 def _drafter(rotary: str = "flat", seed: int = 0) -> tuple[Drafter, nn.Embedding, nn.Linear]:
     torch.manual_seed(seed)
     cfg = dataclasses.replace(CFG.drafter, rotary=rotary, context_len=C, block_size=K)
-    drafter = Drafter(cfg, CFG.text).eval()
-    with torch.no_grad():
-        for p in drafter.parameters():
-            p.add_(torch.randn_like(p) * 0.1)
-    embed = nn.Embedding(CFG.text.vocab_size, CFG.text.hidden_size)
-    head = nn.Linear(CFG.text.hidden_size, CFG.text.vocab_size, bias=False)
-    return drafter, embed, head
+    return with_target_head(Drafter(cfg, CFG.text).eval(), CFG.text)
 
 
 def _inputs(drafter: Drafter, batch: int = 2, seed: int = 1):

@@ -2,7 +2,7 @@ import dataclasses
 
 import pytest
 import torch
-from torch import nn
+from helpers.drafters import with_target_head
 
 from flashdrive_ros.model.config import ConfigError, tiny
 from flashdrive_ros.model.drafter import Drafter
@@ -17,12 +17,7 @@ C, K = 5, 6
 def _drafter(rotary: str = "flat", seed: int = 0):
     torch.manual_seed(seed)
     drafter = EagleDrafter(dataclasses.replace(EAGLE, rotary=rotary), CFG.text).eval()
-    with torch.no_grad():
-        for p in drafter.parameters():
-            p.add_(torch.randn_like(p) * 0.1)
-    embed = nn.Embedding(CFG.text.vocab_size, CFG.text.hidden_size)
-    head = nn.Linear(CFG.text.hidden_size, CFG.text.vocab_size, bias=False)
-    return drafter, embed, head
+    return with_target_head(drafter, CFG.text)
 
 
 def _inputs(drafter: EagleDrafter, batch: int = 2, seed: int = 1):

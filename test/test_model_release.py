@@ -11,11 +11,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+from helpers.windows import window
 
 from flashdrive_ros.bench.hf_model import hf_config
 from flashdrive_ros.engine.config import EngineConfig
 from flashdrive_ros.engine.engine import Engine
-from flashdrive_ros.engine.types import Window
 from flashdrive_ros.model.alpamayo import AlpamayoModel
 from flashdrive_ros.model.config import (ConfigError, ModelConfig, alpamayo_1_5_10b,
                                          alpamayo_r1_10b, tiny)
@@ -201,17 +201,6 @@ def release_15(tmp_path_factory):
     return release, reference, cfg
 
 
-def window(step: int) -> Window:
-    images = np.stack([np.stack([
-        np.random.default_rng(100 * c + step + f).integers(0, 256, (48, 64, 3), dtype=np.uint8)
-        for f in range(4)]) for c in range(4)])
-    stamps = np.tile(0.1 * (step + np.arange(4, dtype=np.float64)), (4, 1))
-    history = np.zeros((16, 4))
-    history[:, 0] = np.linspace(-4.5 - 0.3 * step, 0.0, 16)
-    return Window(t0=float(stamps[0, -1]), images=images, image_stamps=stamps,
-                  ego_history=history, speed=3.0, sequence=step)
-
-
 def test_release_config_maps_to_the_package_config(release_r1):
     release, native, cfg = release_r1
     loaded = ModelConfig.load(release / "config.json")
@@ -336,7 +325,7 @@ def test_tokenizer_that_disagrees_with_config_is_refused(release_r1, tmp_path):
 
 
 def test_replay_cli_runs_on_the_release_dir(release_r1, tmp_path):
-    from test_eval_bags import write_drive_bag
+    from helpers.bags import write_drive_bag
 
     from flashdrive_ros.eval.cli import main
 

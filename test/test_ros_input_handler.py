@@ -5,46 +5,20 @@ every 0.02 s up to each set), planned by a PlannerLoop with a stub engine."""
 import time
 from types import SimpleNamespace
 
-import cv2
-import numpy as np
 import pytest
+from helpers.input_messages import SPEED, StraightEngine, image, input_fault, xyz
 
-from flashdrive_ros.engine.types import Plan
 from flashdrive_ros.engine.window import MAX_ODOMETRY_MAGNITUDE, WindowBuilder
 from flashdrive_ros.ros.convert import seconds_to_stamp
 from flashdrive_ros.ros.input_handler import InputHandler
 from flashdrive_ros.ros.params import DriveParams
 from flashdrive_ros.ros.planner_loop import ODOMETRY_INPUT, PlannerLoop
 
-SPEED = 5.0
-JPEG = cv2.imencode(".jpg", np.full((48, 64, 3), 90, np.uint8))[1].tobytes()
-
-
-class StraightEngine:
-    def step(self, window):
-        return Plan(t0=window.t0, trajectories=np.zeros((1, 64, 3)), dt=0.1, coc_text="")
-
-    def reset(self):
-        pass
-
-    def warmup(self):
-        pass
-
-
-def xyz(x=0.0, y=0.0, z=0.0, **w):
-    return SimpleNamespace(x=x, y=y, z=z, **w)
-
-
 def odometry(stamp, x):
     return SimpleNamespace(
         header=SimpleNamespace(stamp=seconds_to_stamp(stamp), frame_id="odom"),
         pose=SimpleNamespace(pose=SimpleNamespace(position=xyz(x), orientation=xyz(w=1.0))),
         twist=SimpleNamespace(twist=SimpleNamespace(linear=xyz(SPEED), angular=xyz())))
-
-
-def image(stamp):
-    return SimpleNamespace(header=SimpleNamespace(stamp=seconds_to_stamp(stamp), frame_id="c"),
-                           format="jpeg", data=JPEG)
 
 
 def handler_and_loop():
@@ -63,11 +37,6 @@ def drive(handler, loop, first_stamp, sets, position=lambda t: SPEED * t):
         for index in range(len(handler.params.camera_names)):
             handler.on_image(index, image(stamp))
         loop.run_once()
-
-
-def input_fault(loop, name):
-    _, inputs = loop.health()
-    return next(h for h in inputs if h.name == name).last_fault
 
 
 def test_wall_clock_drive_with_odometry_at_epoch_scale_is_planned():

@@ -10,7 +10,7 @@ import time
 
 import pytest
 from lifecycle_msgs.msg import Transition
-from test_ros_fixtures import make_tiny_model_dir
+from helpers.tiny_model import make_tiny_model_dir
 
 from flashdrive_ros.reliability.stream import NS_PER_S, looped, read_stream
 from flashdrive_ros.ros.lifecycle_client import LifecycleClient

@@ -12,7 +12,7 @@ import pytest
 import yaml
 from lifecycle_msgs.msg import Transition
 from rcl_interfaces.srv import GetParameters
-from test_ros_fixtures import make_tiny_model_dir
+from helpers.tiny_model import make_tiny_model_dir
 
 from flashdrive_ros.ros.lifecycle_client import LifecycleClient, LifecycleError
 from flashdrive_ros.ros.loopback import process_domain_id

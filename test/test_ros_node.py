@@ -20,8 +20,8 @@ from rclpy.parameter import Parameter
 from rclpy.qos import ReliabilityPolicy
 from sensor_msgs.msg import CameraInfo, CompressedImage, Image
 from std_msgs.msg import String
-from test_ros_fixtures import make_tiny_model_dir
 from visualization_msgs.msg import Marker, MarkerArray
+from helpers.tiny_model import make_tiny_model_dir
 
 from flashdrive_ros.engine.types import STAGES
 from flashdrive_ros.engine.window import WindowLimits

@@ -12,8 +12,8 @@ from nav_msgs.msg import Path
 from rclpy.executors import SingleThreadedExecutor
 from rclpy.lifecycle import LifecycleNode, TransitionCallbackReturn
 from rclpy.node import Node
-from test_ros_fixtures import make_tiny_model_dir
-from test_ros_planner_loop import CAMERAS, feed
+from helpers.tiny_model import make_tiny_model_dir
+from helpers.planner_inputs import CAMERAS, feed
 
 from flashdrive_ros.engine.config import EngineConfig
 from flashdrive_ros.engine.engine import Engine

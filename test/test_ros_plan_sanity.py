@@ -6,8 +6,8 @@ import math
 import numpy as np
 import pytest
 import torch
-from test_ros_fixtures import make_tiny_model_dir
-from test_ros_planner_loop import CAMERAS, feed
+from helpers.tiny_model import make_tiny_model_dir
+from helpers.planner_inputs import CAMERAS, feed
 
 from flashdrive_ros.engine.config import EngineConfig
 from flashdrive_ros.engine.engine import Engine
@@ -15,8 +15,7 @@ from flashdrive_ros.engine.types import Plan
 from flashdrive_ros.engine.window import WindowBuilder
 from flashdrive_ros.ros.outputs import fallback_state
 from flashdrive_ros.ros.params import DriveParams, ParameterError
-from flashdrive_ros.ros.plan_sanity import (PlanLimits, check_plan, stop_plan,
-                                            trajectory_kinematics)
+from flashdrive_ros.ros.plan_sanity import PlanLimits, check_plan, stop_plan, trajectory_kinematics
 from flashdrive_ros.ros.planner_loop import PlannerLoop
 
 DT = 0.1

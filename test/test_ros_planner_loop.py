@@ -7,40 +7,19 @@ import time
 import numpy as np
 import pytest
 import torch
-from test_ros_fixtures import make_tiny_model_dir
+from helpers.tiny_model import make_tiny_model_dir
+from helpers.planner_inputs import CAMERAS, IDENTITY, feed, images
 
 from flashdrive_ros.engine.config import EngineConfig
 from flashdrive_ros.engine.engine import Engine
 from flashdrive_ros.engine.window import WindowBuilder
 from flashdrive_ros.ros.planner_loop import IDLE_WAIT_S, ODOMETRY_INPUT, PlannerLoop
 
-CAMERAS = ["left", "front", "right", "tele"]
-IDENTITY = np.array([0.0, 0.0, 0.0, 1.0])
-
-
 @pytest.fixture(scope="module")
 def engine(tmp_path_factory):
     torch.set_num_threads(1)
     model_dir = make_tiny_model_dir(tmp_path_factory.mktemp("model"))
     return Engine.load(model_dir, EngineConfig(speculative=False))
-
-
-def images(seed, height=48, width=64):
-    rng = np.random.default_rng(seed)
-    return [rng.integers(0, 256, (height, width, 3), dtype=np.uint8) for _ in CAMERAS]
-
-
-def feed(loop, t_start, t_end, speed=4.0, nan_at=None, image_size=(48, 64)):
-    """Odometry every 0.02 s and camera sets every 0.1 s on [t_start, t_end]."""
-    for k in range(int(round((t_end - t_start) / 0.02)) + 1):
-        t = round(t_start + 0.02 * k, 6)
-        position = [speed * t, 0.0, 0.0]
-        fault = ""
-        if nan_at is not None and abs(t - nan_at) < 1e-6:
-            position, fault = [np.nan, 0.0, 0.0], "non_finite: test"
-        loop.add_odometry(t, position, IDENTITY, [speed, 0.0, 0.0], fault=fault)
-        if abs(t * 10 - round(t * 10)) < 1e-6:
-            loop.add_camera_set([t] * len(CAMERAS), images(int(round(t * 10)), *image_size))
 
 
 def make_loop(engine):

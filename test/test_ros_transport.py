@@ -6,6 +6,7 @@ from types import SimpleNamespace
 
 import numpy as np
 import pytest
+from helpers.input_messages import SPEED, StraightEngine, image, input_fault, xyz
 
 from flashdrive_ros.engine.window import WindowBuilder
 from flashdrive_ros.eval.ground_truth import OdometryTrack
@@ -16,7 +17,6 @@ from flashdrive_ros.ros.input_handler import InputHandler
 from flashdrive_ros.ros.params import DriveParams, ParameterError
 from flashdrive_ros.ros.planner_loop import ODOMETRY_INPUT, PlannerLoop
 from flashdrive_ros.ros.transport import CLOCK_MISMATCH_S, LatencyStats, clock_problem
-from test_ros_input_handler import SPEED, StraightEngine, image, input_fault, xyz
 
 SLOTS = list(DriveParams().camera_names)
 MODEL = (80, 128)

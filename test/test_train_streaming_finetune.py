@@ -1,41 +1,19 @@
-import dataclasses
 import json
 
 import pytest
 import torch
 from safetensors import safe_open
+from helpers.tiny_model import make_sim_sized_model_dir
 
 from flashdrive_ros.model.alpamayo import AlpamayoModel
-from flashdrive_ros.model.config import tiny
-from flashdrive_ros.model.drafter import Drafter
-from flashdrive_ros.model.manifest import sha256_of, verify_manifest, write_manifest
-from flashdrive_ros.model.weights import save_model_dir
+from flashdrive_ros.model.manifest import sha256_of, verify_manifest
 from flashdrive_ros.train.finetune_recipe import FinetuneRecipe
 from flashdrive_ros.train.log import read_log
-from flashdrive_ros.train.pipeline import train_tokenizer
 from flashdrive_ros.train.streaming_finetune import main
-
-CORPUS = ["Keep lane, the road ahead is clear.", "Slow down and stop for the red light."]
-
-
-def write_tiny_model(path):
-    """Random tiny weights at 64x32 (the sim bag's aspect), a drafter and a manifest."""
-    tokenizer = train_tokenizer(CORPUS * 10, 120, 1000)
-    cfg = tiny(tokenizer.vocab_size)
-    cfg = dataclasses.replace(
-        cfg, action=dataclasses.replace(cfg.action, num_traj_tokens=1000),
-        prompt=dataclasses.replace(cfg.prompt, image_width=64, image_height=32,
-                                   max_coc_tokens=6))
-    torch.manual_seed(0)
-    save_model_dir(AlpamayoModel(cfg), cfg, tokenizer, path)
-    Drafter(cfg.drafter, cfg.text).save_safetensors(path / "drafter.safetensors")
-    write_manifest(path)
-    return path
-
 
 @pytest.fixture(scope="module")
 def smoke_run(tmp_path_factory):
-    source = write_tiny_model(tmp_path_factory.mktemp("before"))
+    source = make_sim_sized_model_dir(tmp_path_factory.mktemp("before"))
     hashes = {p.name: sha256_of(p) for p in source.iterdir()}
     out = tmp_path_factory.mktemp("stream")
     assert main(["--model-dir", str(source), "--out", str(out), "--smoke", "--device", "cpu",

@@ -85,11 +85,9 @@ def _masked_attention(attn: ExpertAttention, x: torch.Tensor, cos: torch.Tensor,
     samples, n, _ = x.shape
     heads, kv_heads, dim = attn.num_heads, attn.num_kv_heads, attn.head_dim
     group = heads // kv_heads
-    q = attn.q_norm(attn.q_proj(x).view(samples, n, heads, dim))
-    k = attn.k_norm(attn.k_proj(x).view(samples, n, kv_heads, dim))
-    v = attn.v_proj(x).view(samples, n, kv_heads, dim).transpose(1, 2)  # v: [K, Hkv, N, D]
-    q = apply_rotary(q.transpose(1, 2), cos, sin)  # q: [K, H, N, D]
-    k = apply_rotary(k.transpose(1, 2), cos, sin)  # k: [K, Hkv, N, D]
+    q = apply_rotary(attn.queries(x), cos, sin)  # q: [K, H, N, D]
+    k = apply_rotary(attn.keys(x), cos, sin)  # k: [K, Hkv, N, D]
+    v = attn.values(x)  # v: [K, Hkv, N, D]
     q = q.reshape(samples, kv_heads, group * n, dim)  # q: [K, Hkv, G*N, D]
     scale = dim ** -0.5
     s_prefix = (q @ prefix_k.transpose(-1, -2)) * scale  # [K, Hkv, G*N, C]
@@ -98,5 +96,4 @@ def _masked_attention(attn: ExpertAttention, x: torch.Tensor, cos: torch.Tensor,
     probs = torch.cat([s_prefix, s_own], dim=-1).float().softmax(dim=-1).to(q.dtype)
     capacity = prefix_k.shape[2]
     out = probs[..., :capacity] @ prefix_v + probs[..., capacity:] @ v  # [K, Hkv, G*N, D]
-    out = out.reshape(samples, heads, n, dim).transpose(1, 2).reshape(samples, n, heads * dim)
-    return attn.o_proj(out)
+    return attn.output(out.reshape(samples, heads, n, dim))

@@ -24,7 +24,7 @@ from flashdrive_ros.engine.config import EngineConfig
 from flashdrive_ros.engine.decoding import (DecodeResult, PrefillOutput, Sampling, StopRule,
                                             Target, autoregressive_decode, required_capacity)
 from flashdrive_ros.engine.encoded_frames import Encoded, EncodedFrames
-from flashdrive_ros.engine.flow_cached import VelocityFn, euler_cached
+from flashdrive_ros.engine.flow_cached import euler_cached
 from flashdrive_ros.engine.graphed_steps import GraphedSteps
 from flashdrive_ros.engine.padded_logits import PaddedRowLogits
 from flashdrive_ros.engine.proposers import make_proposer
@@ -37,7 +37,7 @@ from flashdrive_ros.engine.types import Plan, Window
 from flashdrive_ros.model.alpamayo import AlpamayoModel
 from flashdrive_ros.model.config import ConfigError
 from flashdrive_ros.model.drafter_file import AnyDrafter, load_drafter
-from flashdrive_ros.model.flow import initial_noise
+from flashdrive_ros.model.flow import VelocityFn, initial_noise
 from flashdrive_ros.model.fp8_linear import fp8_gemm_supported, use_backbone_weights
 from flashdrive_ros.model.history import HistoryTokenizer
 from flashdrive_ros.model.kv_cache import KVCache

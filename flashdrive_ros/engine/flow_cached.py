@@ -6,14 +6,11 @@ middle steps the velocity of the previous step is reused instead of calling the 
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
 
-from flashdrive_ros.model.flow import time_grid
-
-VelocityFn = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
+from flashdrive_ros.model.flow import VelocityFn, time_grid
 
 
 @dataclass(frozen=True)

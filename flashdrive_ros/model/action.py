@@ -14,8 +14,9 @@ import torch
 from torch import nn
 
 from flashdrive_ros.model.config import ActionConfig
-from flashdrive_ros.model.expert import ActionExpert, RMSNorm, expert_positions
+from flashdrive_ros.model.expert import ActionExpert, expert_positions
 from flashdrive_ros.model.kv_cache import KVCache
+from flashdrive_ros.model.layers import RMSNorm
 
 
 class FourierEncoder(nn.Module):
@@ -41,7 +42,7 @@ class MLPEncoder(nn.Module):
         trunk: list[nn.Module] = [nn.Linear(in_features, hidden), nn.SiLU()]
         for i in range(num_layers):
             last = i == num_layers - 1
-            trunk.append(RMSNorm(hidden, eps=1e-5))
+            trunk.append(RMSNorm(hidden, eps=1e-5, fused=False))
             trunk.append(nn.Linear(hidden, out_features if last else hidden))
             if not last:
                 trunk.append(nn.SiLU())

@@ -12,94 +12,45 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 import torch
-import torch.nn.functional as F
 from torch import nn
 
 from flashdrive_ros.model.cache_attention import FlexCacheAttention
 from flashdrive_ros.model.config import TextConfig
 from flashdrive_ros.model.kv_cache import KVCache
+from flashdrive_ros.model.layers import QKNormAttention, RMSNorm, SwiGLU
 from flashdrive_ros.model.rope import apply_rotary, inverse_frequencies, mrope_cos_sin
 
 
-class RMSNorm(nn.Module):
-    def __init__(self, size: int, eps: float) -> None:
-        super().__init__()
-        self.weight = nn.Parameter(torch.ones(size))
-        self.eps = eps
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        if torch.onnx.is_in_onnx_export():
-            return self.unfused(x)
-        return F.rms_norm(x, (x.shape[-1],), self.weight, self.eps)
-
-    def unfused(self, x: torch.Tensor) -> torch.Tensor:
-        """Elementary-op form (normalize in float32, cast back, scale) for ONNX opset < 23."""
-        x32 = x.float()
-        x32 = x32 * torch.rsqrt(x32.pow(2).mean(-1, keepdim=True) + self.eps)
-        return self.weight * x32.to(x.dtype)
-
-
-class TextMLP(nn.Module):
-    def __init__(self, cfg: TextConfig) -> None:
-        super().__init__()
-        if cfg.hidden_act != "silu":
-            raise ValueError(f"unsupported text hidden_act {cfg.hidden_act!r} (expected silu)")
-        self.gate_proj = nn.Linear(cfg.hidden_size, cfg.intermediate_size, bias=False)
-        self.up_proj = nn.Linear(cfg.hidden_size, cfg.intermediate_size, bias=False)
-        self.down_proj = nn.Linear(cfg.intermediate_size, cfg.hidden_size, bias=False)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.down_proj(F.silu(self.gate_proj(x)) * self.up_proj(x))
-
-
-class TextAttention(nn.Module):
+class TextAttention(QKNormAttention):
     def __init__(self, cfg: TextConfig, layer_index: int) -> None:
-        super().__init__()
+        super().__init__(cfg)
         self.layer_index = layer_index
-        self.num_heads = cfg.num_attention_heads
-        self.num_kv_heads = cfg.num_key_value_heads
-        self.head_dim = cfg.head_dim
-        self.q_proj = nn.Linear(cfg.hidden_size, self.num_heads * self.head_dim, bias=False)
-        self.k_proj = nn.Linear(cfg.hidden_size, self.num_kv_heads * self.head_dim, bias=False)
-        self.v_proj = nn.Linear(cfg.hidden_size, self.num_kv_heads * self.head_dim, bias=False)
-        self.o_proj = nn.Linear(self.num_heads * self.head_dim, cfg.hidden_size, bias=False)
-        self.q_norm = RMSNorm(self.head_dim, cfg.rms_norm_eps)
-        self.k_norm = RMSNorm(self.head_dim, cfg.rms_norm_eps)
 
     def forward(self, x: torch.Tensor, rotary: RotaryTables, cache: KVCache, slots: torch.Tensor,
                 mask: torch.Tensor | FlexCacheAttention | None) -> torch.Tensor:
         """x: [B, T, H] -> [B, T, H]; writes this layer's pre-RoPE k and v at `slots`.
         mask: additive [B, 1, G*T, S], None (no mask) or a length-aware attention."""
-        b, t, _ = x.shape
-        q = self.q_norm(self.q_proj(x).view(b, t, self.num_heads, self.head_dim))
-        k = self.k_norm(self.k_proj(x).view(b, t, self.num_kv_heads, self.head_dim))
-        v = self.v_proj(x).view(b, t, self.num_kv_heads, self.head_dim)
-        k = k.transpose(1, 2)  # k: [B, Hkv, T, D]
-        q = apply_rotary(q.transpose(1, 2), rotary.query_cos, rotary.query_sin)  # q: [B,Hq,T,D]
+        k = self.keys(x)  # k: [B, Hkv, T, D]
+        q = apply_rotary(self.queries(x), rotary.query_cos, rotary.query_sin)  # q: [B,Hq,T,D]
         if cache.k_rot is None:
-            cache.write(self.layer_index, slots, k, v.transpose(1, 2))
+            cache.write(self.layer_index, slots, k, self.values(x))
             keys, values, _ = cache.layer_view(self.layer_index, rotary.length)  # [B,Hkv,S,D]
             keys = apply_rotary(keys.to(q.dtype), rotary.key_cos, rotary.key_sin)
         else:
             k_rotated = apply_rotary(k.to(q.dtype), rotary.query_cos, rotary.query_sin)
-            cache.write(self.layer_index, slots, k, v.transpose(1, 2), k_rotated)
+            cache.write(self.layer_index, slots, k, self.values(x), k_rotated)
             keys, values = cache.rotated_view(self.layer_index, rotary.length)  # [B,Hkv,S,D]
             keys = keys.to(q.dtype)
         if isinstance(mask, FlexCacheAttention):
-            out = mask(q, keys, values.to(q.dtype))  # out: [B, Hq, T, D]
-        else:
-            group = self.num_heads // self.num_kv_heads
-            q = q.reshape(b, self.num_kv_heads, group * t, self.head_dim)  # [B, Hkv, G*T, D]
-            out = F.scaled_dot_product_attention(q, keys, values.to(q.dtype), attn_mask=mask)
-            out = out.reshape(b, self.num_heads, t, self.head_dim)
-        return self.o_proj(out.transpose(1, 2).reshape(b, t, -1))
+            return self.output(mask(q, keys, values.to(q.dtype)))  # [B, Hq, T, D] heads
+        return self.output(self.grouped_attention(q, keys, values.to(q.dtype), mask))
 
 
 class TextDecoderLayer(nn.Module):
     def __init__(self, cfg: TextConfig, layer_index: int) -> None:
         super().__init__()
         self.self_attn = TextAttention(cfg, layer_index)
-        self.mlp = TextMLP(cfg)
+        self.mlp = SwiGLU(cfg.hidden_size, cfg.intermediate_size)
         self.input_layernorm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
         self.post_attention_layernorm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
 

@@ -81,6 +81,8 @@ class TextConfig:
         _require(self.num_attention_heads % self.num_key_value_heads == 0,
                  "num_attention_heads must be a multiple of num_key_value_heads")
         _require(self.vocab_size > 0 and self.num_hidden_layers > 0, "empty text model")
+        _require(self.hidden_act == "silu",
+                 f"unsupported text hidden_act {self.hidden_act!r} (expected silu)")
 
 
 @dataclass
@@ -97,6 +99,8 @@ class ExpertConfig:
     def __post_init__(self) -> None:
         _require(self.num_attention_heads % self.num_key_value_heads == 0,
                  "expert num_attention_heads must be a multiple of num_key_value_heads")
+        _require(self.hidden_act == "silu",
+                 f"unsupported expert hidden_act {self.hidden_act!r} (expected silu)")
 
 
 @dataclass

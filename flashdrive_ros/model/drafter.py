@@ -35,61 +35,32 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from flashdrive_ros.model.backbone import RMSNorm
 from flashdrive_ros.model.config import DrafterConfig, TextConfig
 from flashdrive_ros.model.drafter_weights import DrafterWeights
+from flashdrive_ros.model.layers import QKNormAttention, RMSNorm, SwiGLU
 from flashdrive_ros.model.rope import apply_rotary, drafter_cos_sin, inverse_frequencies
 
 
-class DrafterMLP(nn.Module):
-    def __init__(self, hidden_size: int, intermediate_size: int) -> None:
-        super().__init__()
-        self.gate_proj = nn.Linear(hidden_size, intermediate_size, bias=False)
-        self.up_proj = nn.Linear(hidden_size, intermediate_size, bias=False)
-        self.down_proj = nn.Linear(intermediate_size, hidden_size, bias=False)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.down_proj(F.silu(self.gate_proj(x)) * self.up_proj(x))
-
-
-class DrafterAttention(nn.Module):
-    def __init__(self, cfg: DrafterConfig) -> None:
-        super().__init__()
-        self.num_heads = cfg.num_attention_heads
-        self.num_kv_heads = cfg.num_key_value_heads
-        self.head_dim = cfg.head_dim
-        self.q_proj = nn.Linear(cfg.hidden_size, self.num_heads * self.head_dim, bias=False)
-        self.k_proj = nn.Linear(cfg.hidden_size, self.num_kv_heads * self.head_dim, bias=False)
-        self.v_proj = nn.Linear(cfg.hidden_size, self.num_kv_heads * self.head_dim, bias=False)
-        self.o_proj = nn.Linear(self.num_heads * self.head_dim, cfg.hidden_size, bias=False)
-        self.q_norm = RMSNorm(self.head_dim, cfg.rms_norm_eps)
-        self.k_norm = RMSNorm(self.head_dim, cfg.rms_norm_eps)
-
+class DrafterAttention(QKNormAttention):
     def projections(self, x: torch.Tensor, context: torch.Tensor, cos: torch.Tensor,
                     sin: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """Rotated q [B, Hq, K, D], rotated k and v [B, Hkv, C + K, D]."""
-        b, k_len, _ = x.shape
+        k_len = x.shape[1]
         both = torch.cat([context, x], dim=1)  # both: [B, C + K, H]
-        s = both.shape[1]
-        q = self.q_norm(self.q_proj(x).view(b, k_len, self.num_heads, self.head_dim))
-        k = self.k_norm(self.k_proj(both).view(b, s, self.num_kv_heads, self.head_dim))
-        v = self.v_proj(both).view(b, s, self.num_kv_heads, self.head_dim)
-        q = apply_rotary(q.transpose(1, 2), cos[:, -k_len:], sin[:, -k_len:])
-        k = apply_rotary(k.transpose(1, 2), cos, sin)
-        return q, k, v.transpose(1, 2)
+        q = apply_rotary(self.queries(x), cos[:, -k_len:], sin[:, -k_len:])
+        k = apply_rotary(self.keys(both), cos, sin)
+        return q, k, self.values(both)
 
     def forward(self, x: torch.Tensor, context: torch.Tensor, cos: torch.Tensor,
                 sin: torch.Tensor, context_mask: torch.Tensor | None = None) -> torch.Tensor:
         """x: [B, K, H] block; context: [B, C, H]; cos, sin: [B, C + K, D];
         context_mask: [B, C] bool or None -> [B, K, H]."""
-        b, k_len, _ = x.shape
         q, k, v = self.projections(x, context, cos, sin)
         if torch.onnx.is_in_onnx_export():
-            out = self.grouped_attention(q, k, v)
-        else:
-            out = F.scaled_dot_product_attention(q, k, v, attn_mask=key_mask(context_mask, k_len),
-                                                 enable_gqa=self.num_heads != self.num_kv_heads)
-        return self.o_proj(out.transpose(1, 2).reshape(b, k_len, -1))
+            return self.output(self.grouped_attention(q, k, v))
+        mask = key_mask(context_mask, x.shape[1])
+        return self.output(F.scaled_dot_product_attention(
+            q, k, v, attn_mask=mask, enable_gqa=self.num_heads != self.num_kv_heads))
 
     def attention_weights(self, x: torch.Tensor, context: torch.Tensor, cos: torch.Tensor,
                           sin: torch.Tensor, context_mask: torch.Tensor | None = None
@@ -102,14 +73,6 @@ class DrafterAttention(nn.Module):
         if mask is not None:
             scores = scores.masked_fill(~mask, float("-inf"))
         return torch.softmax(scores, dim=-1)
-
-    def grouped_attention(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor
-                          ) -> torch.Tensor:
-        """GQA without enable_gqa (no ONNX export for it): the query heads sharing a kv head
-        are stacked along the query axis. q: [B, Hq, K, D]; k, v: [B, Hkv, S, D]."""
-        b, heads, k_len, dim = q.shape
-        grouped = q.reshape(b, self.num_kv_heads, heads // self.num_kv_heads * k_len, dim)
-        return F.scaled_dot_product_attention(grouped, k, v).reshape(b, heads, k_len, dim)
 
 
 def key_mask(context_mask: torch.Tensor | None, block_len: int) -> torch.Tensor | None:
@@ -125,7 +88,7 @@ class DrafterLayer(nn.Module):
     def __init__(self, cfg: DrafterConfig) -> None:
         super().__init__()
         self.self_attn = DrafterAttention(cfg)
-        self.mlp = DrafterMLP(cfg.hidden_size, cfg.intermediate_size)
+        self.mlp = SwiGLU(cfg.hidden_size, cfg.intermediate_size)
         self.input_layernorm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
         self.post_attention_layernorm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
 

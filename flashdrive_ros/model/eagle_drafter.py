@@ -30,57 +30,41 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from flashdrive_ros.model.backbone import RMSNorm
 from flashdrive_ros.model.config import DrafterConfig, TextConfig
-from flashdrive_ros.model.drafter import DrafterMLP, check_drafter_config
+from flashdrive_ros.model.drafter import check_drafter_config
 from flashdrive_ros.model.drafter_weights import DrafterWeights
+from flashdrive_ros.model.layers import QKNormAttention, RMSNorm, SwiGLU
 from flashdrive_ros.model.rope import apply_rotary, drafter_cos_sin, inverse_frequencies
 
 NextTokens = Callable[[int, torch.Tensor], torch.Tensor]
 
 
-class EagleAttention(nn.Module):
+class EagleAttention(QKNormAttention):
     def __init__(self, cfg: DrafterConfig) -> None:
-        super().__init__()
-        self.num_heads = cfg.num_attention_heads
-        self.num_kv_heads = cfg.num_key_value_heads
-        self.head_dim = cfg.head_dim
-        width = 2 * cfg.hidden_size
-        self.q_proj = nn.Linear(width, self.num_heads * self.head_dim, bias=False)
-        self.k_proj = nn.Linear(width, self.num_kv_heads * self.head_dim, bias=False)
-        self.v_proj = nn.Linear(width, self.num_kv_heads * self.head_dim, bias=False)
-        self.o_proj = nn.Linear(self.num_heads * self.head_dim, cfg.hidden_size, bias=False)
-        self.q_norm = RMSNorm(self.head_dim, cfg.rms_norm_eps)
-        self.k_norm = RMSNorm(self.head_dim, cfg.rms_norm_eps)
+        super().__init__(cfg, input_size=2 * cfg.hidden_size)
 
     def keys_values(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor
                     ) -> tuple[torch.Tensor, torch.Tensor]:
         """x: [B, T, 2H]; cos, sin: [B, T, D] -> rotated k, v: [B, Hkv, T, D]."""
-        b, t, _ = x.shape
-        k = self.k_norm(self.k_proj(x).view(b, t, self.num_kv_heads, self.head_dim))
-        v = self.v_proj(x).view(b, t, self.num_kv_heads, self.head_dim)
-        return apply_rotary(k.transpose(1, 2), cos, sin), v.transpose(1, 2)
+        return apply_rotary(self.keys(x), cos, sin), self.values(x)
 
     def query(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
         """x: [B, T, 2H] -> rotated q: [B, Hq, T, D]."""
-        b, t, _ = x.shape
-        q = self.q_norm(self.q_proj(x).view(b, t, self.num_heads, self.head_dim))
-        return apply_rotary(q.transpose(1, 2), cos, sin)
+        return apply_rotary(self.queries(x), cos, sin)
 
     def attend(self, q: torch.Tensor, keys: torch.Tensor, values: torch.Tensor,
                key_mask: torch.Tensor) -> torch.Tensor:
         """q: [B, Hq, 1, D]; keys, values: [B, Hkv, S, D]; key_mask: [B, S] -> [B, 1, H]."""
-        b = q.shape[0]
         out = F.scaled_dot_product_attention(q, keys, values, attn_mask=key_mask[:, None, None],
                                              enable_gqa=self.num_heads != self.num_kv_heads)
-        return self.o_proj(out.transpose(1, 2).reshape(b, 1, -1))
+        return self.output(out)
 
 
 class EagleLayer(nn.Module):
     def __init__(self, cfg: DrafterConfig) -> None:
         super().__init__()
         self.self_attn = EagleAttention(cfg)
-        self.mlp = DrafterMLP(cfg.hidden_size, cfg.intermediate_size)
+        self.mlp = SwiGLU(cfg.hidden_size, cfg.intermediate_size)
         self.input_layernorm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
         self.hidden_norm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
         self.post_attention_layernorm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)

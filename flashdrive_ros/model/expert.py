@@ -8,49 +8,17 @@ Module names mirror the release checkpoint (`expert.layers.{i}.self_attn.q_proj`
 from __future__ import annotations
 
 import torch
-import torch.nn.functional as F
 from torch import nn
 
 from flashdrive_ros.model.config import ExpertConfig, TextConfig
 from flashdrive_ros.model.kv_cache import KVCache
+from flashdrive_ros.model.layers import QKNormAttention, RMSNorm, SwiGLU
 from flashdrive_ros.model.rope import apply_rotary, inverse_frequencies, mrope_cos_sin
 
 
-class RMSNorm(nn.Module):
-    def __init__(self, dim: int, eps: float) -> None:
-        super().__init__()
-        self.eps = eps
-        self.weight = nn.Parameter(torch.ones(dim))
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        h = x.float()
-        h = h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + self.eps)
-        return self.weight * h.to(x.dtype)
-
-
-class ExpertMLP(nn.Module):
-    def __init__(self, hidden: int, inner: int) -> None:
-        super().__init__()
-        self.gate_proj = nn.Linear(hidden, inner, bias=False)
-        self.up_proj = nn.Linear(hidden, inner, bias=False)
-        self.down_proj = nn.Linear(inner, hidden, bias=False)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.down_proj(F.silu(self.gate_proj(x)) * self.up_proj(x))
-
-
-class ExpertAttention(nn.Module):
+class ExpertAttention(QKNormAttention):
     def __init__(self, cfg: ExpertConfig) -> None:
-        super().__init__()
-        self.num_heads = cfg.num_attention_heads
-        self.num_kv_heads = cfg.num_key_value_heads
-        self.head_dim = cfg.head_dim
-        self.q_proj = nn.Linear(cfg.hidden_size, self.num_heads * self.head_dim, bias=False)
-        self.k_proj = nn.Linear(cfg.hidden_size, self.num_kv_heads * self.head_dim, bias=False)
-        self.v_proj = nn.Linear(cfg.hidden_size, self.num_kv_heads * self.head_dim, bias=False)
-        self.o_proj = nn.Linear(self.num_heads * self.head_dim, cfg.hidden_size, bias=False)
-        self.q_norm = RMSNorm(self.head_dim, cfg.rms_norm_eps)
-        self.k_norm = RMSNorm(self.head_dim, cfg.rms_norm_eps)
+        super().__init__(cfg, fused_norm=False)
 
     def forward(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor,
                 prefix_k: torch.Tensor, prefix_v: torch.Tensor,
@@ -58,32 +26,24 @@ class ExpertAttention(nn.Module):
         """x: [K, N, H_exp]; cos, sin: [1, N, D]; prefix_k (rotated), prefix_v: [1, Hkv, P, D];
         prefix_mask: optional [P] bool, False = prefix slot not attended."""
         k_samples, n, _ = x.shape
-        groups = self.num_heads // self.num_kv_heads
-        q = self.q_norm(self.q_proj(x).view(k_samples, n, self.num_heads, self.head_dim))
-        k = self.k_norm(self.k_proj(x).view(k_samples, n, self.num_kv_heads, self.head_dim))
-        v = self.v_proj(x).view(k_samples, n, self.num_kv_heads, self.head_dim)
-        q = apply_rotary(q.transpose(1, 2), cos, sin)  # q: [K, H, N, D]
-        k = apply_rotary(k.transpose(1, 2), cos, sin)  # k: [K, Hkv, N, D]
-        v = v.transpose(1, 2)  # v: [K, Hkv, N, D]
+        q = apply_rotary(self.queries(x), cos, sin)  # q: [K, H, N, D]
+        k = apply_rotary(self.keys(x), cos, sin)  # k: [K, Hkv, N, D]
         keys = torch.cat([prefix_k.expand(k_samples, -1, -1, -1), k], dim=2)  # [K,Hkv,P+N,D]
-        values = torch.cat([prefix_v.expand(k_samples, -1, -1, -1), v], dim=2)
+        values = torch.cat([prefix_v.expand(k_samples, -1, -1, -1), self.values(x)], dim=2)
         mask = None
         if prefix_mask is not None:
             own = torch.ones(n, dtype=torch.bool, device=prefix_mask.device)
             mask = torch.cat([prefix_mask, own])[None, None, None]  # mask: [1, 1, 1, P + N]
-        q = q.reshape(k_samples, self.num_kv_heads, groups * n, self.head_dim)  # [K,Hkv,G*N,D]
-        out = F.scaled_dot_product_attention(q, keys, values, attn_mask=mask)
-        out = out.reshape(k_samples, self.num_heads, n, self.head_dim).transpose(1, 2)
-        return self.o_proj(out.reshape(k_samples, n, self.num_heads * self.head_dim))
+        return self.output(self.grouped_attention(q, keys, values, mask))
 
 
 class ExpertLayer(nn.Module):
     def __init__(self, cfg: ExpertConfig) -> None:
         super().__init__()
-        self.input_layernorm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
+        self.input_layernorm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps, fused=False)
         self.self_attn = ExpertAttention(cfg)
-        self.post_attention_layernorm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
-        self.mlp = ExpertMLP(cfg.hidden_size, cfg.intermediate_size)
+        self.post_attention_layernorm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps, fused=False)
+        self.mlp = SwiGLU(cfg.hidden_size, cfg.intermediate_size)
 
     def forward(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor,
                 prefix_k: torch.Tensor, prefix_v: torch.Tensor,
@@ -105,7 +65,7 @@ class ActionExpert(nn.Module):
         self.register_buffer("inv_freq", inverse_frequencies(cfg.head_dim, text.rope_theta),
                              persistent=False)
         self.layers = nn.ModuleList(ExpertLayer(cfg) for _ in range(cfg.num_hidden_layers))
-        self.norm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
+        self.norm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps, fused=False)
 
     def forward(self, x: torch.Tensor, positions: torch.Tensor, cache: KVCache,
                 prefix_len: int, prefix: list[tuple[torch.Tensor, torch.Tensor]] | None = None

@@ -31,17 +31,13 @@ def _attention(attn: ExpertAttention, x: torch.Tensor, cos: torch.Tensor, sin: t
                ) -> torch.Tensor:
     """x: [B, N, H]; cos, sin: [B, N, D]; prefix_k (rotated), prefix_v: [B, Hkv, P, D];
     key_mask: [B, 1, 1, P + N] bool."""
-    b, n, _ = x.shape
-    q = attn.q_norm(attn.q_proj(x).view(b, n, attn.num_heads, attn.head_dim))
-    k = attn.k_norm(attn.k_proj(x).view(b, n, attn.num_kv_heads, attn.head_dim))
-    v = attn.v_proj(x).view(b, n, attn.num_kv_heads, attn.head_dim).transpose(1, 2)
-    q = apply_rotary(q.transpose(1, 2), cos, sin)  # q: [B, H, N, D]
-    k = apply_rotary(k.transpose(1, 2), cos, sin)  # k: [B, Hkv, N, D]
+    q = apply_rotary(attn.queries(x), cos, sin)  # q: [B, H, N, D]
+    k = apply_rotary(attn.keys(x), cos, sin)  # k: [B, Hkv, N, D]
     keys = torch.cat([prefix_k, k], dim=2)
-    values = torch.cat([prefix_v, v], dim=2)
+    values = torch.cat([prefix_v, attn.values(x)], dim=2)
     out = F.scaled_dot_product_attention(q, keys, values, attn_mask=key_mask,
                                          enable_gqa=attn.num_heads != attn.num_kv_heads)
-    return attn.o_proj(out.transpose(1, 2).reshape(b, n, -1))
+    return attn.output(out)
 
 
 def batched_expert(expert: ActionExpert, x: torch.Tensor, cache: KVCache,
