@@ -146,7 +146,8 @@ def test_compiled_flex_on_cuda_matches_the_masked_attention(dtype, tol):
 
 @needs_cuda
 def test_engine_with_flex_verify_under_cuda_graphs_plans_like_the_masked_engine():
-    from test_engine_engine import CORPUS, window
+    from helpers.tiny_model import PROMPT_CORPUS as CORPUS
+    from helpers.windows import window
 
     from flashdrive_ros.engine.engine import Engine
     from flashdrive_ros.model.alpamayo import AlpamayoModel

@@ -100,7 +100,7 @@ def test_engine_config_validates_the_switch():
 
 
 def engine_parts(device: str, dtype: torch.dtype):
-    from test_engine_engine import CORPUS
+    from helpers.tiny_model import PROMPT_CORPUS as CORPUS
 
     from flashdrive_ros.model.alpamayo import AlpamayoModel
     from flashdrive_ros.model.drafter import Drafter
@@ -115,7 +115,7 @@ def engine_parts(device: str, dtype: torch.dtype):
 
 
 def run_engines(device: str, dtype: str, windows: int = 2) -> dict:
-    from test_engine_engine import window
+    from helpers.windows import window
 
     from flashdrive_ros.engine.engine import Engine
 
