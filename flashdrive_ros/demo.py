@@ -20,7 +20,7 @@ from flashdrive_ros.eval.report import print_summary
 from flashdrive_ros.paths import default_model_dir
 from flashdrive_ros.ros.params import DriveParams
 from flashdrive_ros.sim.bag import write_bag
-from flashdrive_ros.train.seeds import EVAL_SEEDS
+from flashdrive_ros.sim.seeds import EVAL_SEEDS
 
 SAMPLE_SEED = EVAL_SEEDS.start + 3
 

@@ -25,7 +25,7 @@ from flashdrive_ros.model.tokenizer import TextTokenizer
 from flashdrive_ros.model.weights import TOKENIZER_FILE
 from flashdrive_ros.paths import default_model_dir
 from flashdrive_ros.sim.bag import write_bag
-from flashdrive_ros.train.seeds import eval_seeds
+from flashdrive_ros.sim.seeds import eval_seeds
 
 MROPE_DRAFTER_FILE = "drafter_mrope.safetensors"
 VARIANTS = {

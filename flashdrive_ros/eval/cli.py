@@ -13,7 +13,8 @@ import yaml
 from flashdrive_ros.engine.dtype_choice import DTYPE_CHOICES
 from flashdrive_ros.eval.errors import ReplayError
 from flashdrive_ros.eval.input_notes import input_lines
-from flashdrive_ros.eval.replay import BACKEND_CHOICES, MODE_RUNS, ReplayOptions, run_replay
+from flashdrive_ros.eval.replay import run_replay
+from flashdrive_ros.eval.replay_options import BACKEND_CHOICES, MODE_RUNS, ReplayOptions
 from flashdrive_ros.eval.report import print_summary
 from flashdrive_ros.eval.skip_advice import planned_nothing, skip_report
 from flashdrive_ros.eval.topics import TopicMapping

@@ -26,7 +26,7 @@ from flashdrive_ros.eval.model_compare import PREFILLS, CompareSettings
 from flashdrive_ros.eval.sim_source import SimDriveSource
 from flashdrive_ros.model.manifest import read_manifest
 from flashdrive_ros.paths import default_model_dir
-from flashdrive_ros.train.seeds import EVAL_SEEDS, is_eval_seed
+from flashdrive_ros.sim.seeds import EVAL_SEEDS, is_eval_seed
 
 DEVICES = ("cpu", "cuda")
 JSON_FILE, MARKDOWN_FILE = "held_out.json", "held_out.md"

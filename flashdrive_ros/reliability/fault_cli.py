@@ -15,7 +15,7 @@ from flashdrive_ros.reliability.fault_run import run_offline, run_through_ros
 from flashdrive_ros.reliability.fault_table import WindowSpan, fault_row, markdown_table
 from flashdrive_ros.reliability.faults import (FAULT_DEFAULTS, FaultedStream, FaultSpecError,
                                                apply_fault, parse_faults)
-from flashdrive_ros.reliability.stream import read_stream
+from flashdrive_ros.harness.stream import read_stream
 from flashdrive_ros.ros.params import DriveParams
 
 

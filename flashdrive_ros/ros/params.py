@@ -9,10 +9,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from flashdrive_ros.sim import topics
-from flashdrive_ros.model.drafter_name import DRAFTER_FILE, drafter_name_problem
-from flashdrive_ros.sim.cameras import rig
+from flashdrive_ros import default_names as topics
 from flashdrive_ros.engine.window import WindowLimits
+from flashdrive_ros.model.drafter_name import DRAFTER_FILE, drafter_name_problem
 from flashdrive_ros.ros.transport import DEFAULT_LATE_TOLERANCE_S
 
 CHOICES_TRANSPORT = ("compressed", "raw")
@@ -22,17 +21,7 @@ CHOICES_BACKEND = ("torch", "tensorrt")
 CHOICES_FALLBACK = ("hold", "stop")
 CHOICES_DTYPE = ("auto", "float32", "bfloat16", "float16")
 OVERLAY_CAMERA = "camera_front_wide_120fov"
-
-
-def sim_mount(name: str) -> tuple[float, ...]:
-    """The simulator rig's mount of camera `name`: x, y, z, roll, pitch, yaw (pitch > 0 looks
-    down)."""
-    spec = rig((name,))[0]
-    return (spec.x, spec.y, spec.z, 0.0, math.radians(spec.pitch_deg),
-            math.radians(spec.yaw_deg))
-
-
-OVERLAY_EXTRINSIC = sim_mount(OVERLAY_CAMERA)
+OVERLAY_EXTRINSIC = (1.9, 0.0, 1.6, 0.0, math.radians(4.0), 0.0)  # the sim rig front-wide mount
 
 
 class ParameterError(ValueError):
