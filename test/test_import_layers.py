@@ -11,8 +11,8 @@ PACKAGE_DIR = Path(__file__).resolve().parents[1] / "flashdrive_ros"
 TOOLS = ("eval", "reliability", "bench", "train", "closed_loop", "harness", "demo",
          "export_cli")
 RANKS = {**dict.fromkeys(TOOLS, 6), "ros": 5, "engine": 4, "backends": 3,
-         "default_names": 2, "model": 1, "paths": 0}
-SIM_USES = {"sim", "model", "default_names", "paths"}
+         "default_names": 2, "model": 1, "paths": 0, "settings": 0}
+SIM_USES = {"sim", "model", "default_names", "paths", "settings"}
 ROS_ONLY_IN = {"ros", "harness"}
 
 

@@ -19,6 +19,7 @@ from dataclasses import asdict, dataclass
 from functools import partial
 from pathlib import Path
 
+from flashdrive_ros.engine.config import EngineConfig
 from flashdrive_ros.eval.errors import ReplayError
 from flashdrive_ros.eval.held_out import DriveWindows, replay_drive
 from flashdrive_ros.eval.held_out_breakdown import Targets, held_out_report, markdown
@@ -26,6 +27,7 @@ from flashdrive_ros.eval.model_compare import PREFILLS, CompareSettings
 from flashdrive_ros.eval.sim_source import SimDriveSource
 from flashdrive_ros.model.manifest import read_manifest
 from flashdrive_ros.paths import default_model_dir
+from flashdrive_ros.settings import add_setting_argument, derived, field_problems
 from flashdrive_ros.sim.seeds import EVAL_SEEDS, is_eval_seed
 
 DEVICES = ("cpu", "cuda")
@@ -45,8 +47,9 @@ the command line sets them).
     first_seed: int = EVAL_SEEDS.start
     workers: int = 1
     threads_per_worker: int = 1
-    device: str = "cpu"
-    num_samples: int = 1
+    device: str = derived(EngineConfig, "device", choices=DEVICES)
+    num_samples: int = derived(EngineConfig, "num_samples", help="trajectory samples per "
+                               "window (minADE6 needs 6)")
     max_windows: int | None = None
 
     def __post_init__(self) -> None:
@@ -61,8 +64,8 @@ the command line sets them).
         if self.workers < 1 or self.threads_per_worker < 1:
             raise ValueError(f"workers and threads_per_worker must be >= 1, got "
                              f"{self.workers}, {self.threads_per_worker}")
-        if self.device not in DEVICES:
-            raise ValueError(f"device must be one of {DEVICES}, got {self.device!r}")
+        if problems := field_problems(self):
+            raise ValueError("; ".join(problems))
         self.compare_settings()
 
     @property
@@ -156,9 +159,8 @@ def main(argv: list[str] | None = None) -> int:
                    help="processes, one drive each")
     p.add_argument("--threads", type=int, default=defaults.threads_per_worker,
                    help="torch threads per worker")
-    p.add_argument("--device", choices=DEVICES, default=defaults.device)
-    p.add_argument("--num-samples", type=int, default=defaults.num_samples,
-                   help="trajectory samples per window (minADE6 needs 6)")
+    add_setting_argument(p, HeldOutSettings, "device")
+    add_setting_argument(p, HeldOutSettings, "num_samples")
     p.add_argument("--max-windows", type=int, default=None, help="per drive")
     args = p.parse_args(argv)
     try:

@@ -2,20 +2,23 @@
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from flashdrive_ros.engine.dtype_choice import DTYPE_CHOICES
+from flashdrive_ros.engine.config import EngineConfig, device_problem
+from flashdrive_ros.engine.dtype_choice import DTYPE_CHOICES, resolve_device
 from flashdrive_ros.eval.errors import ReplayError
 from flashdrive_ros.eval.topics import TopicMapping
 from flashdrive_ros.model.config import ConfigError, ModelConfig
 from flashdrive_ros.model.drafter_name import drafter_name_problem
 from flashdrive_ros.ros.transport import DEFAULT_LATE_TOLERANCE_S
+from flashdrive_ros.settings import derived, setting, value_problem
 
 MODE_RUNS = {"flashdrive": ("flashdrive",), "baseline": ("baseline",),
              "compare": ("baseline", "flashdrive")}
-BACKEND_CHOICES = ("torch", "tensorrt")
+FLAGS = {"control_rate_hz": "--control-rate", "late_tolerance_s": "--late-tolerance"}
 
 
 @dataclass
@@ -23,39 +26,42 @@ class ReplayOptions:
     bag: Path
     model_dir: Path
     out_dir: Path
-    mode: str = "flashdrive"
+    mode: str = setting("flashdrive", "engine modes run on the same windows",
+                        choices=tuple(MODE_RUNS))
     topics: TopicMapping = field(default_factory=TopicMapping)
     through_ros: bool = False
-    rate: float = 1.0
-    num_samples: int = 6
-    device: str = "auto"
-    dtype: str = "auto"
-    backend: str = "torch"
-    drafter_file: str | None = None
-    control_rate_hz: float = 10.0
+    rate: float = 1.0  # playback speed through ROS (bag seconds per wall second)
+    num_samples: int = derived(EngineConfig, "num_samples", default=6,
+                               help="trajectory samples per window (minADE6 uses up to 6)")
+    device: str = setting("auto", "auto, cpu or cuda[:N]")
+    dtype: str = derived(EngineConfig, "dtype", default="auto", choices=DTYPE_CHOICES,
+                         help="compute dtype (auto: bfloat16 on a CPU with native bf16, else "
+                         "float32)")
+    backend: str = derived(EngineConfig, "backend",
+                           help="encoder and backbone steps in torch, or as TensorRT engines "
+                           "(CUDA)")
+    drafter_file: str | None = derived(EngineConfig, "drafter_file", default=None,
+                                       help="drafter weights in the model directory for "
+                                       "speculative decoding (default: drafter.safetensors)")
+    control_rate_hz: float = 10.0  # windows per bag second
     late_tolerance_s: float = DEFAULT_LATE_TOLERANCE_S
-    max_plan_age_s: float | None = None
+    max_plan_age_s: float | None = None  # drive_node parameter, through ROS only
     max_windows: int | None = None
     progress: bool = True
     plots: bool = True
-    node_params: dict = field(default_factory=dict)
+    node_params: dict = field(default_factory=dict)  # drive_node parameters, through ROS only
 
     def __post_init__(self) -> None:
         self.bag, self.model_dir, self.out_dir = (Path(self.bag), Path(self.model_dir),
                                                   Path(self.out_dir))
-        if self.mode not in MODE_RUNS:
-            raise ReplayError(f"mode must be one of {sorted(MODE_RUNS)}, got {self.mode!r}")
+        for f in dataclasses.fields(self):
+            flag = FLAGS.get(f.name, "--" + f.name.replace("_", "-"))
+            if problem := value_problem(flag, getattr(self, f.name), f.metadata):
+                raise ReplayError(problem)
         if not (math.isfinite(self.rate) and self.rate > 0):
             raise ReplayError(f"--rate must be > 0, got {self.rate}")
-        if self.num_samples < 1:
-            raise ReplayError(f"--num-samples must be >= 1, got {self.num_samples}")
-        if not (self.device in ("auto", "cpu") or self.device.startswith("cuda")):
-            raise ReplayError(f"--device must be auto, cpu or cuda[:N], got {self.device!r}")
-        if self.dtype not in DTYPE_CHOICES:
-            raise ReplayError(f"--dtype must be one of {DTYPE_CHOICES}, got {self.dtype!r}")
-        if self.backend not in BACKEND_CHOICES:
-            raise ReplayError(f"--backend must be one of {BACKEND_CHOICES}, got "
-                              f"{self.backend!r}")
+        if problem := device_problem(self.device, auto=True):
+            raise ReplayError(f"--{problem}")
         if self.drafter_file is not None and (
                 problem := drafter_name_problem(self.drafter_file)):
             raise ReplayError(f"--drafter-file {problem}")
@@ -84,11 +90,7 @@ class ReplayOptions:
         return MODE_RUNS[self.mode]
 
     def resolved_device(self) -> str:
-        if self.device != "auto":
-            return self.device
-        import torch
-
-        return "cuda" if torch.cuda.is_available() else "cpu"
+        return resolve_device(self.device)
 
 
 def node_params_problem(node_params: dict, through_ros: bool) -> str | None:

@@ -38,9 +38,6 @@ def node_parameters(options: ReplayOptions, mode: str, raw_images: bool) -> dict
     if options.max_plan_age_s is not None:
         params["max_plan_age_s"] = float(options.max_plan_age_s)
     params.update(options.node_params)
-    if mode == "baseline":
-        params.update(streaming=False, speculative=False, cached_velocity=False,
-                      cuda_graphs=False)
     return params
 
 

@@ -48,8 +48,7 @@ def run(args: argparse.Namespace) -> list[dict]:
     model_dir = Path(args.model_dir or default_model_dir())
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    params = DriveParams(model_dir=str(model_dir), device=args.device, num_samples=1,
-                         overlay_camera="")
+    params = DriveParams(model_dir=str(model_dir), device=args.device, overlay_camera="")
     topics = {topic: "sensor_msgs/msg/CompressedImage" for topic in params.camera_topics}
     topics[params.odom_topic] = "nav_msgs/msg/Odometry"
     messages = read_stream(args.bag, list(topics))
@@ -58,7 +57,7 @@ def run(args: argparse.Namespace) -> list[dict]:
     clean = FaultedStream(messages)
     rows: list[dict] = []
     if not args.no_offline:
-        engine = Engine.load(model_dir, EngineConfig(num_samples=1, device=args.device))
+        engine = Engine.load(model_dir, EngineConfig(device=args.device))
         engine.warmup()
         cfg = engine.model.cfg
         span = WindowSpan((cfg.prompt.num_frames - 1) * cfg.prompt.frame_dt,
@@ -79,7 +78,7 @@ def run(args: argparse.Namespace) -> list[dict]:
         span = WindowSpan((cfg.prompt.num_frames - 1) * cfg.prompt.frame_dt, 0.04,
                           (cfg.action.num_history - 1) * cfg.action.history_dt)
         parameters = {"model_dir": str(model_dir.resolve()), "device": args.device,
-                      "num_samples": 1, "overlay_camera": "", "image_reliability": "reliable"}
+                      "overlay_camera": "", "image_reliability": "reliable"}
 
         def through_ros(label, stream):
             return run_through_ros(stream, f"drive_node_faults_{os.getpid()}_{label}",

@@ -100,7 +100,7 @@ def run_soak(settings: SoakSettings) -> dict:
         raise ValueError(f"{settings.bag} holds none of {sorted(topics)}")
     name = f"drive_node_soak_{os.getpid()}"
     parameters = {"model_dir": str(settings.model_dir.resolve()), "device": settings.device,
-                  "num_samples": 1, "overlay_camera": "", "image_reliability": "reliable"}
+                  "overlay_camera": "", "image_reliability": "reliable"}
     samples: list[SoakSample] = []
     with node_session(name, parameters, topics, settings.out_dir, settings.rate) as session:
         stop = threading.Event()
