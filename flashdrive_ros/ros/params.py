@@ -94,7 +94,8 @@ class DriveParams:
                                 "the mode flashdrive; applied at the next configure.")
     coc_reuse: bool = setting(True, "Speculative decoding drafts from the previous window's "
                             "CoC where the tokens committed so far match it (lossless); used "
-                            "when speculative is on; applied at the next configure.")
+                            "when speculative is on (else turned off with a warning in the "
+                            "log); applied at the next configure.")
     drafter_file: str = derived(EngineConfig, "drafter_file", read_only=True)
     mode: str = derived(EngineConfig, "mode", help="flashdrive: the shortcuts above; baseline: "
                         "every shortcut off.", also="Applied at the next configure.")
