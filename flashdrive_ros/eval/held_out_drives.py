@@ -36,17 +36,13 @@ JSON_FILE, MARKDOWN_FILE = "held_out.json", "held_out.md"
 
 @dataclass(frozen=True)
 class HeldOutSettings:
-    """Held-out drives `first_seed` .. `first_seed + drives - 1` (all in the evaluation seed
-    range), `seconds` long; `workers` processes replay one drive each on
-    `threads_per_worker` threads (workers 1: in this process, its threads left as they are;
-the command line sets them).
-    Engines as `CompareSettings` builds them (flashdrive mode, speculative with a drafter)."""
+    """Held-out drives; engines as `CompareSettings` builds them."""
 
-    drives: int = 4
-    seconds: float = 60.0
+    drives: int = 4  # on seeds first_seed .. first_seed + drives - 1, all held out
+    seconds: float = 60.0  # length of each drive
     first_seed: int = EVAL_SEEDS.start
-    workers: int = 1
-    threads_per_worker: int = 1
+    workers: int = 1  # processes, one drive each; 1: in this process, its threads as they are
+    threads_per_worker: int = 1  # torch threads of each worker process
     device: str = derived(EngineConfig, "device", choices=DEVICES)
     num_samples: int = derived(EngineConfig, "num_samples", help="trajectory samples per "
                                "window (minADE6 needs 6)")

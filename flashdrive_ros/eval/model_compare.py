@@ -22,9 +22,7 @@ GAP_KEYS = ("minade1_6s", "minade6_6s", "decision_match_rate", "accepted_length_
 
 @dataclass(frozen=True)
 class CompareSettings:
-    """Engines run in flashdrive mode (speculative decoding when the directory has a
-    drafter, cached-velocity Euler) in float32; cuda_graphs None takes the engine's default
-    (on for a CUDA device)."""
+    """Engines in flashdrive mode, float32, speculative when the directory has a drafter."""
 
     num_samples: int = derived(EngineConfig, "num_samples", default=6)
     device: str = derived(EngineConfig, "device")

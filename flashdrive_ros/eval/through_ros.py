@@ -74,9 +74,9 @@ def run_mode(options: ReplayOptions, mode: str, raw_images: bool, domain_id: int
 
 def run_through_ros(options: ReplayOptions
                     ) -> tuple[ReplayResults, dict[str, dict], list[tuple[float, np.ndarray]]]:
-    from flashdrive_ros.ros import names
     from flashdrive_ros.harness.loopback import process_domain_id
     from flashdrive_ros.harness.node_process import log_tail
+    from flashdrive_ros.ros import names
     from flashdrive_ros.ros.params import DriveParams
 
     options.out_dir.mkdir(parents=True, exist_ok=True)

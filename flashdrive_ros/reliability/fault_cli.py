@@ -10,13 +10,15 @@ import os
 import sys
 from pathlib import Path
 
+from flashdrive_ros.engine.config import EngineConfig
+from flashdrive_ros.harness.stream import read_stream
 from flashdrive_ros.paths import default_model_dir
 from flashdrive_ros.reliability.fault_run import run_offline, run_through_ros
 from flashdrive_ros.reliability.fault_table import WindowSpan, fault_row, markdown_table
 from flashdrive_ros.reliability.faults import (FAULT_DEFAULTS, FaultedStream, FaultSpecError,
                                                apply_fault, parse_faults)
-from flashdrive_ros.harness.stream import read_stream
 from flashdrive_ros.ros.params import DriveParams
+from flashdrive_ros.settings import add_setting_argument
 
 
 def parser() -> argparse.ArgumentParser:
@@ -35,12 +37,11 @@ def parser() -> argparse.ArgumentParser:
                    help="also play each faulted stream into a drive node process over DDS")
     p.add_argument("--no-offline", action="store_true", help="through ROS only")
     p.add_argument("--rate", type=float, default=1.0, help="playback rate through ROS")
-    p.add_argument("--device", default="cpu")
+    add_setting_argument(p, EngineConfig, "device")
     return p
 
 
 def run(args: argparse.Namespace) -> list[dict]:
-    from flashdrive_ros.engine.config import EngineConfig
     from flashdrive_ros.engine.engine import Engine
     from flashdrive_ros.ros.node import window_builder
 

@@ -6,8 +6,8 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass, field
 
-from flashdrive_ros.reliability.faults import FaultedStream
 from flashdrive_ros.harness.stream import NS_PER_S
+from flashdrive_ros.reliability.faults import FaultedStream
 from flashdrive_ros.ros.input_handler import InputHandler
 from flashdrive_ros.ros.params import DriveParams
 from flashdrive_ros.ros.planner_loop import PlannerLoop
