@@ -41,7 +41,7 @@ def parser() -> argparse.ArgumentParser:
                    help="playback speed factor through ROS (bag seconds per wall second)")
     for name in ("num_samples", "device", "dtype", "backend", "drafter_file"):
         add_setting_argument(p, ReplayOptions, name)
-    p.add_argument("--control-rate", type=float, default=10.0, help="windows per bag second")
+    add_setting_argument(p, ReplayOptions, "control_rate_hz", flag="--control-rate")
     p.add_argument("--late-tolerance", type=float, default=DEFAULT_LATE_TOLERANCE_S,
                    metavar="SECONDS",
                    help="how long after its stamp a message may be logged (transport "

@@ -13,6 +13,7 @@ from flashdrive_ros.eval.errors import ReplayError
 from flashdrive_ros.eval.topics import TopicMapping
 from flashdrive_ros.model.config import ConfigError, ModelConfig
 from flashdrive_ros.model.drafter_name import drafter_name_problem
+from flashdrive_ros.ros.params import DriveParams, ParameterError
 from flashdrive_ros.ros.transport import DEFAULT_LATE_TOLERANCE_S
 from flashdrive_ros.settings import derived, setting, value_problem
 
@@ -43,7 +44,8 @@ class ReplayOptions:
     drafter_file: str | None = derived(EngineConfig, "drafter_file", default=None,
                                        help="drafter weights in the model directory for "
                                        "speculative decoding (default: drafter.safetensors)")
-    control_rate_hz: float = 10.0  # windows per bag second
+    control_rate_hz: float = derived(DriveParams, "control_rate_hz", minimum=None,
+                                     maximum=None, help="windows per bag second")
     late_tolerance_s: float = DEFAULT_LATE_TOLERANCE_S
     max_plan_age_s: float | None = None  # drive_node parameter, through ROS only
     max_windows: int | None = None
@@ -96,8 +98,6 @@ class ReplayOptions:
 def node_params_problem(node_params: dict, through_ros: bool) -> str | None:
     """Why `node_params` (drive_node parameters given with --node-param) cannot be used, or
     None. The replay sets the model, topics, transport, mode, device and sample count itself."""
-    from flashdrive_ros.ros.params import DriveParams, ParameterError
-
     if not node_params:
         return None
     if not through_ros:
