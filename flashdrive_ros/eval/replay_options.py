@@ -7,7 +7,7 @@ import math
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from flashdrive_ros.engine.config import EngineConfig, device_problem
+from flashdrive_ros.engine.config import MODES, EngineConfig, device_problem
 from flashdrive_ros.engine.dtype_choice import DTYPE_CHOICES, resolve_device
 from flashdrive_ros.eval.errors import ReplayError
 from flashdrive_ros.eval.topics import TopicMapping
@@ -17,8 +17,7 @@ from flashdrive_ros.ros.params import DriveParams, ParameterError
 from flashdrive_ros.ros.transport import DEFAULT_LATE_TOLERANCE_S
 from flashdrive_ros.settings import derived, setting, value_problem
 
-MODE_RUNS = {"flashdrive": ("flashdrive",), "baseline": ("baseline",),
-             "compare": ("baseline", "flashdrive")}
+MODE_RUNS = {**{mode: (mode,) for mode in MODES}, "compare": ("baseline", "flashdrive")}
 FLAGS = {"control_rate_hz": "--control-rate", "late_tolerance_s": "--late-tolerance"}
 
 
