@@ -54,7 +54,7 @@ setup(
     entry_points={
         "console_scripts": [
             "drive_node = flashdrive_ros.ros.node:main",
-            "flashdrive-export = flashdrive_ros.backends.export_cli:main",
+            "flashdrive-export = flashdrive_ros.export_cli:main",
             "flashdrive-faults = flashdrive_ros.reliability.fault_cli:main",
             "flashdrive-bench = flashdrive_ros.bench.cli:main",
             "flashdrive-drive = flashdrive_ros.closed_loop.cli:main",

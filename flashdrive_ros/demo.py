@@ -19,8 +19,9 @@ from flashdrive_ros.eval.replay import ReplayOptions, run_replay
 from flashdrive_ros.eval.report import print_summary
 from flashdrive_ros.paths import default_model_dir
 from flashdrive_ros.ros.params import DriveParams
+from flashdrive_ros.settings import add_setting_argument
 from flashdrive_ros.sim.bag import write_bag
-from flashdrive_ros.train.seeds import EVAL_SEEDS
+from flashdrive_ros.sim.seeds import EVAL_SEEDS
 
 SAMPLE_SEED = EVAL_SEEDS.start + 3
 
@@ -32,9 +33,8 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--seed", type=int, default=SAMPLE_SEED,
                    help="sim seed of the sample drive (default: held out from training)")
     p.add_argument("--model-dir", default=None, help="model directory (default: embedded)")
-    p.add_argument("--num-samples", type=int, default=DriveParams().num_samples,
-                   help="trajectory samples per window (default: the drive node's; minADE6 "
-                        "needs 6)")
+    add_setting_argument(p, DriveParams, "num_samples", help="trajectory samples per window "
+                         "(default: the drive node's; minADE6 needs 6)")
     p.add_argument("--offline", action="store_true",
                    help="feed the engine directly instead of replaying through the ROS node")
     p.add_argument("--compare", action="store_true",

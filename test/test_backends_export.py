@@ -13,7 +13,7 @@ from onnx import TensorProto, helper
 from helpers.windows import sliding_windows
 
 from flashdrive_ros.backends.base import Backend
-from flashdrive_ros.backends.export_cli import main
+from flashdrive_ros.export_cli import main
 from flashdrive_ros.backends.graph_backend import GraphBackbone, GraphEncoder
 from flashdrive_ros.backends.op_check import op_types, tensorrt_problems
 from flashdrive_ros.backends.trt_onnx_ops import SUPPORTED_OPS

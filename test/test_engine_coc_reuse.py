@@ -84,11 +84,14 @@ def test_engine_drafts_a_repeated_coc_from_the_previous_window(parts):
     assert reuse.previous_coc == []
 
 
-def test_coc_reuse_defaults_and_refusals():
+def test_coc_reuse_defaults_adjustment_and_refusals():
     assert EngineConfig().coc_reuse is True
     assert EngineConfig(speculative=False).coc_reuse is False
     assert EngineConfig.baseline().coc_reuse is False
-    with pytest.raises(ConfigError, match="coc_reuse drafts inside speculative decoding"):
-        EngineConfig(speculative=False, coc_reuse=True)
+    adjusted = EngineConfig(speculative=False, coc_reuse=True)
+    assert adjusted.coc_reuse is False
+    assert adjusted.adjustments == ["coc_reuse off: it drafts inside speculative decoding, "
+                                    "which is off"]
+    assert EngineConfig().adjustments == []
     with pytest.raises(ConfigError, match="coc_reuse must be"):
         EngineConfig(coc_reuse="yes")

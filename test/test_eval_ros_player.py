@@ -18,10 +18,10 @@ from rosgraph_msgs.msg import Clock
 from helpers.bags import TYPESTORE, T_START, write_drive_bag
 
 from flashdrive_ros.eval.topics import TopicMapping
-from flashdrive_ros.ros.bag_player import BagPlayer
-from flashdrive_ros.ros.lifecycle_client import RESEND_S, LifecycleClient, LifecycleError
-from flashdrive_ros.ros.loopback import local_context
-from flashdrive_ros.ros.plan_recorder import PlanRecorder, SessionSettings, _drain
+from flashdrive_ros.harness.bag_player import BagPlayer
+from flashdrive_ros.harness.lifecycle_client import RESEND_S, LifecycleClient, LifecycleError
+from flashdrive_ros.harness.loopback import local_context
+from flashdrive_ros.harness.plan_recorder import PlanRecorder, SessionSettings, _drain
 
 pytestmark = pytest.mark.ros
 

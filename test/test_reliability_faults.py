@@ -16,7 +16,7 @@ from flashdrive_ros.reliability.fault_table import (WindowSpan, after_fault, fau
                                                     markdown_table)
 from flashdrive_ros.reliability.faults import (Fault, FaultedStream, FaultSpecError,
                                                apply_fault, parse_faults)
-from flashdrive_ros.reliability.stream import NS_PER_S, looped, read_stream
+from flashdrive_ros.harness.stream import NS_PER_S, looped, read_stream
 from flashdrive_ros.ros.convert import ConversionError, image_msg_to_rgb
 from flashdrive_ros.ros.node import window_builder
 from flashdrive_ros.ros.params import DriveParams

@@ -57,7 +57,7 @@ def test_launch_file_passes_only_declared_parameters():
 def test_launch_and_yaml_parameters_are_declared_by_the_node():
     from rclpy.parameter import Parameter
 
-    from flashdrive_ros.ros.loopback import local_context
+    from flashdrive_ros.harness.loopback import local_context
     from flashdrive_ros.ros.node import DriveNode
 
     tree = ast.parse(LAUNCH.read_text())

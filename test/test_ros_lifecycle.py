@@ -12,13 +12,13 @@ import pytest
 from lifecycle_msgs.msg import Transition
 from helpers.tiny_model import make_tiny_model_dir
 
-from flashdrive_ros.reliability.stream import NS_PER_S, looped, read_stream
-from flashdrive_ros.ros.lifecycle_client import LifecycleClient
-from flashdrive_ros.ros.loopback import process_domain_id
-from flashdrive_ros.ros.node_observer import NodeObserver
-from flashdrive_ros.ros.node_process import NodeProcess, read_process
+from flashdrive_ros.harness.stream import NS_PER_S, looped, read_stream
+from flashdrive_ros.harness.lifecycle_client import LifecycleClient
+from flashdrive_ros.harness.loopback import process_domain_id
+from flashdrive_ros.harness.node_observer import NodeObserver
+from flashdrive_ros.harness.node_process import NodeProcess, read_process
 from flashdrive_ros.ros.params import DriveParams
-from flashdrive_ros.ros.stream_player import StreamPlayer
+from flashdrive_ros.harness.stream_player import StreamPlayer
 from flashdrive_ros.sim.bag import write_bag
 
 pytestmark = [pytest.mark.ros, pytest.mark.timeout(400)]

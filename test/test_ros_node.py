@@ -27,7 +27,7 @@ from flashdrive_ros.engine.types import STAGES
 from flashdrive_ros.engine.window import WindowLimits
 from flashdrive_ros.ros import names
 from flashdrive_ros.ros.convert import seconds_to_stamp, stamp_to_seconds
-from flashdrive_ros.ros.loopback import local_context
+from flashdrive_ros.harness.loopback import local_context
 from flashdrive_ros.ros.node import DriveNode
 from flashdrive_ros.ros.params import DriveParams
 

@@ -20,7 +20,7 @@ from flashdrive_ros.engine.engine import Engine
 from flashdrive_ros.engine.window import WindowBuilder
 from flashdrive_ros.ros import names
 from flashdrive_ros.ros.convert import stamp_to_seconds
-from flashdrive_ros.ros.loopback import local_context
+from flashdrive_ros.harness.loopback import local_context
 from flashdrive_ros.ros.outputs import OutputPublishers
 from flashdrive_ros.ros.params import DriveParams
 from flashdrive_ros.ros.planner_loop import PlannerLoop

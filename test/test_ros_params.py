@@ -7,10 +7,11 @@ from rclpy.exceptions import InvalidParameterValueException
 from rclpy.node import Node
 from rclpy.parameter import Parameter
 
-from flashdrive_ros.ros.loopback import local_context
+from flashdrive_ros.harness.loopback import local_context
 from flashdrive_ros.ros.params import (DriveParams, ParameterError, add_validation_callback,
                                        declare_parameters, descriptor_for, read_parameters)
 from flashdrive_ros.sim import topics
+from flashdrive_ros.sim.cameras import sim_mount
 
 ROOT = __import__("pathlib").Path(__file__).resolve().parents[1]
 
@@ -29,6 +30,7 @@ def test_defaults_follow_sim_topics():
     assert params.odom_topic == topics.ODOMETRY_TOPIC
     assert params.control_rate_hz == 10.0 and params.mode == "flashdrive"
     assert params.overlay_camera in params.camera_names
+    assert params.overlay_extrinsic == list(sim_mount(params.overlay_camera))
 
 
 @pytest.mark.parametrize("changes, match", [

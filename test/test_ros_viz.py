@@ -3,10 +3,10 @@ import pytest
 from sensor_msgs.msg import CameraInfo
 
 from flashdrive_ros.ros.convert import SizeMismatch, camera_info_intrinsics
-from flashdrive_ros.ros.params import DriveParams, sim_mount
+from flashdrive_ros.ros.params import DriveParams
 from flashdrive_ros.ros.viz import (OTHER_RGB, SAMPLE0_RGB, PinholeCamera, clip_segment_near,
                                     render_overlay, visible_segments)
-from flashdrive_ros.sim.cameras import rig
+from flashdrive_ros.sim.cameras import rig, sim_mount
 
 
 def camera(pitch=0.0, yaw=0.0, width=640, height=480, x=1.5):

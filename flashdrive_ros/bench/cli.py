@@ -16,7 +16,8 @@ from flashdrive_ros.bench.report import markdown
 from flashdrive_ros.bench.shapes import SHAPES
 from flashdrive_ros.bench.suite import Settings, run_suite
 from flashdrive_ros.bench.variants import VARIANT_NAMES
-from flashdrive_ros.engine.config import BACKENDS
+from flashdrive_ros.engine.config import EngineConfig
+from flashdrive_ros.settings import add_setting_argument
 
 BENCH_FILE = "bench.json"
 DEFAULT_COC_TOKENS = 16
@@ -65,9 +66,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--variants", type=variant_names, default=None,
                         help="engine variants to time, comma-separated (default: all of "
                              f"{', '.join(VARIANT_NAMES)})")
-    parser.add_argument("--backend", default="torch", choices=BACKENDS,
-                        help="encoder and backbone steps of the engine variants in torch, or "
-                             "as TensorRT engines (CUDA)")
+    add_setting_argument(parser, EngineConfig, "backend",
+                         help="encoder and backbone steps of the engine variants in torch, or "
+                              "as TensorRT engines (CUDA)")
     args = parser.parse_args(argv)
     if args.windows < 1 or args.warmup < 1 or args.coc_tokens < 2 or (
             args.threads is not None and args.threads < 1) or (

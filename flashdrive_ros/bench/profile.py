@@ -21,15 +21,16 @@ from flashdrive_ros.bench.shapes import SHAPES, build_parts
 from flashdrive_ros.bench.windows import SlidingWindows
 from flashdrive_ros.engine.config import DTYPES, EngineConfig
 from flashdrive_ros.engine.engine import Engine
+from flashdrive_ros.settings import add_setting_argument
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--shape", choices=SHAPES, default="tiny")
     parser.add_argument("--device", default="cpu")
-    parser.add_argument("--dtype", choices=sorted(DTYPES), default=None,
-                        help="default: bfloat16 on CUDA, float32 on the CPU")
-    parser.add_argument("--mode", choices=("flashdrive", "baseline"), default="flashdrive")
+    add_setting_argument(parser, EngineConfig, "dtype", default=None,
+                         help="default: bfloat16 on CUDA, float32 on the CPU")
+    add_setting_argument(parser, EngineConfig, "mode")
     parser.add_argument("--graphs", type=switch_values, default=["off"],
                         help="on, off or on,off")
     parser.add_argument("--rotated-keys", type=switch_values, default=["on"],

@@ -12,11 +12,11 @@ from flashdrive_ros.closed_loop.report import markdown
 from flashdrive_ros.closed_loop.run import RunOptions, run
 from flashdrive_ros.closed_loop.runner import DriveSettings
 from flashdrive_ros.closed_loop.variants import MODE_VARIANTS, VARIANT_NAMES, parse_variants
-from flashdrive_ros.engine.dtype_choice import DTYPE_CHOICES
 from flashdrive_ros.eval.cli import parse_node_params
 from flashdrive_ros.eval.errors import ReplayError
 from flashdrive_ros.model.config import ConfigError
 from flashdrive_ros.paths import default_model_dir
+from flashdrive_ros.settings import add_setting_argument
 from flashdrive_ros.sim.cameras import DEFAULT_HEIGHT, DEFAULT_WIDTH
 
 
@@ -40,12 +40,8 @@ def parser() -> argparse.ArgumentParser:
                         "measured total latency)")
     p.add_argument("--rate", type=float, default=1.0,
                    help="through ROS: simulated seconds per wall-clock second")
-    p.add_argument("--num-samples", type=int, default=1, help="trajectory samples per plan "
-                   "(the controller follows the first)")
-    p.add_argument("--device", default="cpu", help="cpu or cuda[:N]")
-    p.add_argument("--dtype", default="auto", choices=DTYPE_CHOICES)
-    p.add_argument("--drafter-file", default=None, help="drafter weights in the model "
-                   "directory (default: drafter.safetensors)")
+    for name in ("num_samples", "device", "dtype", "drafter_file"):
+        add_setting_argument(p, RunOptions, name)
     p.add_argument("--width", type=int, default=DEFAULT_WIDTH, help="rendered camera width")
     p.add_argument("--height", type=int, default=DEFAULT_HEIGHT,
                    help="rendered camera height")

@@ -13,9 +13,11 @@ from flashdrive_ros.closed_loop.report import write_report
 from flashdrive_ros.closed_loop.runner import ClosedLoopDrive, DriveResult, DriveSettings
 from flashdrive_ros.closed_loop.summary import variant_summary
 from flashdrive_ros.closed_loop.variants import EXPERT, VARIANT_NAMES, load_engine
+from flashdrive_ros.engine.config import EngineConfig
 from flashdrive_ros.engine.dtype_choice import DTYPE_CHOICES, resolve_dtype
 from flashdrive_ros.eval.process_pool import map_in_processes
 from flashdrive_ros.model.config import ModelConfig
+from flashdrive_ros.settings import derived, field_problems
 
 
 @dataclass
@@ -26,10 +28,13 @@ class RunOptions:
     variants: tuple[str, ...]
     drive: DriveSettings
     through_ros: bool = False
-    num_samples: int = 1
-    device: str = "cpu"
-    dtype: str = "auto"
-    drafter_file: str | None = None
+    num_samples: int = derived(EngineConfig, "num_samples", help="trajectory samples per "
+                               "plan (the controller follows the first)")
+    device: str = derived(EngineConfig, "device", help="cpu or cuda[:N]")
+    dtype: str = derived(EngineConfig, "dtype", default="auto", choices=DTYPE_CHOICES)
+    drafter_file: str | None = derived(EngineConfig, "drafter_file", default=None,
+                                       help="drafter weights in the model directory "
+                                       "(default: drafter.safetensors)")
     node_params: dict = field(default_factory=dict)
     rate: float = 1.0
     pictures: bool = True
@@ -44,10 +49,8 @@ class RunOptions:
         unknown = [v for v in self.variants if v not in VARIANT_NAMES]
         if unknown or not self.variants:
             raise ValueError(f"unknown variants {unknown}; known: {VARIANT_NAMES}")
-        if self.num_samples < 1:
-            raise ValueError(f"num_samples must be >= 1, got {self.num_samples}")
-        if self.dtype not in DTYPE_CHOICES:
-            raise ValueError(f"dtype must be one of {DTYPE_CHOICES}, got {self.dtype!r}")
+        if problems := field_problems(self):
+            raise ValueError("; ".join(problems))
         if not (math.isfinite(self.rate) and self.rate > 0):
             raise ValueError(f"rate must be > 0, got {self.rate}")
         if self.through_ros and EXPERT in self.variants:

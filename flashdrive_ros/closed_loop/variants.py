@@ -7,6 +7,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from flashdrive_ros.engine.config import EngineConfig
+from flashdrive_ros.eval.replay_options import MODE_RUNS
 
 EXPERT = "expert"
 ENGINE_VARIANTS = {
@@ -20,8 +21,7 @@ ENGINE_VARIANTS = {
                                  cached_velocity=True, cuda_graphs=False),
 }
 VARIANT_NAMES = (*ENGINE_VARIANTS, EXPERT)
-MODE_VARIANTS = {"flashdrive": ("flashdrive",), "baseline": ("baseline",),
-                 "compare": ("baseline", "flashdrive")}
+MODE_VARIANTS = MODE_RUNS
 
 
 def parse_variants(text: str) -> tuple[str, ...]:

@@ -1,10 +1,21 @@
-"""The engine's compute dtype for a device: "auto" resolves to bfloat16 on a CPU with native
-bf16 arithmetic (AVX512-BF16 or AMX), where matrix products run at twice the float32 rate from
-half the weight bytes; float32 everywhere else."""
+"""The "auto" device and dtype: the device is cuda when CUDA is available, else cpu; the dtype
+bfloat16 on a CPU with native bf16 arithmetic (AVX512-BF16 or AMX), where matrix products run
+at twice the float32 rate from half the weight bytes; float32 everywhere else."""
 
 from __future__ import annotations
 
-DTYPE_CHOICES = ("auto", "float32", "bfloat16", "float16")
+from flashdrive_ros.engine.config import DTYPES
+
+DTYPE_CHOICES = ("auto", *DTYPES)
+
+
+def resolve_device(device: str) -> str:
+    """`device` as given, or for "auto" cuda when CUDA is available, else cpu."""
+    if device != "auto":
+        return device
+    import torch
+
+    return "cuda" if torch.cuda.is_available() else "cpu"
 
 
 def cpu_has_native_bf16() -> bool:

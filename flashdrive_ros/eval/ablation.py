@@ -24,8 +24,9 @@ from flashdrive_ros.model.drafter import Drafter
 from flashdrive_ros.model.tokenizer import TextTokenizer
 from flashdrive_ros.model.weights import TOKENIZER_FILE
 from flashdrive_ros.paths import default_model_dir
+from flashdrive_ros.settings import add_setting_argument
 from flashdrive_ros.sim.bag import write_bag
-from flashdrive_ros.train.seeds import eval_seeds
+from flashdrive_ros.sim.seeds import eval_seeds
 
 MROPE_DRAFTER_FILE = "drafter_mrope.safetensors"
 VARIANTS = {
@@ -98,7 +99,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--out", required=True)
     p.add_argument("--drives", type=int, default=3)
     p.add_argument("--seconds", type=float, default=30.0)
-    p.add_argument("--num-samples", type=int, default=6)
+    add_setting_argument(p, EngineConfig, "num_samples", default=6)
     p.add_argument("--model-dir", default=None)
     p.add_argument("--threads", type=int, default=None)
     args = p.parse_args(argv)

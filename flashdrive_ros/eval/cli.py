@@ -10,15 +10,16 @@ import sys
 
 import yaml
 
-from flashdrive_ros.engine.dtype_choice import DTYPE_CHOICES
 from flashdrive_ros.eval.errors import ReplayError
 from flashdrive_ros.eval.input_notes import input_lines
-from flashdrive_ros.eval.replay import BACKEND_CHOICES, MODE_RUNS, ReplayOptions, run_replay
+from flashdrive_ros.eval.replay import run_replay
+from flashdrive_ros.eval.replay_options import ReplayOptions
 from flashdrive_ros.eval.report import print_summary
 from flashdrive_ros.eval.skip_advice import planned_nothing, skip_report
 from flashdrive_ros.eval.topics import TopicMapping
 from flashdrive_ros.paths import default_model_dir
 from flashdrive_ros.ros.transport import DEFAULT_LATE_TOLERANCE_S
+from flashdrive_ros.settings import add_setting_argument
 
 
 def parser() -> argparse.ArgumentParser:
@@ -28,7 +29,7 @@ def parser() -> argparse.ArgumentParser:
                    help="model directory (default: the embedded model)")
     p.add_argument("--out", required=True, help="output directory for report.json, "
                    "report.md and plots")
-    p.add_argument("--mode", choices=sorted(MODE_RUNS), default="flashdrive")
+    add_setting_argument(p, ReplayOptions, "mode")
     p.add_argument("--through-ros", action="store_true",
                    help="play the bag over DDS into the real drive node and record its output")
     p.add_argument("--topics-yaml", help="YAML with keys cameras (list, slot order), "
@@ -38,17 +39,9 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--labels-topic", help="std_msgs/String JSON labels topic ('' = none)")
     p.add_argument("--rate", type=float, default=1.0,
                    help="playback speed factor through ROS (bag seconds per wall second)")
-    p.add_argument("--num-samples", type=int, default=6,
-                   help="trajectory samples per window (minADE6 uses up to 6)")
-    p.add_argument("--device", default="auto", help="auto, cpu or cuda[:N]")
-    p.add_argument("--dtype", default="auto", choices=DTYPE_CHOICES,
-                   help="compute dtype (auto: bfloat16 on a CPU with native bf16, else float32)")
-    p.add_argument("--backend", default="torch", choices=BACKEND_CHOICES,
-                   help="encoder and backbone steps in torch, or as TensorRT engines (CUDA)")
-    p.add_argument("--drafter-file", default=None,
-                   help="drafter weights in the model directory for speculative decoding "
-                        "(default: drafter.safetensors)")
-    p.add_argument("--control-rate", type=float, default=10.0, help="windows per bag second")
+    for name in ("num_samples", "device", "dtype", "backend", "drafter_file"):
+        add_setting_argument(p, ReplayOptions, name)
+    add_setting_argument(p, ReplayOptions, "control_rate_hz", flag="--control-rate")
     p.add_argument("--late-tolerance", type=float, default=DEFAULT_LATE_TOLERANCE_S,
                    metavar="SECONDS",
                    help="how long after its stamp a message may be logged (transport "

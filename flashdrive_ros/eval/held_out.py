@@ -14,7 +14,7 @@ from flashdrive_ros.eval.records import RecordSource
 from flashdrive_ros.eval.sim_source import SimDriveSource
 from flashdrive_ros.eval.summary import SkipCounter, WindowResult, summarize
 from flashdrive_ros.model.config import ModelConfig
-from flashdrive_ros.train.seeds import eval_seeds
+from flashdrive_ros.sim.seeds import eval_seeds
 
 CONTROL_RATE_HZ = 10.0
 

@@ -17,6 +17,7 @@ from dataclasses import asdict, dataclass
 from functools import partial
 from pathlib import Path
 
+from flashdrive_ros.engine.config import EngineConfig
 from flashdrive_ros.eval.errors import ReplayError
 from flashdrive_ros.eval.held_out import DriveWindows, replay_drive
 from flashdrive_ros.eval.held_out_breakdown import Targets, held_out_report, markdown
@@ -25,7 +26,8 @@ from flashdrive_ros.eval.process_pool import map_in_processes, set_worker_thread
 from flashdrive_ros.eval.sim_source import SimDriveSource
 from flashdrive_ros.model.manifest import read_manifest
 from flashdrive_ros.paths import default_model_dir
-from flashdrive_ros.train.seeds import EVAL_SEEDS, is_eval_seed
+from flashdrive_ros.settings import add_setting_argument, derived, field_problems
+from flashdrive_ros.sim.seeds import EVAL_SEEDS, is_eval_seed
 
 DEVICES = ("cpu", "cuda")
 JSON_FILE, MARKDOWN_FILE = "held_out.json", "held_out.md"
@@ -33,19 +35,16 @@ JSON_FILE, MARKDOWN_FILE = "held_out.json", "held_out.md"
 
 @dataclass(frozen=True)
 class HeldOutSettings:
-    """Held-out drives `first_seed` .. `first_seed + drives - 1` (all in the evaluation seed
-    range), `seconds` long; `workers` processes replay one drive each on
-    `threads_per_worker` threads (workers 1: in this process, its threads left as they are;
-the command line sets them).
-    Engines as `CompareSettings` builds them (flashdrive mode, speculative with a drafter)."""
+    """Held-out drives; engines as `CompareSettings` builds them."""
 
-    drives: int = 4
-    seconds: float = 60.0
+    drives: int = 4  # on seeds first_seed .. first_seed + drives - 1, all held out
+    seconds: float = 60.0  # length of each drive
     first_seed: int = EVAL_SEEDS.start
-    workers: int = 1
-    threads_per_worker: int = 1
-    device: str = "cpu"
-    num_samples: int = 1
+    workers: int = 1  # processes, one drive each; 1: in this process, its threads as they are
+    threads_per_worker: int = 1  # torch threads of each worker process
+    device: str = derived(EngineConfig, "device", choices=DEVICES)
+    num_samples: int = derived(EngineConfig, "num_samples", help="trajectory samples per "
+                               "window (minADE6 needs 6)")
     max_windows: int | None = None
 
     def __post_init__(self) -> None:
@@ -60,8 +59,8 @@ the command line sets them).
         if self.workers < 1 or self.threads_per_worker < 1:
             raise ValueError(f"workers and threads_per_worker must be >= 1, got "
                              f"{self.workers}, {self.threads_per_worker}")
-        if self.device not in DEVICES:
-            raise ValueError(f"device must be one of {DEVICES}, got {self.device!r}")
+        if problems := field_problems(self):
+            raise ValueError("; ".join(problems))
         self.compare_settings()
 
     @property
@@ -141,9 +140,8 @@ def main(argv: list[str] | None = None) -> int:
                    help="processes, one drive each")
     p.add_argument("--threads", type=int, default=defaults.threads_per_worker,
                    help="torch threads per worker")
-    p.add_argument("--device", choices=DEVICES, default=defaults.device)
-    p.add_argument("--num-samples", type=int, default=defaults.num_samples,
-                   help="trajectory samples per window (minADE6 needs 6)")
+    add_setting_argument(p, HeldOutSettings, "device")
+    add_setting_argument(p, HeldOutSettings, "num_samples")
     p.add_argument("--max-windows", type=int, default=None, help="per drive")
     args = p.parse_args(argv)
     try:

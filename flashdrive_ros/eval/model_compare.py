@@ -7,11 +7,11 @@ from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from pathlib import Path
 
-from flashdrive_ros.engine.config import EngineConfig
-from flashdrive_ros.engine.config import DRAFTER_FILE
+from flashdrive_ros.engine.config import DRAFTER_FILE, EngineConfig
 from flashdrive_ros.engine.engine import Engine
 from flashdrive_ros.eval.held_out import replay_planners
 from flashdrive_ros.eval.records import RecordSource
+from flashdrive_ros.settings import derived, field_problems, setting
 
 PREFILLS = {"full prefill": False, "streaming": True}
 COLUMNS = [("minADE1 @6.4 s (m)", "minade1_6s"), ("minADE6 @6.4 s (m)", "minade6_6s"),
@@ -22,20 +22,16 @@ GAP_KEYS = ("minade1_6s", "minade6_6s", "decision_match_rate", "accepted_length_
 
 @dataclass(frozen=True)
 class CompareSettings:
-    """Engines run in flashdrive mode (speculative decoding when the directory has a
-    drafter, cached-velocity Euler) in float32; cuda_graphs None takes the engine's default
-    (on for a CUDA device)."""
+    """Engines in flashdrive mode, float32, speculative when the directory has a drafter."""
 
-    num_samples: int = 6
-    device: str = "cpu"
-    max_windows: int | None = None
-    cuda_graphs: bool | None = None
+    num_samples: int = derived(EngineConfig, "num_samples", default=6)
+    device: str = derived(EngineConfig, "device")
+    max_windows: int | None = setting(None, "windows per drive (None: all)", minimum=1)
+    cuda_graphs: bool | None = derived(EngineConfig, "cuda_graphs")
 
     def __post_init__(self) -> None:
-        if self.num_samples < 1:
-            raise ValueError(f"num_samples must be >= 1, got {self.num_samples}")
-        if self.max_windows is not None and self.max_windows < 1:
-            raise ValueError(f"max_windows must be >= 1 or None, got {self.max_windows}")
+        if problems := field_problems(self):
+            raise ValueError("; ".join(problems))
 
     def engine_config(self, model_dir: Path, streaming: bool) -> EngineConfig:
         return EngineConfig(num_samples=self.num_samples, streaming=streaming,

@@ -13,7 +13,7 @@ from flashdrive_ros.eval.ground_truth import OdometryTrack
 from flashdrive_ros.eval.images import RAW_TYPE
 from flashdrive_ros.eval.offline import LabelIndex, ReplayResults, check_camera_count
 from flashdrive_ros.eval.recording import plan_results, read_recording
-from flashdrive_ros.eval.replay import ReplayOptions, load_model_config
+from flashdrive_ros.eval.replay_options import ReplayOptions, load_model_config
 from flashdrive_ros.eval.skip_advice import skip_lines
 
 
@@ -38,9 +38,6 @@ def node_parameters(options: ReplayOptions, mode: str, raw_images: bool) -> dict
     if options.max_plan_age_s is not None:
         params["max_plan_age_s"] = float(options.max_plan_age_s)
     params.update(options.node_params)
-    if mode == "baseline":
-        params.update(streaming=False, speculative=False, cached_velocity=False,
-                      cuda_graphs=False)
     return params
 
 
@@ -51,9 +48,9 @@ def node_name() -> str:
 
 
 def run_mode(options: ReplayOptions, mode: str, raw_images: bool, domain_id: int):
-    from flashdrive_ros.ros.lifecycle_client import LifecycleError
-    from flashdrive_ros.ros.node_process import NodeProcess
-    from flashdrive_ros.ros.plan_recorder import SessionSettings, record_replay
+    from flashdrive_ros.harness.lifecycle_client import LifecycleError
+    from flashdrive_ros.harness.node_process import NodeProcess
+    from flashdrive_ros.harness.plan_recorder import SessionSettings, record_replay
 
     recorded = options.out_dir / f"recorded_{mode}"
     if recorded.exists():
@@ -77,9 +74,9 @@ def run_mode(options: ReplayOptions, mode: str, raw_images: bool, domain_id: int
 
 def run_through_ros(options: ReplayOptions
                     ) -> tuple[ReplayResults, dict[str, dict], list[tuple[float, np.ndarray]]]:
+    from flashdrive_ros.harness.loopback import process_domain_id
+    from flashdrive_ros.harness.node_process import log_tail
     from flashdrive_ros.ros import names
-    from flashdrive_ros.ros.loopback import process_domain_id
-    from flashdrive_ros.ros.node_process import log_tail
     from flashdrive_ros.ros.params import DriveParams
 
     options.out_dir.mkdir(parents=True, exist_ok=True)

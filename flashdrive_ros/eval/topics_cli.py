@@ -25,7 +25,7 @@ def parser() -> argparse.ArgumentParser:
 def camera_slots(model_dir: str | None) -> tuple[str, ...]:
     if model_dir is None:
         return PromptConfig().camera_names
-    from flashdrive_ros.eval.replay import load_model_config
+    from flashdrive_ros.eval.replay_options import load_model_config
 
     return load_model_config(Path(model_dir)).prompt.camera_names
 

@@ -10,13 +10,15 @@ import os
 import sys
 from pathlib import Path
 
+from flashdrive_ros.engine.config import EngineConfig
+from flashdrive_ros.harness.stream import read_stream
 from flashdrive_ros.paths import default_model_dir
 from flashdrive_ros.reliability.fault_run import run_offline, run_through_ros
 from flashdrive_ros.reliability.fault_table import WindowSpan, fault_row, markdown_table
 from flashdrive_ros.reliability.faults import (FAULT_DEFAULTS, FaultedStream, FaultSpecError,
                                                apply_fault, parse_faults)
-from flashdrive_ros.reliability.stream import read_stream
 from flashdrive_ros.ros.params import DriveParams
+from flashdrive_ros.settings import add_setting_argument
 
 
 def parser() -> argparse.ArgumentParser:
@@ -35,12 +37,11 @@ def parser() -> argparse.ArgumentParser:
                    help="also play each faulted stream into a drive node process over DDS")
     p.add_argument("--no-offline", action="store_true", help="through ROS only")
     p.add_argument("--rate", type=float, default=1.0, help="playback rate through ROS")
-    p.add_argument("--device", default="cpu")
+    add_setting_argument(p, EngineConfig, "device")
     return p
 
 
 def run(args: argparse.Namespace) -> list[dict]:
-    from flashdrive_ros.engine.config import EngineConfig
     from flashdrive_ros.engine.engine import Engine
     from flashdrive_ros.ros.node import window_builder
 
@@ -48,8 +49,7 @@ def run(args: argparse.Namespace) -> list[dict]:
     model_dir = Path(args.model_dir or default_model_dir())
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    params = DriveParams(model_dir=str(model_dir), device=args.device, num_samples=1,
-                         overlay_camera="")
+    params = DriveParams(model_dir=str(model_dir), device=args.device, overlay_camera="")
     topics = {topic: "sensor_msgs/msg/CompressedImage" for topic in params.camera_topics}
     topics[params.odom_topic] = "nav_msgs/msg/Odometry"
     messages = read_stream(args.bag, list(topics))
@@ -58,7 +58,7 @@ def run(args: argparse.Namespace) -> list[dict]:
     clean = FaultedStream(messages)
     rows: list[dict] = []
     if not args.no_offline:
-        engine = Engine.load(model_dir, EngineConfig(num_samples=1, device=args.device))
+        engine = Engine.load(model_dir, EngineConfig(device=args.device))
         engine.warmup()
         cfg = engine.model.cfg
         span = WindowSpan((cfg.prompt.num_frames - 1) * cfg.prompt.frame_dt,
@@ -79,7 +79,7 @@ def run(args: argparse.Namespace) -> list[dict]:
         span = WindowSpan((cfg.prompt.num_frames - 1) * cfg.prompt.frame_dt, 0.04,
                           (cfg.action.num_history - 1) * cfg.action.history_dt)
         parameters = {"model_dir": str(model_dir.resolve()), "device": args.device,
-                      "num_samples": 1, "overlay_camera": "", "image_reliability": "reliable"}
+                      "overlay_camera": "", "image_reliability": "reliable"}
 
         def through_ros(label, stream):
             return run_through_ros(stream, f"drive_node_faults_{os.getpid()}_{label}",

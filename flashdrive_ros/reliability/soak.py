@@ -14,9 +14,9 @@ from pathlib import Path
 
 import numpy as np
 
-from flashdrive_ros.ros.node_process import read_process
-from flashdrive_ros.ros.node_session import node_session
-from flashdrive_ros.reliability.stream import NS_PER_S, looped, read_stream
+from flashdrive_ros.harness.node_process import read_process
+from flashdrive_ros.harness.node_session import node_session
+from flashdrive_ros.harness.stream import NS_PER_S, looped, read_stream
 from flashdrive_ros.ros.params import DriveParams
 
 CAMERA_PERIOD_NS = NS_PER_S // 10
@@ -100,7 +100,7 @@ def run_soak(settings: SoakSettings) -> dict:
         raise ValueError(f"{settings.bag} holds none of {sorted(topics)}")
     name = f"drive_node_soak_{os.getpid()}"
     parameters = {"model_dir": str(settings.model_dir.resolve()), "device": settings.device,
-                  "num_samples": 1, "overlay_camera": "", "image_reliability": "reliable"}
+                  "overlay_camera": "", "image_reliability": "reliable"}
     samples: list[SoakSample] = []
     with node_session(name, parameters, topics, settings.out_dir, settings.rate) as session:
         stop = threading.Event()

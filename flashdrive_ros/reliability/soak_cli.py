@@ -7,8 +7,10 @@ import argparse
 import json
 import sys
 
+from flashdrive_ros.engine.config import EngineConfig
 from flashdrive_ros.paths import default_model_dir
 from flashdrive_ros.reliability.soak import SoakSettings, run_soak
+from flashdrive_ros.settings import add_setting_argument
 
 
 def parser() -> argparse.ArgumentParser:
@@ -17,7 +19,7 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--minutes", type=float, required=True)
     p.add_argument("--out", required=True)
     p.add_argument("--model-dir", default=None, help="default: the embedded model")
-    p.add_argument("--device", default="cpu")
+    add_setting_argument(p, EngineConfig, "device")
     p.add_argument("--sample-s", type=float, default=5.0, help="seconds between samples")
     p.add_argument("--rate", type=float, default=1.0, help="bag seconds per wall second")
     return p

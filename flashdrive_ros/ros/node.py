@@ -29,7 +29,8 @@ from rclpy.lifecycle import LifecycleNode, LifecycleState, TransitionCallbackRet
 from rclpy.utilities import remove_ros_args
 
 from flashdrive_ros.engine.config import EngineConfig
-from flashdrive_ros.engine.dtype_choice import resolve_dtype
+from flashdrive_ros.engine.config import SWITCHES
+from flashdrive_ros.engine.dtype_choice import resolve_device, resolve_dtype
 from flashdrive_ros.engine.engine import Engine
 from flashdrive_ros.engine.window import WindowBuilder, WindowLimits
 from flashdrive_ros.model.config import ModelConfig
@@ -42,14 +43,6 @@ from flashdrive_ros.ros.params import (DriveParams, ParameterError, add_validati
 from flashdrive_ros.ros.planner_loop import PlannerLoop
 
 ENCODED_FRAMES_KEEP_S = 2.0
-
-
-def resolve_device(device: str) -> str:
-    if device != "auto":
-        return device
-    import torch
-
-    return "cuda" if torch.cuda.is_available() else "cpu"
 
 
 def usable_cores() -> int | None:
@@ -67,23 +60,12 @@ def cpu_thread_count(requested: int, cores: int | None) -> int:
 
 
 def engine_config(params: DriveParams, device: str) -> EngineConfig:
-    """EngineConfig from the node parameters; in baseline mode the switches are ignored
-    (every shortcut is off). CUDA graphs are used only on a CUDA device with the torch backend
-    (they capture torch steps), rotated keys only with the torch backend (its cache keeps
-    them), padded logits only on a CUDA device, CoC reuse only with speculative decoding."""
-    common = dict(mode=params.mode, num_samples=params.num_samples, device=device,
-                  backend=params.backend, dtype=resolve_dtype(params.dtype, device))
-    if params.mode == "baseline":
-        return EngineConfig(**common)
-    cuda = device.startswith("cuda")
-    torch_backend = params.backend == "torch"
-    return EngineConfig(streaming=params.streaming, speculative=params.speculative,
-                        cached_velocity=params.cached_velocity,
-                        cuda_graphs=params.cuda_graphs and cuda and torch_backend,
-                        rotated_keys=params.rotated_keys and torch_backend,
-                        padded_logits=params.padded_logits and cuda,
-                        coc_reuse=params.coc_reuse and params.speculative,
-                        drafter_file=params.drafter_file, **common)
+    """EngineConfig from the node parameters, each switch on where it applies
+    (EngineConfig.where_applicable)."""
+    return EngineConfig.where_applicable(
+        {name: getattr(params, name) for name in SWITCHES}, mode=params.mode,
+        num_samples=params.num_samples, device=device, backend=params.backend,
+        dtype=resolve_dtype(params.dtype, device), drafter_file=params.drafter_file)
 
 
 def set_torch_threads(count: int) -> dict[str, object]:
@@ -174,6 +156,8 @@ class DriveNode(LifecycleNode):
         self.cpu_threads = threads
         action = engine.model.cfg.action
         self.outputs = OutputPublishers(self, params, action.num_waypoints, action.dt)
+        for adjustment in config.adjustments:
+            self.get_logger().warning(f"engine setting adjusted: {adjustment}")
         self.get_logger().info(f"configured: model {params.resolved_model_dir}, "
                                f"{config.mode} on {device} as {config.dtype} "
                                f"({threads} CPU threads), {len(params.camera_names)} cameras")

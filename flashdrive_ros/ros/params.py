@@ -5,168 +5,144 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from flashdrive_ros.sim import topics
-from flashdrive_ros.model.drafter_name import DRAFTER_FILE, drafter_name_problem
-from flashdrive_ros.sim.cameras import rig
+from flashdrive_ros import default_names as topics
+from flashdrive_ros.engine.config import EngineConfig, device_problem
+from flashdrive_ros.engine.dtype_choice import DTYPE_CHOICES
 from flashdrive_ros.engine.window import WindowLimits
+from flashdrive_ros.model.drafter_name import drafter_name_problem
 from flashdrive_ros.ros.transport import DEFAULT_LATE_TOLERANCE_S
+from flashdrive_ros.settings import derived, setting
 
 CHOICES_TRANSPORT = ("compressed", "raw")
 CHOICES_RELIABILITY = ("best_effort", "reliable")
-CHOICES_MODE = ("flashdrive", "baseline")
-CHOICES_BACKEND = ("torch", "tensorrt")
 CHOICES_FALLBACK = ("hold", "stop")
-CHOICES_DTYPE = ("auto", "float32", "bfloat16", "float16")
 OVERLAY_CAMERA = "camera_front_wide_120fov"
-
-
-def sim_mount(name: str) -> tuple[float, ...]:
-    """The simulator rig's mount of camera `name`: x, y, z, roll, pitch, yaw (pitch > 0 looks
-    down)."""
-    spec = rig((name,))[0]
-    return (spec.x, spec.y, spec.z, 0.0, math.radians(spec.pitch_deg),
-            math.radians(spec.yaw_deg))
-
-
-OVERLAY_EXTRINSIC = sim_mount(OVERLAY_CAMERA)
+OVERLAY_EXTRINSIC = (1.9, 0.0, 1.6, 0.0, math.radians(4.0), 0.0)  # the sim rig front-wide mount
 
 
 class ParameterError(ValueError):
     """A parameter value is out of range or inconsistent with the others."""
 
 
-def _spec(default: Any, description: str, *, read_only: bool = False,
-          minimum: float | None = None, maximum: float | None = None,
-          choices: tuple[str, ...] | None = None):
-    metadata = {"description": description, "read_only": read_only, "minimum": minimum,
-                "maximum": maximum, "choices": choices}
-    if isinstance(default, list):
-        return field(default_factory=lambda: list(default), metadata=metadata)
-    return field(default=default, metadata=metadata)
-
-
 @dataclass
 class DriveParams:
-    model_dir: str = _spec(
+    model_dir: str = setting(
         "", "Model directory (config.json, safetensors, tokenizer.json); empty = the "
         "embedded default model.", read_only=True)
-    camera_names: list[str] = _spec(
+    camera_names: list[str] = setting(
         list(topics.CAMERA_NAMES), "Camera names; their order is the model's camera slot "
         "order.", read_only=True)
-    camera_topics: list[str] = _spec(
+    camera_topics: list[str] = setting(
         [topics.camera_image_topic(n) for n in topics.CAMERA_NAMES],
         "Image topic per camera, same order as camera_names.", read_only=True)
-    camera_info_topics: list[str] = _spec(
+    camera_info_topics: list[str] = setting(
         [topics.camera_info_topic(n) for n in topics.CAMERA_NAMES],
         "CameraInfo topic per camera, same order as camera_names.", read_only=True)
-    camera_frame_ids: list[str] = _spec(
+    camera_frame_ids: list[str] = setting(
         ["" for _ in topics.CAMERA_NAMES], "Expected image header frame_id per camera, same "
         "order as camera_names (all empty: none expected); an empty entry: the frame_id and "
         "topic must not name another slot's camera. A mismatch is warned about in the log "
         "and on /diagnostics.",
         read_only=True)
-    image_transport: str = _spec(
+    image_transport: str = setting(
         "compressed", "compressed: sensor_msgs/CompressedImage (JPEG/PNG); raw: "
         "sensor_msgs/Image.", read_only=True, choices=CHOICES_TRANSPORT)
-    image_reliability: str = _spec(
+    image_reliability: str = setting(
         "best_effort", "QoS reliability of the camera subscriptions (SensorDataQoS depth "
         "otherwise); applied at the next activate.", choices=CHOICES_RELIABILITY)
-    odom_topic: str = _spec(topics.ODOMETRY_TOPIC, "nav_msgs/Odometry topic of the ego "
+    odom_topic: str = setting(topics.ODOMETRY_TOPIC, "nav_msgs/Odometry topic of the ego "
                             "vehicle.", read_only=True)
-    control_rate_hz: float = _spec(10.0, "Rate at which the newest plan is published; "
+    control_rate_hz: float = setting(10.0, "Rate at which the newest plan is published; "
                                    "applied at the next activate.", minimum=0.5,
                                    maximum=100.0)
-    sync_slop_s: float = _spec(0.05, "Approximate-time sync: the largest stamp spread of one "
+    sync_slop_s: float = setting(0.05, "Approximate-time sync: the largest stamp spread of one "
                                "camera set (exclusive); applied at the next activate.",
                                minimum=0.001, maximum=1.0)
-    sync_queue_size: int = _spec(10, "Approximate-time sync: messages kept per camera; "
+    sync_queue_size: int = setting(10, "Approximate-time sync: messages kept per camera; "
                                  "applied at the next activate.", minimum=1, maximum=100)
-    late_tolerance_s: float = _spec(
+    late_tolerance_s: float = setting(
         DEFAULT_LATE_TOLERANCE_S, "How long a window waits, after its camera set arrived, "
         "for odometry sent late by its transport to reach the window's time (the measured "
         "latency per input is on /diagnostics); applied at the next activate.",
         minimum=0.0, maximum=1.0)
-    frame_stand_in_s: float = _spec(
+    frame_stand_in_s: float = setting(
         WindowLimits.frame_stand_in, "A window's frame may be missing (dropped in "
         "transport): the camera's nearest frame within this many seconds of the wanted time "
         "stands in (counted on /diagnostics); a camera silent longer skips the window. "
         "Applied at the next activate.", minimum=0.0, maximum=1.0)
-    num_samples: int = _spec(1, "Trajectory samples drawn per plan; applied at the next "
-                             "configure.", minimum=1, maximum=64)
-    streaming: bool = _spec(True, "Streaming KV cache (flashdrive mode only); applied at the "
+    num_samples: int = derived(EngineConfig, "num_samples", maximum=64,
+                               also="Applied at the next configure.")
+    streaming: bool = setting(True, "Streaming KV cache (flashdrive mode only); applied at the "
                             "next configure.")
-    speculative: bool = _spec(True, "Speculative CoC decoding with the drafter (flashdrive "
+    speculative: bool = setting(True, "Speculative CoC decoding with the drafter (flashdrive "
                               "mode only); applied at the next configure.")
-    cached_velocity: bool = _spec(True, "Cached-velocity flow matching (flashdrive mode "
+    cached_velocity: bool = setting(True, "Cached-velocity flow matching (flashdrive mode "
                                   "only); applied at the next configure.")
-    cuda_graphs: bool = _spec(True, "CUDA graphs for fixed-shape steps, used when the "
+    cuda_graphs: bool = setting(True, "CUDA graphs for fixed-shape steps, used when the "
                               "device is CUDA, the backend torch and the mode flashdrive; "
                               "applied at the next configure.")
-    rotated_keys: bool = _spec(True, "The KV cache also keeps keys after RoPE, rotated once "
+    rotated_keys: bool = setting(True, "The KV cache also keeps keys after RoPE, rotated once "
                                "per write instead of at every attention call; used when the "
                                "backend is torch and the mode flashdrive; applied at the next "
                                "configure.")
-    padded_logits: bool = _spec(True, "lm_head of the verify and draft rows with the rows "
+    padded_logits: bool = setting(True, "lm_head of the verify and draft rows with the rows "
                                 "padded to a multiple of 8; used when the device is CUDA and "
                                 "the mode flashdrive; applied at the next configure.")
-    coc_reuse: bool = _spec(True, "Speculative decoding drafts from the previous window's "
+    coc_reuse: bool = setting(True, "Speculative decoding drafts from the previous window's "
                             "CoC where the tokens committed so far match it (lossless); used "
-                            "when speculative is on; applied at the next configure.")
-    drafter_file: str = _spec(DRAFTER_FILE, "Drafter weights in model_dir for "
-                              "speculative decoding (DFlash or EAGLE-3, as the file's stored "
-                              "config says).", read_only=True)
-    mode: str = _spec("flashdrive", "flashdrive: the shortcuts above; baseline: every "
-                      "shortcut off. Applied at the next configure.", choices=CHOICES_MODE)
-    device: str = _spec("auto", "Torch device: auto (cuda when available, else cpu), cpu, "
+                            "when speculative is on (else turned off with a warning in the "
+                            "log); applied at the next configure.")
+    drafter_file: str = derived(EngineConfig, "drafter_file", read_only=True)
+    mode: str = derived(EngineConfig, "mode", help="flashdrive: the shortcuts above; baseline: "
+                        "every shortcut off.", also="Applied at the next configure.")
+    device: str = setting("auto", "Torch device: auto (cuda when available, else cpu), cpu, "
                         "cuda or cuda:N.", read_only=True)
-    backend: str = _spec("torch", "Inference backend of the encoder and backbone steps: "
-                         "torch, or tensorrt (engines built and cached on first start, CUDA "
-                         "only).", read_only=True, choices=CHOICES_BACKEND)
-    encode_ahead: bool = _spec(True, "Encode each camera set on a thread of its own as it "
+    backend: str = derived(EngineConfig, "backend", read_only=True)
+    encode_ahead: bool = setting(True, "Encode each camera set on a thread of its own as it "
                                "arrives, so the planner worker finds its window's frames "
                                "encoded; applied at the next activate.")
-    act_apart: bool = _spec(True, "Run each plan's flow matching on a thread of its own on "
+    act_apart: bool = setting(True, "Run each plan's flow matching on a thread of its own on "
                             "copies of the cache while the worker reasons the next window "
                             "(used without CUDA graphs); applied at the next activate.")
-    dtype: str = _spec("auto", "Compute dtype of the model; auto = bfloat16 on a CPU with native "
-                       "bf16 arithmetic (AVX512-BF16 or AMX), float32 elsewhere.",
-                       read_only=True, choices=CHOICES_DTYPE)
-    cpu_threads: int = _spec(0, "Torch intra-op threads of the planner worker on the CPU; "
+    dtype: str = derived(EngineConfig, "dtype", default="auto", choices=DTYPE_CHOICES,
+                         read_only=True, also="auto = bfloat16 on a CPU with native bf16 "
+                         "arithmetic (AVX512-BF16 or AMX), float32 elsewhere.")
+    cpu_threads: int = setting(0, "Torch intra-op threads of the planner worker on the CPU; "
                              "0 = every core this process may run on but one (at least 1), "
                              "leaving a core to the node's callbacks.",
                              read_only=True, minimum=0, maximum=256)
-    base_frame: str = _spec(topics.BASE_FRAME, "Frame of the published trajectory (ego "
+    base_frame: str = setting(topics.BASE_FRAME, "Frame of the published trajectory (ego "
                             "frame at the input time).")
-    odom_frame: str = _spec("", "Fixed odometry frame (frame_id of the odometry pose): "
+    odom_frame: str = setting("", "Fixed odometry frame (frame_id of the odometry pose): "
                             "odometry in another frame is rejected with the reason on "
                             "/diagnostics; empty = the frame of the first odometry message "
                             "(reported on /diagnostics as odom_frame). Applied at the next "
                             "activate.")
-    max_plan_age_s: float = _spec(0.5, "A plan whose input is older than this (node clock) "
+    max_plan_age_s: float = setting(0.5, "A plan whose input is older than this (node clock) "
                                   "is not published as valid.", minimum=0.05, maximum=10.0)
-    max_plan_accel_mps2: float = _spec(12.0, "A plan whose |longitudinal acceleration| "
+    max_plan_accel_mps2: float = setting(12.0, "A plan whose |longitudinal acceleration| "
                                        "exceeds this is not published as valid.",
                                        minimum=0.5, maximum=100.0)
-    max_plan_jerk_mps3: float = _spec(60.0, "A plan whose |jerk| exceeds this is not "
+    max_plan_jerk_mps3: float = setting(60.0, "A plan whose |jerk| exceeds this is not "
                                       "published as valid.", minimum=0.5, maximum=1000.0)
-    max_plan_curvature_1pm: float = _spec(1.0, "A plan whose |curvature| (over steps of at "
+    max_plan_curvature_1pm: float = setting(1.0, "A plan whose |curvature| (over steps of at "
                                           "least 5 cm) exceeds this is not published as "
                                           "valid.", minimum=0.01, maximum=10.0)
-    invalid_plan_fallback: str = _spec(
+    invalid_plan_fallback: str = setting(
         "hold", "After a plan fails the checks (NaN/inf or beyond the limits): hold = keep "
         "publishing the last valid plan while it is younger than max_plan_age_s, then a stop "
         "trajectory; stop = publish the stop trajectory at once. Named on /diagnostics.",
         choices=CHOICES_FALLBACK)
-    overlay_camera: str = _spec(OVERLAY_CAMERA, "Camera whose image carries the "
+    overlay_camera: str = setting(OVERLAY_CAMERA, "Camera whose image carries the "
                                 "trajectory overlay on ~/overlay; empty = no overlay.")
-    overlay_intrinsics: list[float] = _spec(
+    overlay_intrinsics: list[float] = setting(
         [0.0, 0.0, 0.0, 0.0], "Overlay intrinsics fx, fy, cx, cy in pixels; all zero = from "
         "the camera's CameraInfo K.")
-    overlay_extrinsic: list[float] = _spec(
+    overlay_extrinsic: list[float] = setting(
         list(OVERLAY_EXTRINSIC), "Overlay camera pose in base_frame: x, y, z (m), "
         "roll, pitch, yaw (rad) of the camera body frame (x forward, y left, z up); default: the "
         "simulator's front-wide mount.")
@@ -206,10 +182,8 @@ class DriveParams:
             raise ParameterError("overlay_intrinsics fx and fy must be > 0 (or all zero)")
         if len(self.overlay_extrinsic) != 6:
             raise ParameterError("overlay_extrinsic needs 6 values x, y, z, roll, pitch, yaw")
-        if not (self.device in ("auto", "cpu", "cuda") or
-                (self.device.startswith("cuda:") and self.device[5:].isdigit())):
-            raise ParameterError(f"device must be auto, cpu, cuda or cuda:N, got "
-                                 f"{self.device!r}")
+        if problem := device_problem(self.device, auto=True):
+            raise ParameterError(problem)
         if self.model_dir and not Path(self.model_dir).expanduser().is_dir():
             raise ParameterError(f"model_dir {self.model_dir!r} is not a directory")
 

@@ -7,6 +7,7 @@ ground).
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import numpy as np
@@ -81,6 +82,13 @@ def rig(names: tuple[str, ...] = CAMERA_NAMES) -> tuple[CameraSpec, ...]:
     if unknown:
         raise ValueError(f"unknown camera names {unknown}; known: {sorted(_SPECS)}")
     return tuple(_SPECS[n] for n in names)
+
+
+def sim_mount(name: str) -> tuple[float, ...]:
+    """The rig's mount of camera `name`: x, y, z, roll, pitch, yaw (pitch > 0 looks down)."""
+    spec = rig((name,))[0]
+    return (spec.x, spec.y, spec.z, 0.0, math.radians(spec.pitch_deg),
+            math.radians(spec.yaw_deg))
 
 
 def _quaternion(r: np.ndarray) -> tuple[float, float, float, float]:

@@ -1,23 +1,15 @@
-"""Default topic and frame names of a synthetic drive (the replay tool and the node use them)."""
+"""Topic and frame names of a synthetic drive: the node's defaults and the simulator's own."""
 
 from __future__ import annotations
 
-from flashdrive_ros.model.config import PromptConfig
+from flashdrive_ros.default_names import (BASE_FRAME, CAMERA_NAMES, ODOM_FRAME, ODOMETRY_TOPIC,
+                                          camera_image_topic, camera_info_topic)
 
-CAMERA_NAMES: tuple[str, ...] = PromptConfig().camera_names
-ODOMETRY_TOPIC = "/localization/odometry"
+__all__ = ["BASE_FRAME", "CAMERA_NAMES", "LABELS_TOPIC", "ODOM_FRAME", "ODOMETRY_TOPIC",
+           "TF_STATIC_TOPIC", "camera_frame", "camera_image_topic", "camera_info_topic"]
+
 LABELS_TOPIC = "/sim/labels"
 TF_STATIC_TOPIC = "/tf_static"
-ODOM_FRAME = "odom"
-BASE_FRAME = "base_link"
-
-
-def camera_image_topic(name: str) -> str:
-    return f"/sensing/camera/{name}/image_raw/compressed"
-
-
-def camera_info_topic(name: str) -> str:
-    return f"/sensing/camera/{name}/camera_info"
 
 
 def camera_frame(name: str) -> str:

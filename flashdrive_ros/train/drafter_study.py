@@ -50,7 +50,7 @@ from flashdrive_ros.train.engine_acceptance import (Setting, heldout_windows, me
 from flashdrive_ros.train.generate import generate_drives
 from flashdrive_ros.train.log import TrainLog
 from flashdrive_ros.train.pipeline import seed_everything
-from flashdrive_ros.train.seeds import eval_seeds, train_seeds
+from flashdrive_ros.sim.seeds import eval_seeds, train_seeds
 from flashdrive_ros.train.study_config import StudyConfig, smoke
 from flashdrive_ros.train.study_report import markdown
 

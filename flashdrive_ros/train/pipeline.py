@@ -43,7 +43,7 @@ from flashdrive_ros.train.log import TrainLog
 from flashdrive_ros.train.model_dir import half_copy
 from flashdrive_ros.train.recipe import Recipe, smoke
 from flashdrive_ros.train.dataset import TrainSet
-from flashdrive_ros.train.seeds import eval_seeds, train_seeds
+from flashdrive_ros.sim.seeds import eval_seeds, train_seeds
 from flashdrive_ros.train.streaming_backbone import train_backbone_streaming
 from flashdrive_ros.train.streaming_tune import streaming_tune
 from flashdrive_ros.train.target_train import train_target

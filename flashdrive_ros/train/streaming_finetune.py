@@ -43,7 +43,7 @@ from flashdrive_ros.train.generate import generate_drives
 from flashdrive_ros.train.log import TrainLog
 from flashdrive_ros.train.model_dir import write_derived_model_dir
 from flashdrive_ros.train.pipeline import seed_everything
-from flashdrive_ros.train.seeds import eval_seeds, train_seeds
+from flashdrive_ros.sim.seeds import eval_seeds, train_seeds
 from flashdrive_ros.train.streaming_backbone import train_backbone_streaming
 from flashdrive_ros.train.streaming_tune import streaming_tune
 

@@ -24,21 +24,23 @@ from flashdrive_ros.backends.op_check import tensorrt_problems
 from flashdrive_ros.backends.specs import GraphSpec
 from flashdrive_ros.backends.tensorrt_import import TensorRTUnavailable, require_tensorrt
 from flashdrive_ros.backends.trt_builder import build_plan, engine_key
-from flashdrive_ros.engine.config import DRAFTER_FILE, DTYPES, EngineConfig
+from flashdrive_ros.engine.config import DRAFTER_FILE, EngineConfig
 from flashdrive_ros.engine.engine import Engine
+from flashdrive_ros.settings import add_setting_argument
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="flashdrive-export", description=__doc__.split("\n")[0])
     parser.add_argument("--model-dir", required=True, type=Path)
     parser.add_argument("--out", required=True, type=Path)
-    parser.add_argument("--device", default="cpu", help="cpu or cuda[:N] (cuda for plans)")
-    parser.add_argument("--dtype", default="float32", choices=sorted(DTYPES))
+    add_setting_argument(parser, EngineConfig, "device", help="cpu or cuda[:N] (cuda for "
+                         "plans)")
+    add_setting_argument(parser, EngineConfig, "dtype")
     parser.add_argument("--precision", default=None, choices=PRECISIONS,
                         help="TensorRT precision flags (default: that of --dtype)")
-    parser.add_argument("--num-samples", type=int, default=1)
-    parser.add_argument("--max-coc-tokens", type=int, default=None,
-                        help="CoC token limit (sets the KV cache capacity; default: model's)")
+    add_setting_argument(parser, EngineConfig, "num_samples")
+    add_setting_argument(parser, EngineConfig, "max_coc_tokens", type=int,
+                         help="CoC token limit (sets the KV cache capacity; default: model's)")
     return parser.parse_args(argv)
 
 
