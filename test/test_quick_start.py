@@ -53,7 +53,8 @@ def test_ci_runs_the_readme_test_command():
 
 def test_make_targets_build_the_pinned_venv_then_run():
     makefile = ROOT.joinpath("Makefile").read_text()
-    assert re.search(r"^PYTHON \?= python3\.11$", makefile, re.M)
+    assert re.search(r"^PYTHON \?= \$\(shell command -v python3\.11 2>/dev/null \|\| echo "
+                     r"python3\)$", makefile, re.M)
     assert re.search(r"^demo: venv$", makefile, re.M)
     assert re.search(r"^test: venv$", makefile, re.M)
     assert make_recipe("demo") == ["$(PY) -m flashdrive_ros.demo"]
