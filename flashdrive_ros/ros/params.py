@@ -72,6 +72,15 @@ class DriveParams:
     image_transport: str = _spec(
         "compressed", "compressed: sensor_msgs/CompressedImage (JPEG/PNG); raw: "
         "sensor_msgs/Image.", read_only=True, choices=CHOICES_TRANSPORT)
+    serialized_images: bool = _spec(
+        True, "Camera messages are taken serialized and read from their CDR bytes: the "
+        "header first, the pixels as a view of the buffer, so a frame dropped on its stamp "
+        "costs no deserialization; false: rclpy deserializes every message. Applied at the "
+        "next activate.")
+    frame_gate: bool = _spec(
+        True, "Camera frames off the model's frame grid (cameras faster than its frame "
+        "rate) are dropped on their stamp before they are decoded (counted on /diagnostics "
+        "as camera_frames_off_grid); applied at the next activate.")
     image_reliability: str = _spec(
         "best_effort", "QoS reliability of the camera subscriptions (SensorDataQoS depth "
         "otherwise); applied at the next activate.", choices=CHOICES_RELIABILITY)
