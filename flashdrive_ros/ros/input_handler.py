@@ -2,8 +2,9 @@
 model's frame grid dropped on their stamp alone (a serialized message is read only as far as
 its header), decoding (reduced to the model size) with named faults, stamp checks (a
 message up to max_reorder behind its stream's newest is dropped as out of order; further
-back restarts the time base), the latency of each input and stamps on another clock, the odometry frame, camera slot sanity,
-approximate-time camera sync and hand-over to the PlannerLoop.
+back restarts the time base), the latency of each input and stamps on another clock, the
+odometry frame, camera slot sanity, approximate-time camera sync and hand-over to the
+PlannerLoop.
 Messages are read duck-typed (rclpy messages and rosbags-deserialized ones alike)."""
 
 from __future__ import annotations
