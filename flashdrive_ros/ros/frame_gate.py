@@ -6,19 +6,24 @@ from __future__ import annotations
 
 import math
 from collections import deque
+from typing import Generic, TypeVar
 
 PERIODS_KEPT = 8
 EPSILON_S = 1e-6
 
+Item = TypeVar("Item")
 
-class FrameGate:
-    """The grid: camera 0's newest frame taken on it, plus whole frame periods `frame_dt`.
-    A camera's frame is taken when it is the camera's frame nearest a grid time (within
-    `tolerance` and half the camera's period), or, when that frame was lost, the first frame
-    after the grid time within `tolerance`; the rest are dropped. A camera not faster than
-    the frame rate, a first frame and a stamp more than `max_jump` from the grid (a restart)
-    are taken. Per-camera calls must come in arrival order; not thread-safe across cameras
-    (the caller serializes)."""
+
+class FrameGate(Generic[Item]):
+    """The grid: camera 0's newest frame taken nearest its grid time, plus whole frame
+    periods `frame_dt`. Per camera and grid time, the frame nearest it is decoded at once
+    (within `tolerance` and half the camera's period). The frame before it is held
+    (undecoded) until a later frame shows whether the nearest one was lost in transport;
+    then the neighbours within `tolerance` on both sides are decoded, so that the camera
+    sync can still pair cameras whose nearest frames were lost on opposite sides. The rest
+    are dropped (counted in `dropped`). A camera not faster than the frame rate, a first frame and a stamp more than
+    `max_jump` from the grid (a restart) are decoded. Per-camera calls must come in arrival
+    order; not thread-safe (the caller serializes)."""
 
     def __init__(self, camera_count: int, frame_dt: float, tolerance: float,
                  max_jump: float) -> None:
@@ -34,21 +39,23 @@ class FrameGate:
         self.reset()
 
     def reset(self) -> None:
-        """Forget the grid and the camera periods (a restarted time base)."""
+        """Forget the grid, the camera periods and the held frames (a restarted time
+        base)."""
         self._anchor = math.nan
         self._last_seen = [-math.inf] * self.camera_count
         self._periods: list[deque[float]] = [deque(maxlen=PERIODS_KEPT)
                                              for _ in range(self.camera_count)]
         self._taken_grid = [math.nan] * self.camera_count
+        self._held: list[tuple[float, float, Item] | None] = [None] * self.camera_count
 
     def period(self, camera: int) -> float | None:
-        """The camera's frame period: the median of its recent stamp differences."""
-        periods = sorted(self._periods[camera])
-        return periods[len(periods) // 2] if periods else None
+        """The camera's frame period: the shortest of its recent stamp differences (frames
+        lost in transport only lengthen them)."""
+        return min(self._periods[camera], default=None)
 
-    def take(self, camera: int, stamp: float) -> bool:
-        """Whether the frame of `camera` stamped `stamp` is decoded; a dropped one is counted
-        in `dropped`."""
+    def admit(self, camera: int, stamp: float, item: Item) -> list[tuple[float, Item]]:
+        """The (stamp, item) pairs of `camera` to decode now, oldest first: a held frame that
+        is now known to be its grid time's nearest, and this frame when it is taken."""
         if stamp > self._last_seen[camera]:
             if math.isfinite(self._last_seen[camera]):
                 self._periods[camera].append(stamp - self._last_seen[camera])
@@ -56,20 +63,44 @@ class FrameGate:
         period = self.period(camera)
         if (period is None or period >= self.frame_dt - self.tolerance
                 or not abs(stamp - self._anchor) <= self.max_jump):
+            self._held[camera] = None
             self._mark(camera, stamp, stamp)
-            return True
-        steps = round((stamp - self._anchor) / self.frame_dt)
-        grid = self._anchor + steps * self.frame_dt
+            return [(stamp, item)]
+        grid = self._anchor + round((stamp - self._anchor) / self.frame_dt) * self.frame_dt
         offset = stamp - grid
+        out = self._release_before(camera, grid)
+        held = self._held[camera]
+        taken = abs(self._taken_grid[camera] - grid) < self.frame_dt / 2
         if abs(offset) <= min(self.tolerance, period / 2) + EPSILON_S:
+            self._drop_held(camera)
             self._mark(camera, stamp, grid)
-            return True
-        if 0 < offset <= self.tolerance and not abs(self._taken_grid[camera] - grid) \
-                < self.frame_dt / 2:
-            self._taken_grid[camera] = grid
-            return True
-        self.dropped[camera] += 1
-        return False
+            return [*out, (stamp, item)]
+        if taken or abs(offset) > self.tolerance:
+            self.dropped[camera] += 1
+            return out
+        if offset < 0:
+            self._drop_held(camera)
+            self._held[camera] = (stamp, grid, item)
+            return out
+        self._taken_grid[camera] = grid
+        self._held[camera] = None
+        if held is not None:
+            out.append((held[0], held[2]))
+        return [*out, (stamp, item)]
+
+    def _release_before(self, camera: int, grid: float) -> list[tuple[float, Item]]:
+        """The held frame of an earlier grid time, none nearer having come."""
+        held = self._held[camera]
+        if held is None or held[1] > grid - self.frame_dt / 2:
+            return []
+        self._held[camera] = None
+        self._taken_grid[camera] = held[1]
+        return [(held[0], held[2])]
+
+    def _drop_held(self, camera: int) -> None:
+        if self._held[camera] is not None:
+            self._held[camera] = None
+            self.dropped[camera] += 1
 
     def _mark(self, camera: int, stamp: float, grid: float) -> None:
         """A frame nearest its grid time taken; camera 0's moves the grid to its stamp."""

@@ -170,30 +170,35 @@ class InputHandler:
         order = self._stamp_order(name, stamp, self._last_received[index])
         if order == OUT_OF_ORDER:
             return
-        if self.gate is not None and not self._on_grid(index, stamp, order):
-            return
-        try:
-            rgb = decode()
-        except ConversionError as exc:
-            self.loop.note_fault(name, f"{exc.reason}: {exc}")
-            return
-        with self._sync_lock:
-            if order == TIME_BACKWARDS:
-                self.sync.clear()
-                self._last_handed = [-math.inf] * len(self._last_handed)
-            self._last_received[index] = stamp
-            self.sync.add(index, (stamp, rgb), stamp_ns=round(stamp * 1e9))
+        for frame_stamp, frame_decode in self._admitted(index, stamp, decode, order):
+            try:
+                rgb = frame_decode()
+            except ConversionError as exc:
+                self.loop.note_fault(name, f"{exc.reason}: {exc}")
+                continue
+            with self._sync_lock:
+                if order == TIME_BACKWARDS:
+                    self.sync.clear()
+                    self._last_handed = [-math.inf] * len(self._last_handed)
+                    self._last_received[index] = frame_stamp
+                self._last_received[index] = max(self._last_received[index], frame_stamp)
+                self.sync.add(index, (frame_stamp, rgb), stamp_ns=round(frame_stamp * 1e9))
 
-    def _on_grid(self, index: int, stamp: float, order: str) -> bool:
-        """The frame gate's choice; a dropped frame is counted on /diagnostics."""
+    def _admitted(self, index: int, stamp: float, decode: Callable[[], object], order: str
+                  ) -> list[tuple[float, Callable[[], object]]]:
+        """The frames of camera `index` to decode now (the frame gate's choice; without a
+        gate this one); frames dropped are counted on /diagnostics."""
+        if self.gate is None:
+            return [(stamp, decode)]
         with self._sync_lock:
             if order == TIME_BACKWARDS:
                 self.gate.reset()
-            if self.gate.take(index, stamp):
-                return True
+            before = sum(self.gate.dropped)
+            admitted = self.gate.admit(index, stamp, decode)
             dropped = sum(self.gate.dropped)
-        self.loop.set_extra(OFF_GRID_EXTRA, dropped)
-        return False
+        if dropped > before:
+            self.loop.set_extra(OFF_GRID_EXTRA, dropped)
+        return admitted
 
     def _on_camera_set(self, *items) -> None:
         stamps = [stamp for stamp, _ in items]
