@@ -21,9 +21,9 @@ class FrameGate(Generic[Item]):
     (undecoded) until a later frame shows whether the nearest one was lost in transport;
     then the neighbours within `tolerance` on both sides are decoded, so that the camera
     sync can still pair cameras whose nearest frames were lost on opposite sides. The rest
-    are dropped (counted in `dropped`). A camera not faster than the frame rate, a first frame and a stamp more than
-    `max_jump` from the grid (a restart) are decoded. Per-camera calls must come in arrival
-    order; not thread-safe (the caller serializes)."""
+    are dropped (counted in `dropped`). A camera not faster than the frame rate, a first
+    frame and a stamp more than `max_jump` from the grid (a restart) are decoded. Per-camera
+    calls must come in arrival order; not thread-safe (the caller serializes)."""
 
     def __init__(self, camera_count: int, frame_dt: float, tolerance: float,
                  max_jump: float) -> None:
