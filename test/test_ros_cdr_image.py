@@ -152,3 +152,16 @@ def test_cameras_at_the_frame_rate_and_restarts_take_every_frame():
     assert [kept[0] for kept in run_gate(frame_gate, fast)] == [60.0] * 4
     frame_gate.reset()
     assert all(frame_gate.admit(camera, 10.0, None) == [(10.0, None)] for camera in range(4))
+
+
+def test_a_camera_losing_many_frames_in_transport_opens_the_gate_for_all():
+    frame_gate = gate()
+    stamps = [[100.0 + k / 30 for k in range(90)] for _ in range(4)]
+    arrived = np.random.default_rng(5).random(90) > 0.4
+    stamps[3] = [s for s, kept in zip(stamps[3], arrived) if kept]
+    taken = run_gate(frame_gate, stamps)
+    camera, loss = frame_gate.lossy()
+    assert camera == 3 and loss == pytest.approx(1 - np.mean(arrived[-30:]), abs=0.15)
+    assert taken[3][-20:] == stamps[3][-20:]
+    assert taken[0][-40:] == stamps[0][-40:]
+    assert len(taken[1]) > 60

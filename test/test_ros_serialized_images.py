@@ -23,7 +23,7 @@ from test_ros_fixtures import make_tiny_model_dir
 from flashdrive_ros.engine.window import WindowBuilder
 from flashdrive_ros.ros import names
 from flashdrive_ros.ros.convert import seconds_to_stamp
-from flashdrive_ros.ros.input_handler import OFF_GRID_EXTRA
+from flashdrive_ros.ros.input_handler import GATE_EXTRA, OFF_GRID_EXTRA
 from flashdrive_ros.ros.inputs import InputSubscriptions
 from flashdrive_ros.ros.loopback import local_context
 from flashdrive_ros.ros.node import DriveNode
@@ -237,6 +237,7 @@ def test_cameras_at_30_hz_are_gated_before_decoding_and_truncated_cdr_is_named(
         values = planner_values(diagnostics)
         assert len(paths) >= 3, f"no plans; planner: {values}"
         assert truncate and len(paths) > paths_before, "no plan after the truncated frames"
+        assert values.get(GATE_EXTRA) == "on"
         dropped = int(values.get(OFF_GRID_EXTRA, 0))
         assert dropped >= 0.8 * off_grid_sent - 8, (dropped, off_grid_sent)
         inputs = input_statuses(diagnostics)

@@ -9,6 +9,8 @@ from collections import deque
 from typing import Generic, TypeVar
 
 PERIODS_KEPT = 8
+LOSS_WINDOW = 30
+MAX_LOSS = 0.2
 EPSILON_S = 1e-6
 
 Item = TypeVar("Item")
@@ -22,11 +24,14 @@ class FrameGate(Generic[Item]):
     then the neighbours within `tolerance` on both sides are decoded, so that the camera
     sync can still pair cameras whose nearest frames were lost on opposite sides. The rest
     are dropped (counted in `dropped`). A camera not faster than the frame rate, a first
-    frame and a stamp more than `max_jump` from the grid (a restart) are decoded. Per-camera
-    calls must come in arrival order; not thread-safe (the caller serializes)."""
+    frame and a stamp more than `max_jump` from the grid (a restart) are decoded.
+    While a camera loses more than `max_loss` of its recent frames in transport (`lossy`),
+    every frame is decoded: a camera set is then more often completed by frames off the
+    grid than by the few that arrive on it. Per-camera calls must come in arrival order; not
+    thread-safe (the caller serializes)."""
 
     def __init__(self, camera_count: int, frame_dt: float, tolerance: float,
-                 max_jump: float) -> None:
+                 max_jump: float, max_loss: float = MAX_LOSS) -> None:
         if camera_count < 1 or not frame_dt > 0 or not 0 <= tolerance < frame_dt / 2:
             raise ValueError(f"FrameGate needs camera_count >= 1, frame_dt > 0 and 0 <= "
                              f"tolerance < frame_dt / 2, got {camera_count}, {frame_dt}, "
@@ -35,6 +40,7 @@ class FrameGate(Generic[Item]):
         self.frame_dt = frame_dt
         self.tolerance = tolerance
         self.max_jump = max_jump
+        self.max_loss = max_loss
         self.dropped = [0] * camera_count
         self.reset()
 
@@ -45,6 +51,8 @@ class FrameGate(Generic[Item]):
         self._last_seen = [-math.inf] * self.camera_count
         self._periods: list[deque[float]] = [deque(maxlen=PERIODS_KEPT)
                                              for _ in range(self.camera_count)]
+        self._recent: list[deque[float]] = [deque(maxlen=LOSS_WINDOW)
+                                            for _ in range(self.camera_count)]
         self._taken_grid = [math.nan] * self.camera_count
         self._held: list[tuple[float, float, Item] | None] = [None] * self.camera_count
 
@@ -53,6 +61,21 @@ class FrameGate(Generic[Item]):
         lost in transport only lengthen them)."""
         return min(self._periods[camera], default=None)
 
+    def loss(self, camera: int) -> float:
+        """The share of the camera's frames lost in transport over its recent LOSS_WINDOW
+        stamps (0 until it has half of them)."""
+        stamps, period = self._recent[camera], self.period(camera)
+        if len(stamps) < LOSS_WINDOW // 2 or not period:
+            return 0.0
+        expected = round((stamps[-1] - stamps[0]) / period) + 1
+        return max(0.0, 1.0 - len(stamps) / expected)
+
+    def lossy(self) -> tuple[int, float] | None:
+        """(camera, loss) of the camera losing the most frames, when beyond max_loss."""
+        camera = max(range(self.camera_count), key=self.loss)
+        loss = self.loss(camera)
+        return (camera, loss) if loss > self.max_loss else None
+
     def admit(self, camera: int, stamp: float, item: Item) -> list[tuple[float, Item]]:
         """The (stamp, item) pairs of `camera` to decode now, oldest first: a held frame that
         is now known to be its grid time's nearest, and this frame when it is taken."""
@@ -60,6 +83,7 @@ class FrameGate(Generic[Item]):
             if math.isfinite(self._last_seen[camera]):
                 self._periods[camera].append(stamp - self._last_seen[camera])
             self._last_seen[camera] = stamp
+            self._recent[camera].append(stamp)
         period = self.period(camera)
         if (period is None or period >= self.frame_dt - self.tolerance
                 or not abs(stamp - self._anchor) <= self.max_jump):
@@ -71,7 +95,15 @@ class FrameGate(Generic[Item]):
         out = self._release_before(camera, grid)
         held = self._held[camera]
         taken = abs(self._taken_grid[camera] - grid) < self.frame_dt / 2
-        if abs(offset) <= min(self.tolerance, period / 2) + EPSILON_S:
+        nearest = abs(offset) <= min(self.tolerance, period / 2) + EPSILON_S
+        if self.lossy() is not None:
+            self._held[camera] = None
+            if held is not None:
+                out.append((held[0], held[2]))
+            if nearest:
+                self._mark(camera, stamp, grid)
+            return [*out, (stamp, item)]
+        if nearest:
             self._drop_held(camera)
             self._mark(camera, stamp, grid)
             return [*out, (stamp, item)]

@@ -30,6 +30,7 @@ OUT_OF_ORDER = "out_of_order"
 TIME_BACKWARDS = "time_backwards"
 LATENCY_REPORT_EVERY = 10
 OFF_GRID_EXTRA = "camera_frames_off_grid"
+GATE_EXTRA = "frame_gate"
 
 
 class InputHandler:
@@ -53,6 +54,7 @@ class InputHandler:
                                builder.limits.frame_tolerance, builder.limits.max_time_jump)
                      if frame_gate else None)
         self.deserialize = deserialize
+        self._gate_state = ""
         self.now = now
         self.warn = warn
         self._warned: set[str] = set()
@@ -196,8 +198,15 @@ class InputHandler:
             before = sum(self.gate.dropped)
             admitted = self.gate.admit(index, stamp, decode)
             dropped = sum(self.gate.dropped)
+            lossy = self.gate.lossy()
         if dropped > before:
             self.loop.set_extra(OFF_GRID_EXTRA, dropped)
+        state = "on" if lossy is None else (
+            f"off while {self.params.camera_names[lossy[0]]} loses {lossy[1]:.0%} of its "
+            f"frames in transport (every frame decoded)")
+        if state != self._gate_state:
+            self._gate_state = state
+            self.loop.set_extra(GATE_EXTRA, state)
         return admitted
 
     def _on_camera_set(self, *items) -> None:
