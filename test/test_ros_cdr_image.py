@@ -10,11 +10,18 @@ from rosbags.typesys import Stores, get_typestore
 from sensor_msgs.msg import CompressedImage, Image
 from std_msgs.msg import Header
 
+from flashdrive_ros.engine.window import WindowBuilder
 from flashdrive_ros.ros.cdr_image import (TruncatedMessage, UnsupportedEncapsulation,
                                           image_header, read_compressed, read_image)
 from flashdrive_ros.ros.convert import image_msg_to_rgb, seconds_to_stamp
 from flashdrive_ros.ros.frame_gate import FrameGate
 from flashdrive_ros.ros.image_reduce import ImageReducer
+from flashdrive_ros.ros.input_handler import InputHandler
+from flashdrive_ros.ros.params import DriveParams
+from flashdrive_ros.ros.planner_loop import PlannerLoop
+
+CAMERAS = DriveParams().camera_names
+MODEL_SIZE = (20, 32)
 
 REDUCER = ImageReducer((20, 32))
 RNG = np.random.default_rng(7)
@@ -165,3 +172,22 @@ def test_a_camera_losing_many_frames_in_transport_opens_the_gate_for_all():
     assert taken[3][-20:] == stamps[3][-20:]
     assert taken[0][-40:] == stamps[0][-40:]
     assert len(taken[1]) > 60
+
+
+def test_other_encapsulations_go_to_rclpy_and_its_failure_is_a_fault():
+    params = DriveParams(camera_topics=[f"/camera{i}/image_raw" for i in range(4)],
+                         image_transport="raw")
+    loop = PlannerLoop(None, WindowBuilder(4), CAMERAS)
+    handler = InputHandler(params, loop, MODEL_SIZE, frame_gate=True)
+
+    def fault(index):
+        _, inputs = loop.health()
+        return next(h for h in inputs if h.name == CAMERAS[index]).last_fault
+
+    buffer = bytearray(serialize_message(raw_image("rgb8")))
+    buffer[1] = 0x07
+    handler.on_serialized_image(0, bytes(buffer))
+    assert "unsupported_encapsulation" in fault(0) and "rclpy could not" not in fault(0)
+    handler.deserialize = lambda data: deserialize_message(data, Image)
+    handler.on_serialized_image(1, bytes(buffer[:40]))
+    assert "rclpy could not deserialize" in fault(1)

@@ -145,7 +145,12 @@ class InputHandler:
             if self.deserialize is None:
                 self.loop.note_fault(name, f"{exc.reason}: {exc}")
                 return
-            msg = self.deserialize(buffer)
+            try:
+                msg = self.deserialize(buffer)
+            except Exception as error:
+                self.loop.note_fault(name, f"{exc.reason}: {exc}; rclpy could not deserialize "
+                                           f"it either: {type(error).__name__}: {error}")
+                return
             self._take_image(index, msg.header, lambda: image_msg_to_rgb(msg, self.reducer))
             return
         except ConversionError as exc:
