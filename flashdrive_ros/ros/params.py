@@ -80,7 +80,9 @@ class DriveParams:
     frame_gate: bool = _spec(
         True, "Camera frames off the model's frame grid (cameras faster than its frame "
         "rate) are dropped on their stamp before they are decoded (counted on /diagnostics "
-        "as camera_frames_off_grid); applied at the next activate.")
+        "as camera_frames_off_grid); every frame is decoded while a camera loses more than "
+        "a fifth of its frames in transport (frame_gate on /diagnostics). Applied at the "
+        "next activate.")
     image_reliability: str = _spec(
         "best_effort", "QoS reliability of the camera subscriptions (SensorDataQoS depth "
         "otherwise); applied at the next activate.", choices=CHOICES_RELIABILITY)
