@@ -162,6 +162,8 @@ def raw_to_rgb(encoding: str, height: int, width: int, step: int, data: bytes,
         pixels = reducer.stage(pixels)
     if name == "rgb8":
         rgb = np.ascontiguousarray(pixels)
+        if not rgb.flags.writeable:
+            rgb = rgb.copy()
     else:
         rgb = cv2.cvtColor(np.ascontiguousarray(pixels), TO_RGB[name])
     return rgb if reducer is None else reducer.finish(rgb)

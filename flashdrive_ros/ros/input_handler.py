@@ -1,8 +1,10 @@
-"""What the drive node does with each input message, without rclpy: decoding (reduced to
-the model size) with named faults, stamp checks (a message up to max_reorder behind its
-stream's newest is dropped as out of order; further back restarts the time base), the
-latency of each input and stamps on another clock, the odometry frame, camera slot sanity,
-approximate-time camera sync and hand-over to the PlannerLoop.
+"""What the drive node does with each input message, without rclpy: camera frames off the
+model's frame grid dropped on their stamp alone (a serialized message is read only as far as
+its header), decoding (reduced to the model size) with named faults, stamp checks (a
+message up to max_reorder behind its stream's newest is dropped as out of order; further
+back restarts the time base), the latency of each input and stamps on another clock, the
+odometry frame, camera slot sanity, approximate-time camera sync and hand-over to the
+PlannerLoop.
 Messages are read duck-typed (rclpy messages and rosbags-deserialized ones alike)."""
 
 from __future__ import annotations
@@ -12,9 +14,12 @@ import threading
 from collections.abc import Callable
 
 from flashdrive_ros.ros.camera_slots import slot_mismatch
+from flashdrive_ros.ros.cdr_image import (UnsupportedEncapsulation, image_header,
+                                          read_compressed, read_image)
 from flashdrive_ros.ros.convert import (ConversionError, InvalidOrientation, NonFiniteValue,
                                         image_msg_to_rgb, odometry_arrays, odometry_to_sample,
                                         stamp_to_seconds)
+from flashdrive_ros.ros.frame_gate import FrameGate
 from flashdrive_ros.ros.image_reduce import ImageReducer
 from flashdrive_ros.ros.params import DriveParams
 from flashdrive_ros.ros.planner_loop import ODOMETRY_INPUT, PlannerLoop
@@ -24,20 +29,32 @@ from flashdrive_ros.ros.transport import LatencyStats, clock_problem
 OUT_OF_ORDER = "out_of_order"
 TIME_BACKWARDS = "time_backwards"
 LATENCY_REPORT_EVERY = 10
+OFF_GRID_EXTRA = "camera_frames_off_grid"
+GATE_EXTRA = "frame_gate"
 
 
 class InputHandler:
     """image_size (height, width): images are reduced to it on arrival (None: kept as
     decoded). now: the node clock in seconds (None: no latency measurement). warn: the node
-    log's warning (each distinct warning once)."""
+    log's warning (each distinct warning once). frame_gate: drop camera frames off the
+    model's frame grid before decoding them (FrameGate). deserialize(buffer): the message
+    of a serialized image that is not plain CDR (None: such a message is a fault)."""
 
     def __init__(self, params: DriveParams, loop: PlannerLoop,
                  image_size: tuple[int, int] | None = None,
                  now: Callable[[], float] | None = None,
-                 warn: Callable[[str], None] | None = None) -> None:
+                 warn: Callable[[str], None] | None = None,
+                 frame_gate: bool = False,
+                 deserialize: Callable[[bytes], object] | None = None) -> None:
         self.params = params
         self.loop = loop
         self.reducer = ImageReducer(image_size) if image_size is not None else None
+        builder = loop.builder
+        self.gate = (FrameGate(len(params.camera_names), builder.frame_dt,
+                               builder.limits.frame_tolerance, builder.limits.max_time_jump)
+                     if frame_gate else None)
+        self.deserialize = deserialize
+        self._gate_state = ""
         self.now = now
         self.warn = warn
         self._warned: set[str] = set()
@@ -64,6 +81,8 @@ class InputHandler:
 
     def clear(self) -> None:
         self.sync.clear()
+        if self.gate is not None:
+            self.gate.reset()
 
     def _warn_once(self, message: str) -> None:
         if self.warn is not None and message not in self._warned:
@@ -110,28 +129,90 @@ class InputHandler:
         return ""
 
     def on_image(self, index: int, msg) -> None:
+        """A deserialized Image or CompressedImage of camera slot `index`."""
+        self.loop.note_received(self.params.camera_names[index])
+        self._take_image(index, getattr(msg, "header", None),
+                         lambda: image_msg_to_rgb(msg, self.reducer))
+
+    def on_serialized_image(self, index: int, buffer) -> None:
+        """The CDR bytes of an Image (CompressedImage with compressed transport) of camera
+        slot `index`: only the header is read before the frame gate."""
         name = self.params.camera_names[index]
         self.loop.note_received(name)
-        frame_id = str(getattr(getattr(msg, "header", None), "frame_id", ""))
+        try:
+            header, reader = image_header(buffer)
+        except UnsupportedEncapsulation as exc:
+            if self.deserialize is None:
+                self.loop.note_fault(name, f"{exc.reason}: {exc}")
+                return
+            try:
+                msg = self.deserialize(buffer)
+            except Exception as error:
+                self.loop.note_fault(name, f"{exc.reason}: {exc}; rclpy could not deserialize "
+                                           f"it either: {type(error).__name__}: {error}")
+                return
+            self._take_image(index, msg.header, lambda: image_msg_to_rgb(msg, self.reducer))
+            return
+        except ConversionError as exc:
+            self.loop.note_fault(name, f"{exc.reason}: {exc}")
+            return
+        read = read_compressed if self.params.image_transport == "compressed" else read_image
+        self._take_image(index, header,
+                         lambda: image_msg_to_rgb(read(header, reader), self.reducer))
+
+    def _take_image(self, index: int, header, decode: Callable[[], object]) -> None:
+        """Stamp checks and the frame gate on `header`, then `decode()` (the RGB image at
+        the model size) into the camera sync."""
+        name = self.params.camera_names[index]
+        frame_id = str(getattr(header, "frame_id", ""))
         if frame_id != self._slot_frames[index]:
             self._slot_frames[index] = frame_id
             self._check_slot(index, frame_id)
         try:
-            stamp = stamp_to_seconds(msg.header.stamp)
-            self._note_latency(name, stamp)
-            rgb = image_msg_to_rgb(msg, self.reducer)
+            stamp = stamp_to_seconds(header.stamp)
         except ConversionError as exc:
             self.loop.note_fault(name, f"{exc.reason}: {exc}")
             return
+        self._note_latency(name, stamp)
+        order = self._stamp_order(name, stamp, self._last_received[index])
+        if order == OUT_OF_ORDER:
+            return
+        for frame_stamp, frame_decode in self._admitted(index, stamp, decode, order):
+            try:
+                rgb = frame_decode()
+            except ConversionError as exc:
+                self.loop.note_fault(name, f"{exc.reason}: {exc}")
+                continue
+            with self._sync_lock:
+                if order == TIME_BACKWARDS:
+                    self.sync.clear()
+                    self._last_handed = [-math.inf] * len(self._last_handed)
+                    self._last_received[index] = frame_stamp
+                self._last_received[index] = max(self._last_received[index], frame_stamp)
+                self.sync.add(index, (frame_stamp, rgb), stamp_ns=round(frame_stamp * 1e9))
+
+    def _admitted(self, index: int, stamp: float, decode: Callable[[], object], order: str
+                  ) -> list[tuple[float, Callable[[], object]]]:
+        """The frames of camera `index` to decode now (the frame gate's choice; without a
+        gate this one); frames dropped are counted on /diagnostics."""
+        if self.gate is None:
+            return [(stamp, decode)]
         with self._sync_lock:
-            order = self._stamp_order(name, stamp, self._last_received[index])
-            if order == OUT_OF_ORDER:
-                return
             if order == TIME_BACKWARDS:
-                self.sync.clear()
-                self._last_handed = [-math.inf] * len(self._last_handed)
-            self._last_received[index] = stamp
-            self.sync.add(index, (stamp, rgb), stamp_ns=round(stamp * 1e9))
+                self.gate.reset()
+            before = sum(self.gate.dropped)
+            admitted = self.gate.admit(index, stamp, decode)
+            dropped = sum(self.gate.dropped)
+            lossy = self.gate.lossy()
+        if dropped > before:
+            self.loop.set_extra(OFF_GRID_EXTRA, dropped)
+        state = "on" if lossy is None else (
+            f"off while {self.params.camera_names[lossy[0]]} loses {lossy[1]:.0%} of its "
+            f"frames in transport (every frame decoded)")
+        if state != self._gate_state:
+            self._gate_state = state
+            self.loop.set_extra(GATE_EXTRA, state)
+        return admitted
 
     def _on_camera_set(self, *items) -> None:
         stamps = [stamp for stamp, _ in items]

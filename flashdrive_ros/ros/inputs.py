@@ -7,6 +7,7 @@ from nav_msgs.msg import Odometry
 from rclpy.callback_groups import MutuallyExclusiveCallbackGroup
 from rclpy.qos import (DurabilityPolicy, HistoryPolicy, QoSProfile, ReliabilityPolicy,
                        qos_profile_sensor_data)
+from rclpy.serialization import deserialize_message
 from sensor_msgs.msg import CameraInfo, CompressedImage, Image
 
 from flashdrive_ros.ros.convert import ConversionError, camera_info_intrinsics
@@ -47,18 +48,23 @@ class InputSubscriptions:
         self.node = node
         self.params = params
         self.loop = loop
+        image_type = CompressedImage if params.image_transport == "compressed" else Image
         self.handler = InputHandler(params, loop, image_size, now=self._now,
-                                    warn=node.get_logger().warning)
+                                    warn=node.get_logger().warning,
+                                    frame_gate=params.frame_gate,
+                                    deserialize=lambda data: deserialize_message(data,
+                                                                                 image_type))
         self._topics = dict(zip(params.camera_names, params.camera_topics))
         self._topics[ODOMETRY_INPUT] = params.odom_topic
-        image_type = CompressedImage if params.image_transport == "compressed" else Image
         qos = camera_qos(params.image_reliability)
+        on_image = (self.handler.on_serialized_image if params.serialized_images
+                    else self.handler.on_image)
         self.subscriptions = []
         for index, topic in enumerate(params.camera_topics):
             self.subscriptions.append(node.create_subscription(
-                image_type, topic, lambda msg, i=index: self.handler.on_image(i, msg), qos,
+                image_type, topic, lambda msg, i=index: on_image(i, msg), qos,
                 callback_group=MutuallyExclusiveCallbackGroup(),
-                event_callbacks=no_subscription_events()))
+                event_callbacks=no_subscription_events(), raw=params.serialized_images))
         self.subscriptions.append(node.create_subscription(
             Odometry, params.odom_topic, self.handler.on_odometry,
             any_publisher_qos(ODOMETRY_DEPTH),

@@ -51,6 +51,17 @@ class DriveParams:
     image_transport: str = setting(
         "compressed", "compressed: sensor_msgs/CompressedImage (JPEG/PNG); raw: "
         "sensor_msgs/Image.", read_only=True, choices=CHOICES_TRANSPORT)
+    serialized_images: bool = setting(
+        True, "Camera messages are taken serialized and read from their CDR bytes: the "
+        "header first, the pixels as a view of the buffer, so a frame dropped on its stamp "
+        "costs no deserialization; false: rclpy deserializes every message. Applied at the "
+        "next activate.")
+    frame_gate: bool = setting(
+        True, "Camera frames off the model's frame grid (cameras faster than its frame "
+        "rate) are dropped on their stamp before they are decoded (counted on /diagnostics "
+        "as camera_frames_off_grid); every frame is decoded while a camera loses more than "
+        "a fifth of its frames in transport (frame_gate on /diagnostics). Applied at the "
+        "next activate.")
     image_reliability: str = setting(
         "best_effort", "QoS reliability of the camera subscriptions (SensorDataQoS depth "
         "otherwise); applied at the next activate.", choices=CHOICES_RELIABILITY)

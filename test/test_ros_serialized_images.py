@@ -1,0 +1,255 @@
+"""Camera messages taken serialized (raw subscriptions) and gated by their stamp, over real DDS
+on loopback: the same reduced pixels as rclpy's deserialized messages, frames off the frame
+grid dropped before they are decoded, truncated CDR named on /diagnostics."""
+
+import threading
+import time
+
+import cv2
+import numpy as np
+import pytest
+import torch
+from diagnostic_msgs.msg import DiagnosticArray
+from nav_msgs.msg import Odometry, Path
+from rclpy.executors import MultiThreadedExecutor, SingleThreadedExecutor
+from rclpy.lifecycle import TransitionCallbackReturn
+from rclpy.node import Node
+from rclpy.parameter import Parameter
+from rclpy.serialization import serialize_message
+from sensor_msgs.msg import CompressedImage, Image
+from std_msgs.msg import Header
+from test_ros_fixtures import make_tiny_model_dir
+
+from flashdrive_ros.engine.window import WindowBuilder
+from flashdrive_ros.ros import names
+from flashdrive_ros.ros.convert import seconds_to_stamp
+from flashdrive_ros.ros.input_handler import GATE_EXTRA, OFF_GRID_EXTRA
+from flashdrive_ros.ros.inputs import InputSubscriptions
+from flashdrive_ros.ros.loopback import local_context
+from flashdrive_ros.ros.node import DriveNode
+from flashdrive_ros.ros.params import DriveParams
+from flashdrive_ros.ros.planner_loop import PlannerLoop
+
+pytestmark = [pytest.mark.ros, pytest.mark.timeout(240)]
+
+CAMERAS = DriveParams().camera_names
+WAIT_S = 30.0
+MODEL_SIZE = (20, 32)
+RNG = np.random.default_rng(3)
+
+
+def wait_for(predicate, what, timeout=WAIT_S):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():
+            return
+        time.sleep(0.01)
+    raise AssertionError(f"timed out after {timeout} s waiting for {what}")
+
+
+def pixels(height, width, channels):
+    noise = RNG.integers(0, 256, (height, width, channels), dtype=np.uint8)
+    return cv2.GaussianBlur(noise, (5, 5), 2).reshape(height, width, channels)
+
+
+def raw_message(stamp, frame_id, encoding, height, width, pad):
+    channels = {"rgb8": 3, "bgr8": 3, "mono8": 1, "rgba8": 4}[encoding]
+    rows = np.zeros((height, width * channels + pad), np.uint8)
+    rows[:, :width * channels] = pixels(height, width, channels).reshape(height, -1)
+    return Image(header=Header(stamp=seconds_to_stamp(stamp), frame_id=frame_id),
+                 height=height, width=width, encoding=encoding, step=width * channels + pad,
+                 data=rows.tobytes())
+
+
+def compressed_message(stamp, frame_id, kind, height, width):
+    ok, data = cv2.imencode("." + kind, pixels(height, width, 3))
+    assert ok
+    return CompressedImage(header=Header(stamp=seconds_to_stamp(stamp), frame_id=frame_id),
+                           format=kind, data=data.tobytes())
+
+
+class NoEngine:
+    def reset(self):
+        pass
+
+
+def subscriptions(node, topics, transport, serialized):
+    """InputSubscriptions of a node feeding a PlannerLoop that is never started; returns them
+    and the camera sets they hand on, as (stamps, images)."""
+    params = DriveParams(camera_topics=topics, image_transport=transport,
+                         image_reliability="reliable", serialized_images=serialized,
+                         frame_gate=False, overlay_camera="",
+                         odom_topic=f"{topics[0]}/odometry")
+    sets = []
+    loop = PlannerLoop(NoEngine(), WindowBuilder(len(CAMERAS)), CAMERAS,
+                       on_camera_set=lambda stamps, images: sets.append((stamps, images)))
+    return InputSubscriptions(node, params, loop, lambda _: None, MODEL_SIZE), sets
+
+
+@pytest.mark.parametrize("transport", ["raw", "compressed"])
+def test_serialized_and_deserialized_subscriptions_give_the_same_pixels(transport):
+    context = local_context()
+    node = Node("pixels_test", context=context)
+    executor = SingleThreadedExecutor(context=context)
+    executor.add_node(node)
+    spinner = threading.Thread(target=executor.spin, daemon=True)
+    spinner.start()
+    topics = [f"/pixels_{transport}/{name}/image" for name in CAMERAS]
+    message_type = Image if transport == "raw" else CompressedImage
+    try:
+        serialized, serialized_sets = subscriptions(node, topics, transport, True)
+        deserialized, deserialized_sets = subscriptions(node, topics, transport, False)
+        assert [s.raw for s in serialized.subscriptions[:4]] == [True] * 4
+        assert [s.raw for s in deserialized.subscriptions[:4]] == [False] * 4
+        publishers = [node.create_publisher(message_type, t, 10) for t in topics]
+        wait_for(lambda: all(p.get_subscription_count() == 2 for p in publishers),
+                 "both subscriptions of every camera")
+        kinds = (["rgb8", "bgr8", "mono8", "rgba8"] if transport == "raw"
+                 else ["jpeg", "png", "jpeg", "png"])
+        sizes = [(1080 // 8, 1920 // 8), (720 // 8, 1280 // 8), (90, 160), (135, 240)]
+        for k in range(3):
+            stamp = 100.0 + 0.1 * k
+            for i, publisher in enumerate(publishers):
+                if transport == "raw":
+                    publisher.publish(raw_message(stamp, CAMERAS[i], kinds[i], *sizes[i],
+                                                  pad=4 * (i % 2)))
+                else:
+                    publisher.publish(compressed_message(stamp, CAMERAS[i], kinds[i],
+                                                         *sizes[i]))
+        wait_for(lambda: len(serialized_sets) == len(deserialized_sets) == 3,
+                 "three camera sets on both paths")
+        for (stamps, images), (stamps_d, images_d) in zip(serialized_sets, deserialized_sets):
+            assert stamps == stamps_d
+            for image, image_d in zip(images, images_d):
+                assert image.shape == (*MODEL_SIZE, 3)
+                np.testing.assert_array_equal(image, image_d)
+        serialized.destroy()
+        deserialized.destroy()
+    finally:
+        executor.shutdown()
+        node.destroy_node()
+        context.shutdown()
+        spinner.join(10)
+
+
+@pytest.fixture(scope="module")
+def tiny_model_dir(tmp_path_factory):
+    torch.set_num_threads(1)
+    return make_tiny_model_dir(tmp_path_factory.mktemp("model"))
+
+
+def planner_values(diagnostics):
+    values = {}
+    for array in diagnostics:
+        for status in array.status:
+            if status.name.endswith(": planner"):
+                values = {kv.key: kv.value for kv in status.values}
+    return values
+
+
+def input_statuses(diagnostics):
+    """camera name -> its newest input DiagnosticStatus values and message."""
+    newest = {}
+    for array in diagnostics:
+        for status in array.status:
+            for name in CAMERAS:
+                if status.name.endswith(f": input {name}"):
+                    values = {kv.key: kv.value for kv in status.values}
+                    newest[name] = (status.message, values)
+    return newest
+
+
+def test_cameras_at_30_hz_are_gated_before_decoding_and_truncated_cdr_is_named(
+        tiny_model_dir):
+    """Every frame off the 0.1 s grid carries truncated CDR: decoded, each would be a
+    truncated_message fault. The node plans, counts them as dropped off the grid, and names
+    a frame on the grid cut inside its pixel data and an extra frame cut inside its header
+    (no stamp to gate it on)."""
+    context = local_context()
+    topics = [f"/gate_test/{name}/image_raw" for name in CAMERAS]
+    node = DriveNode(context=context, namespace="/gate_test", parameter_overrides=[
+        Parameter("model_dir", value=str(tiny_model_dir)), Parameter("device", value="cpu"),
+        Parameter("speculative", value=False), Parameter("image_transport", value="raw"),
+        Parameter("image_reliability", value="reliable"),
+        Parameter("camera_topics", value=topics), Parameter("overlay_camera", value=""),
+        Parameter("odom_topic", value="/gate_test/odometry"),
+        Parameter("max_plan_age_s", value=3.0)])
+    client = Node("gate_feeder", context=context)
+    executor = MultiThreadedExecutor(num_threads=4, context=context)
+    executor.add_node(node)
+    executor.add_node(client)
+    spinner = threading.Thread(target=executor.spin, daemon=True)
+    spinner.start()
+    paths, diagnostics = [], []
+    try:
+        client.create_subscription(Path, "/gate_test/drive_node/trajectory",
+                                   lambda m: paths.append(m) if m.poses else None, 10)
+        client.create_subscription(DiagnosticArray, names.DIAGNOSTICS_TOPIC,
+                                   diagnostics.append, 10)
+        images = [client.create_publisher(Image, t, 30) for t in topics]
+        odom = client.create_publisher(Odometry, "/gate_test/odometry", 50)
+        assert node.trigger_configure() == TransitionCallbackReturn.SUCCESS
+        assert node.trigger_activate() == TransitionCallbackReturn.SUCCESS
+        wait_for(lambda: all(p.get_subscription_count() >= 1 for p in images)
+                 and odom.get_subscription_count() >= 1, "the node's subscriptions")
+        valid = [serialize_message(raw_message(0.0, CAMERAS[i], "bgr8", 48, 64, pad=0))
+                 for i in range(len(CAMERAS))]
+        clock = client.get_clock()
+        start = round(clock.now().nanoseconds * 1e-9, 1) + 0.1
+        off_grid_sent = 0
+        truncate = {}
+
+        def frame(i, stamp, whole):
+            """The CDR of camera i's frame at `stamp`: the valid one with its stamp patched
+            in, or cut inside its pixel data."""
+            buffer = bytearray(valid[i])
+            buffer[4:12] = serialize_message(Header(stamp=seconds_to_stamp(stamp)))[4:12]
+            return bytes(buffer) if whole else bytes(buffer[:len(buffer) - 100])
+
+        k = 0
+        deadline = time.monotonic() + 2 * WAIT_S
+        while time.monotonic() < deadline:
+            stamp = round(start + k / 30, 6)
+            while clock.now().nanoseconds * 1e-9 < stamp:
+                time.sleep(0.002)
+            if k % 3 == 0:
+                for j in range(5):
+                    msg = Odometry()
+                    msg.header.stamp = seconds_to_stamp(stamp - 0.08 + 0.02 * j)
+                    msg.header.frame_id = "odom"
+                    msg.pose.pose.orientation.w = 1.0
+                    odom.publish(msg)
+            on_grid = k % 3 == 0 or k < 3
+            for i, publisher in enumerate(images):
+                if i == 2 and truncate.get(i) == k:
+                    publisher.publish(frame(i, stamp, False))
+                    continue
+                if truncate.get(i) == k:
+                    publisher.publish(frame(i, stamp, True)[:10])
+                publisher.publish(frame(i, stamp, on_grid))
+                off_grid_sent += not on_grid
+            k += 1
+            if len(paths) >= 3 and not truncate:
+                truncate = {2: k + 3 - k % 3, 1: k + 6 - k % 3}
+                paths_before = len(paths)
+            if truncate and k > max(truncate.values()) + 30 and len(paths) > paths_before:
+                break
+        values = planner_values(diagnostics)
+        assert len(paths) >= 3, f"no plans; planner: {values}"
+        assert truncate and len(paths) > paths_before, "no plan after the truncated frames"
+        assert values.get(GATE_EXTRA) == "on"
+        dropped = int(values.get(OFF_GRID_EXTRA, 0))
+        assert dropped >= 0.8 * off_grid_sent - 8, (dropped, off_grid_sent)
+        inputs = input_statuses(diagnostics)
+        faults = {name: int(v.get("faults_total", 0)) for name, (_, v) in inputs.items()}
+        seen = {name: v.get("last_fault", "") for name, (_, v) in inputs.items()}
+        assert "truncated_message" in seen[CAMERAS[2]] and "inside data" in seen[CAMERAS[2]]
+        assert "truncated_message" in seen[CAMERAS[1]] and "inside header" in seen[CAMERAS[1]]
+        assert faults[CAMERAS[0]] + faults[CAMERAS[3]] <= 0.1 * off_grid_sent / 2, faults
+    finally:
+        node.release_all()
+        executor.shutdown()
+        node.destroy_node()
+        client.destroy_node()
+        spinner.join(10)
+        context.shutdown()
