@@ -69,6 +69,24 @@ _TEMPLATES: dict[str, tuple[str, ...]] = {
 }
 
 
+TEMPLATE_DECISIONS = {"red_approach": "stop", "red_wait": "stop", "green_go": "keep_lane",
+                      "green_restart": "keep_lane", "ped": "stop", "follow": "follow",
+                      "lead_brake": "slow", "nudge": "nudge", "curve_slow": "slow",
+                      "turn": "turn", "keep": "keep_lane", "keep_curve": "keep_lane"}
+FILLS = {"obj": ("car", "vehicle"), "side": ("left", "right"), "color": ("red", "yellow")}
+
+
+def template_sentences() -> list[tuple[str, str]]:
+    """Every CoC sentence the labels can write, with its decision."""
+    out = []
+    for key, options in _TEMPLATES.items():
+        for text in options:
+            out += sorted({(text.format(obj=obj, side=side, color=color), TEMPLATE_DECISIONS[key])
+                           for obj in FILLS["obj"] for side in FILLS["side"]
+                           for color in FILLS["color"]})
+    return out
+
+
 @dataclass(frozen=True)
 class Label:
     t: float
@@ -81,38 +99,38 @@ class Label:
                 "tags": list(self.tags)}
 
 
-def _situation(infos: list[ExpertInfo], k: int) -> tuple[str, str, list[str]]:
-    """(template key, decision, scenario tags) of frame k."""
+def _situation(infos: list[ExpertInfo], k: int) -> tuple[str, list[str]]:
+    """(template key, scenario tags) of frame k; TEMPLATE_DECISIONS gives the decision."""
     info = infos[k]
     if info.reason in ("red_light", "yellow_light"):
         waiting = info.v < 0.3 and info.light_state == "red"
-        return ("red_wait" if waiting else "red_approach"), "stop", ["red_light_stop"]
+        return ("red_wait" if waiting else "red_approach"), ["red_light_stop"]
     if info.reason == "pedestrian":
-        return "ped", "stop", ["pedestrian_yield"]
+        return "ped", ["pedestrian_yield"]
     green_at = info.light_green_at
     if (info.light_state == "green" and green_at is not None
             and 0.0 <= info.t - green_at <= GREEN_GO_WINDOW):
         stopped = any(i.v < 0.3 for i in infos[max(0, k - RESTART_LOOKBACK):k])
-        return ("green_restart" if stopped else "green_go"), "keep_lane", ["green_light_go"]
+        return ("green_restart" if stopped else "green_go"), ["green_light_go"]
     if info.reason in ("lead", "vehicle"):
         braking = info.accel < -1.0 and info.lead_speed is not None and info.lead_speed < info.v
-        tags = ["follow_lead"]
-        return ("lead_brake", "slow", tags) if braking else ("follow", "follow", tags)
+        return ("lead_brake" if braking else "follow"), ["follow_lead"]
     if max(info.nudge_now, info.nudge_ahead) > 0.15:
-        return "nudge", "nudge", ["nudge_parked"]
+        return "nudge", ["nudge_parked"]
     if abs(info.curvature_ahead) >= SHARP_CURVATURE:
         if info.reason == "curve" and info.accel < -0.3:
-            return "curve_slow", "slow", ["turn"]
-        return "turn", "turn", ["turn"]
+            return "curve_slow", ["turn"]
+        return "turn", ["turn"]
     if abs(info.curvature_ahead) > 1.0 / 400.0:
-        return "keep_curve", "keep_lane", ["keep_lane", "curve"]
-    return "keep", "keep_lane", ["keep_lane"]
+        return "keep_curve", ["keep_lane", "curve"]
+    return "keep", ["keep_lane"]
 
 
 def label_frame(infos: list[ExpertInfo], k: int, seed: int) -> Label:
     """The label of 10 Hz frame k; the wording is drawn deterministically from (seed, k)."""
     info = infos[k]
-    key, decision, tags = _situation(infos, k)
+    key, tags = _situation(infos, k)
+    decision = TEMPLATE_DECISIONS[key]
     if info.oncoming_near:
         tags.append("oncoming_traffic")
     if info.light_gap is not None and info.light_gap < 40.0:

@@ -6,6 +6,7 @@ import dataclasses
 from dataclasses import dataclass, field
 
 from flashdrive_ros.model.config import ModelConfig, PromptConfig, embedded, tiny
+from flashdrive_ros.train.decision_focus import DecisionFocus
 from flashdrive_ros.train.sensor_noise import SensorNoise
 from flashdrive_ros.train.streaming_backbone import BackboneStreamingConfig
 
@@ -16,7 +17,9 @@ class Recipe:
 
     Drives last `drive_seconds` (60 s holds every scenario block in a seeded order); training
     drives carry `noise`, held-out drives are exact. A decision class with fewer than
-    `min_decision_windows` training windows stops the run.
+    `min_decision_windows` training windows stops the run. `decision` weighs the CoC tokens
+    that decide the decision and draws rare decisions more often (target stage; the
+    streaming-aware stage takes its token weight).
     """
 
     preset: str = "embedded"
@@ -31,6 +34,7 @@ class Recipe:
     target_lr: float = 6e-4
     target_eval_rows: int = 512
     flow_weight: float = 1.0
+    decision: DecisionFocus = field(default_factory=DecisionFocus)
     draft_rows: int = 4096
     draft_eval_rows: int = 512
     draft_steps: int = 3000
