@@ -5,7 +5,7 @@ prints the tables (eval/held_out_breakdown.py).
 
 `python -m flashdrive_ros.eval.held_out_drives --model-dir DIR --out DIR [--drives N]
 [--seconds S] [--first-seed N] [--workers W] [--threads T] [--device cpu|cuda]
-[--num-samples K]`
+[--num-samples K] [--streaming-only]`
 """
 
 from __future__ import annotations
@@ -38,7 +38,9 @@ class HeldOutSettings:
     range), `seconds` long; `workers` processes replay one drive each on
     `threads_per_worker` threads (workers 1: in this process, its threads left as they are;
 the command line sets them).
-    Engines as `CompareSettings` builds them (flashdrive mode, speculative with a drafter)."""
+    Engines as `CompareSettings` builds them (flashdrive mode, speculative with a drafter);
+    `streaming_only` skips the full-prefill engine (about a third of the time; no
+    streaming-vs-full agreement)."""
 
     drives: int = 4
     seconds: float = 60.0
@@ -48,6 +50,7 @@ the command line sets them).
     device: str = "cpu"
     num_samples: int = 1
     max_windows: int | None = None
+    streaming_only: bool = False
 
     def __post_init__(self) -> None:
         if self.drives < 1:
@@ -79,7 +82,7 @@ def _engines(model_dir: str, settings: HeldOutSettings) -> dict:
 
     compare = settings.compare_settings()
     return {name: Engine.load(Path(model_dir), compare.engine_config(Path(model_dir), streaming))
-            for name, streaming in PREFILLS.items()}
+            for name, streaming in PREFILLS.items() if streaming or not settings.streaming_only}
 
 
 def evaluate_drive(seed: int, model_dir: str, settings: HeldOutSettings) -> DriveWindows:
@@ -160,12 +163,15 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--num-samples", type=int, default=defaults.num_samples,
                    help="trajectory samples per window (minADE6 needs 6)")
     p.add_argument("--max-windows", type=int, default=None, help="per drive")
+    p.add_argument("--streaming-only", action="store_true",
+                   help="skip the full-prefill replay (no streaming-vs-full agreement)")
     args = p.parse_args(argv)
     try:
         settings = HeldOutSettings(
             drives=args.drives, seconds=args.seconds, first_seed=args.first_seed,
             workers=args.workers, threads_per_worker=args.threads, device=args.device,
-            num_samples=args.num_samples, max_windows=args.max_windows)
+            num_samples=args.num_samples, max_windows=args.max_windows,
+            streaming_only=args.streaming_only)
     except ValueError as exc:
         p.error(str(exc))
     if settings.workers == 1:
