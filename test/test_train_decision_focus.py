@@ -6,7 +6,7 @@ import torch
 
 from flashdrive_ros.model.alpamayo import AlpamayoModel
 from flashdrive_ros.model.config import tiny
-from flashdrive_ros.sim.labels import DECISIONS, template_sentences
+from flashdrive_ros.sim.labels import DECISION_WORDS, DECISIONS, template_sentences
 from flashdrive_ros.train.dataset import IGNORE, TrainSet
 from flashdrive_ros.train.decision_focus import (DecisionFocus, decision_shares,
                                                  decisive_lengths, row_weights)
@@ -28,15 +28,14 @@ def test_decisive_lengths_end_where_one_decision_is_left():
         decisive_lengths([[1]], [0, 1])
 
 
-def test_every_label_sentence_settles_its_decision_before_it_ends():
+def test_every_label_sentence_names_its_decision_with_its_first_word():
     sentences = template_sentences()
-    assert {d for _, d in sentences} == set(DECISIONS)
+    assert {d for _, d in sentences} == set(DECISIONS) == set(DECISION_WORDS)
+    assert all(s.split()[0] == DECISION_WORDS[d] for s, d in sentences)
     vocab: dict[str, int] = {}
     words = [[vocab.setdefault(w, len(vocab)) for w in s.split()] for s, _ in sentences]
     lengths = decisive_lengths(words, [DECISIONS.index(d) for _, d in sentences])
-    settled = dict(zip((s for s, _ in sentences), lengths.tolist()))
-    assert all(n < len(w) for n, w in zip(lengths, words))
-    assert settled[FOLLOW] == 3 and settled[TURN] == 3
+    assert lengths.tolist() == [1] * len(sentences)
 
 
 def test_focus_settings_are_validated():

@@ -1,9 +1,9 @@
 """Training focus on the driving decision a CoC names.
 
-The decision is fixed by the first few CoC tokens (e.g. "Follow the slower ..." against "Follow
-the road ..."); the rest of the sentence follows from them. `decisive_lengths` finds, per
-window, how many leading CoC tokens it takes until every CoC of the set that starts the same
-way names the same decision. The target's CoC loss weighs those tokens `token_weight` times,
+The decision is fixed by the first CoC tokens (the simulator's sentences open with the word of
+their decision, so one token); the rest of the sentence is wording. `decisive_lengths` finds,
+per window, how many leading CoC tokens it takes until every CoC of the set that starts the
+same way names the same decision. The target's CoC loss weighs those tokens `token_weight` times,
 and training rows are drawn with weights count(decision) ** -balance, so rare decisions
 (follow, slow) are seen more often.
 """
@@ -22,7 +22,7 @@ class DecisionFocus:
     """token_weight: CoC loss weight of the tokens that decide the decision (1: plain mean);
     balance: 0 draws training windows uniformly, 1 draws every decision equally often."""
 
-    token_weight: float = 4.0
+    token_weight: float = 5.0
     balance: float = 0.5
 
     def __post_init__(self) -> None:
