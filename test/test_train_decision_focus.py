@@ -1,3 +1,4 @@
+import contextlib
 import dataclasses
 
 import numpy as np
@@ -11,9 +12,10 @@ from flashdrive_ros.train.dataset import IGNORE, TrainSet
 from flashdrive_ros.train.decision_focus import (DecisionFocus, decision_shares,
                                                  decisive_lengths, row_weights)
 from flashdrive_ros.train.generate import generate_drive
+from flashdrive_ros.train.log import TrainLog
 from flashdrive_ros.train.pipeline import main, train_tokenizer
 from flashdrive_ros.train.target_train import (coc_loss, decision_weights, run_backbone,
-                                               target_step_losses)
+                                               target_step_losses, train_target)
 
 FOLLOW = "Follow the slower car ahead and keep a safe distance in the lane"
 TURN = "Follow the road as it turns sharply to the left and stay in the lane"
@@ -120,3 +122,18 @@ def test_token_weight_scales_the_gradient_of_the_deciding_tokens_only(two_decisi
     losses = target_step_losses(model, batch, data.image_token_id, torch.float64, gen,
                                 grad=False, token_weight=5.0)
     assert losses["decision_hit"].shape == (batch.input_ids.shape[0],)
+
+
+def test_balanced_target_training_runs_and_reports_the_accuracy_per_decision(
+        two_decision_data, tmp_path):
+    data = two_decision_data
+    torch.manual_seed(0)
+    model = AlpamayoModel(data.cfg)
+    log = TrainLog(tmp_path / "log.jsonl", echo=False)
+    out = train_target(model, data, data, 2, None, 2, 1e-3, 0, log, torch.device("cpu"),
+                       contextlib.nullcontext, torch.float32, eval_rows=len(data),
+                       log_every=1, focus=DecisionFocus(token_weight=5.0, balance=1.0))
+    log.close()
+    assert out["steps"] == 2 and np.isfinite(out["final_coc_loss"])
+    assert {"eval_decision_acc", "eval_decision_acc_follow", "eval_decision_acc_turn"} <= set(out)
+    assert 0.0 <= out["final_decision_acc"] <= 1.0

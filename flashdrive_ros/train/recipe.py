@@ -83,7 +83,7 @@ def smoke() -> Recipe:
                   target_eval_rows=4, draft_rows=8, draft_eval_rows=4, draft_steps=10,
                   draft_batch=16, stream_steps=2, stream_max_windows=2, stream_sequences=1,
                   stream_samples=4, stream_eval_sequences=2, reserve_seconds=0.0,
-                  min_decision_windows=0,
+                  min_decision_windows=0, decision=DecisionFocus(balance=0.0),
                   backbone=BackboneStreamingConfig(steps=2, streaming_sequences=2,
                                                    full_prefill_windows=2, min_windows=2,
                                                    max_windows=3, eval_rows=2, eval_length=3,
