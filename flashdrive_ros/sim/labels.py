@@ -21,7 +21,7 @@ DECISION_WORDS = {"stop": "Stop", "slow": "Slow", "follow": "Follow", "nudge": "
                   "keep_lane": "Keep", "turn": "Turn"}
 _TEMPLATES: dict[str, tuple[str, ...]] = {
     "red_approach": (
-        "Stop smoothly because the traffic light ahead turns {color}",
+        "Stop smoothly at the line because the traffic light ahead turns {color}",
         "Stop at the line and brake smoothly since the signal ahead is {color}",
         "Stop and decelerate because the light at the intersection is {color}",
         "Stop before the crosswalk because the traffic signal ahead has turned {color}"),
@@ -38,7 +38,7 @@ _TEMPLATES: dict[str, tuple[str, ...]] = {
         "Keep going and pull away from the stop line since the traffic light has turned green",
         "Keep going from the stop and cross the intersection because the light is green"),
     "ped": (
-        "Stop because a pedestrian is crossing the road ahead",
+        "Stop and wait because a pedestrian is crossing the road ahead",
         "Stop and yield to the pedestrian walking across the crosswalk in front",
         "Stop to let the crossing pedestrian reach the other side safely",
         "Stop before the crosswalk because a person is walking into our lane"),
