@@ -112,3 +112,28 @@ def test_bad_settings_and_windowless_drives_are_refused(tmp_path, capsys):
     assert main(["--model-dir", str(model), "--out", str(tmp_path / "out"), "--drives", "1",
                  "--seconds", "2"]) == 2
     assert "no window was planned" in capsys.readouterr().err
+
+
+def test_streaming_only_gives_the_streaming_figures_and_leaves_the_pair_checks_open(
+        evaluated, tmp_path):
+    _, paired_out = evaluated
+    paired = json.loads((paired_out / JSON_FILE).read_text())
+    model = write_tiny_model(tmp_path / "model")
+    out = tmp_path / "out"
+    assert main(["--model-dir", str(model), "--out", str(out), "--drives", "1", "--seconds",
+                 str(SECONDS), "--first-seed", str(SEED), "--device", "cpu",
+                 "--num-samples", "2", "--streaming-only"]) == 0
+    report = json.loads((out / JSON_FILE).read_text())
+    assert set(report["overall"]) == {STREAMING} and report["agreement"] is None
+    rows, paired_rows = report["windows"], paired["windows"]
+    assert [r["t0"] for r in rows] == [r["t0"] for r in paired_rows]
+    assert all(FULL not in r for r in rows)
+    assert [r[STREAMING]["coc"] for r in rows] == [r[STREAMING]["coc"] for r in paired_rows]
+    checks = report["targets"]["checks"]
+    for name in ("streaming_same_coc", "streaming_minade1_gap"):
+        assert checks[name]["measured"] is False and checks[name]["pass"] is False
+    assert checks["decision_match"]["value"] == report["overall"][STREAMING][
+        "decision_match_rate"]
+    assert not report["targets"]["pass"]
+    markdown = (out / MARKDOWN_FILE).read_text()
+    assert "Streaming only" in markdown and "not measured" in markdown

@@ -55,3 +55,15 @@ def test_smoke_writes_the_coverage_of_its_training_windows(smoke_run):
     assert sum(row["windows"] for row in table["decision"].values()) == table["windows"]
     assert sum(row["windows"] for row in table["speed_band"].values()) == table["windows"]
     assert "| decision |" in (smoke_run / "coverage.md").read_text()
+
+
+def test_smoke_records_the_decision_focus_and_the_decision_accuracy(smoke_run):
+    summary = json.loads((smoke_run / "summary.json").read_text())
+    focus = summary["decision_focus"]
+    assert focus["token_weight"] == 5.0 and focus["balance"] == 0.0
+    assert sum(focus["drawn_share"].values()) == pytest.approx(1.0, abs=1e-3)
+    assert focus["decisive_tokens_mean"] >= 1.0
+    target = summary["target"]
+    assert 0.0 <= target["eval_decision_acc"] <= 1.0
+    assert 0.0 <= target["final_decision_acc"] <= 1.0
+    assert any(k.startswith("eval_decision_acc_") for k in target)

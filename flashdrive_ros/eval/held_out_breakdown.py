@@ -1,7 +1,9 @@
 """Held-out drives replayed with streaming on and off, broken down per scenario tag, labelled
 decision, ego speed band and time into the drive (minADE against constant velocity on the
 same windows, decision match), the streaming-vs-full agreement, and the targets a model is
-held to; as a JSON-ready dict and markdown tables."""
+held to; as a JSON-ready dict and markdown tables. Drives replayed with streaming alone give
+the same report without the agreement; the checks that need full prefill are then marked
+not measured."""
 
 from __future__ import annotations
 
@@ -63,14 +65,28 @@ class PairedWindows:
     speeds: list[float]
     elapsed: list[float]
 
+    @property
+    def modes(self) -> tuple[str, ...]:
+        return tuple(self.results)
+
+    @property
+    def paired(self) -> bool:
+        return FULL in self.results
+
     @classmethod
     def merge(cls, drives: list[DriveWindows], seeds: list[int]) -> PairedWindows:
-        merged = cls({mode: [] for mode in MODES}, [], [], [])
+        """Every drive holds STREAMING results; FULL ones in all drives or in none."""
+        have_full = {FULL in drive.results for drive in drives}
+        if any(STREAMING not in drive.results for drive in drives) or len(have_full) > 1:
+            raise ValueError(f"every drive needs {STREAMING!r} results and {FULL!r} results "
+                             f"in all drives or in none")
+        modes = MODES if have_full == {True} else (STREAMING,)
+        merged = cls({mode: [] for mode in modes}, [], [], [])
         for seed, drive in zip(seeds, drives, strict=True):
-            t0s = {mode: [r.t0 for r in drive.results[mode]] for mode in MODES}
-            if t0s[STREAMING] != t0s[FULL]:
+            t0s = {mode: [r.t0 for r in drive.results[mode]] for mode in modes}
+            if any(t != t0s[STREAMING] for t in t0s.values()):
                 raise ValueError(f"drive {seed}: the modes planned different windows")
-            for mode in MODES:
+            for mode in modes:
                 merged.results[mode].extend(drive.results[mode])
             merged.seeds += [seed] * len(drive.speeds)
             merged.speeds += drive.speeds
@@ -120,13 +136,14 @@ def breakdown(windows: PairedWindows, name: str) -> dict[str, dict]:
         members = dict(sorted(members.items(), key=lambda item: _band_start(item[0])))
     out = {}
     for group, indices in members.items():
-        picked = {mode: [windows.results[mode][i] for i in indices] for mode in MODES}
-        entry = {mode: group_block(picked[mode]) for mode in MODES}
-        entry["agreement"] = agreement(picked[STREAMING], picked[FULL])
+        picked = {mode: [windows.results[mode][i] for i in indices] for mode in windows.modes}
+        entry = {mode: group_block(picked[mode]) for mode in windows.modes}
+        entry["agreement"] = (agreement(picked[STREAMING], picked[FULL]) if windows.paired
+                              else None)
         if name == "decision":
             entry["predicted"] = {mode: dict(Counter(
                 str(r.predicted_decision) for r in picked[mode]).most_common())
-                for mode in MODES}
+                for mode in windows.modes}
         out[group] = entry
     return out
 
@@ -134,6 +151,11 @@ def breakdown(windows: PairedWindows, name: str) -> dict[str, dict]:
 def _check(value: float | None, limit: float, at_most: bool) -> dict:
     passed = value is not None and (value <= limit if at_most else value >= limit)
     return {"value": value, "limit": limit, "pass": passed}
+
+
+def _not_measured(limit: float) -> dict:
+    """A check that needs full-prefill results the report does not have: it does not pass."""
+    return {"value": None, "limit": limit, "pass": False, "measured": False}
 
 
 def _per_tag(tags: dict[str, dict], key: str, limit: float, at_most: bool,
@@ -148,11 +170,13 @@ def evaluate_targets(report: dict, targets: Targets) -> dict:
     """Every check with its value, limit and pass; per-tag checks cover the tags with at
     least `min_tag_windows` windows (and pass when all of those do)."""
     overall = report["overall"][STREAMING]
-    full = report["overall"][FULL]
+    full = report["overall"].get(FULL)
     tags = report["breakdowns"]["scenario tag"]
-    gap = report["agreement"]["minade1_delta_mean"]
+    paired = report["agreement"] is not None
+    gap = report["agreement"]["minade1_delta_mean"] if paired else None
     gap_limit = (max(targets.minade1_gap_m, targets.minade1_gap_share * full["minade1_6s"])
-                 if full["minade1_6s"] is not None else targets.minade1_gap_m)
+                 if full is not None and full["minade1_6s"] is not None
+                 else targets.minade1_gap_m)
     checks = {
         "minade1_cv_ratio": _check(overall["minade1_cv_ratio"], targets.cv_ratio, True),
         "minade1_cv_ratio_per_tag": _per_tag(tags, "minade1_cv_ratio", targets.tag_cv_ratio,
@@ -162,9 +186,10 @@ def evaluate_targets(report: dict, targets: Targets) -> dict:
         "decision_match_per_tag": _per_tag(tags, "decision_match_rate",
                                            targets.tag_decision_match, False,
                                            targets.min_tag_windows),
-        "streaming_same_coc": _check(report["agreement"]["same_coc"], targets.same_coc, False),
-        "streaming_minade1_gap": _check(None if gap is None else abs(gap),
-                                        gap_limit, True),
+        "streaming_same_coc": (_check(report["agreement"]["same_coc"], targets.same_coc, False)
+                               if paired else _not_measured(targets.same_coc)),
+        "streaming_minade1_gap": (_check(None if gap is None else abs(gap), gap_limit, True)
+                                  if paired else _not_measured(gap_limit)),
         "accepted_length_streaming": _check(overall["accepted_length_mean"],
                                             targets.accepted_length, False),
     }
@@ -179,7 +204,7 @@ def window_rows(windows: PairedWindows) -> list[dict]:
                "elapsed_s": round(windows.elapsed[i], 3),
                "speed_mps": round(windows.speeds[i], 3), "decision": stream.decision,
                "tags": list(stream.tags), "cv_minade_6s": stream.metrics["cv_minade_6s"]}
-        for mode in MODES:
+        for mode in windows.modes:
             r = windows.results[mode][i]
             row[mode] = {"minade1_6s": r.metrics["minade1_6s"],
                          "minade6_6s": r.metrics["minade6_6s"],
@@ -199,8 +224,9 @@ def held_out_report(drives: list[DriveWindows], seeds: list[int],
         skipped.update(drive.skipped.counts)
     report = {
         "seeds": list(seeds),
-        "overall": {mode: mode_block(windows.results[mode]) for mode in MODES},
-        "agreement": agreement(windows.results[STREAMING], windows.results[FULL]),
+        "overall": {mode: mode_block(windows.results[mode]) for mode in windows.modes},
+        "agreement": (agreement(windows.results[STREAMING], windows.results[FULL])
+                      if windows.paired else None),
         "breakdowns": {name: breakdown(windows, name) for name in BREAKDOWNS},
         "skipped_windows": dict(sorted(skipped.items())),
     }
@@ -214,6 +240,8 @@ def _fmt(value, digits: int = 3) -> str:
 
 
 def _pair(entry: dict, key: str) -> str:
+    if FULL not in entry:
+        return _fmt(entry[STREAMING][key])
     return f"{_fmt(entry[STREAMING][key])} / {_fmt(entry[FULL][key])}"
 
 
@@ -233,14 +261,16 @@ def markdown(report: dict, minade6: bool) -> str:
              _fmt(b["cv_minade_6s"]), _fmt(b["minade1_cv_ratio"]),
              _fmt(b["decision_match_rate"]), _fmt(b["accepted_length_mean"], 2),
              _fmt(b["tokens_per_window"], 1)] for mode, b in report["overall"].items()]
-    lines = ["All at 6.4 s. Cells with two figures: streaming / full prefill.", "",
-             *_table(head, rows), ""]
     a = report["agreement"]
-    lines += _table(["streaming vs full prefill", "same CoC", "minADE1 delta (m)",
-                     "mean abs minADE1 delta (m)", "accepted length (streaming)"],
-                    [["all windows", _fmt(a["same_coc"]), _fmt(a["minade1_delta_mean"]),
-                      _fmt(a["minade1_abs_delta_mean"]),
-                      _fmt(a["accepted_length_mean_streaming"], 2)]]) + [""]
+    lines = ["All at 6.4 s. " + ("Cells with two figures: streaming / full prefill." if a
+                                 else "Streaming only (full prefill not run)."), "",
+             *_table(head, rows), ""]
+    if a:
+        lines += _table(["streaming vs full prefill", "same CoC", "minADE1 delta (m)",
+                         "mean abs minADE1 delta (m)", "accepted length (streaming)"],
+                        [["all windows", _fmt(a["same_coc"]), _fmt(a["minade1_delta_mean"]),
+                          _fmt(a["minade1_abs_delta_mean"]),
+                          _fmt(a["accepted_length_mean_streaming"], 2)]]) + [""]
     for name, groups in report["breakdowns"].items():
         head = [name, "windows", *(n for n, _ in metrics), "CV ADE (m)", "minADE1 / CV",
                 "decision match", "same CoC"]
@@ -251,7 +281,8 @@ def markdown(report: dict, minade6: bool) -> str:
             row = [group, str(entry[STREAMING]["windows"]),
                    *(_pair(entry, k) for _, k in metrics),
                    _fmt(entry[STREAMING]["cv_minade_6s"]), _pair(entry, "minade1_cv_ratio"),
-                   _pair(entry, "decision_match_rate"), _fmt(entry["agreement"]["same_coc"])]
+                   _pair(entry, "decision_match_rate"),
+                   _fmt(entry["agreement"]["same_coc"] if entry["agreement"] else None)]
             if name == "decision":
                 row.append(", ".join(f"{k} {v}" for k, v in entry["predicted"][STREAMING].items()))
             rows.append(row)
@@ -266,7 +297,9 @@ def markdown(report: dict, minade6: bool) -> str:
                      f"no tag with >= {result['min_windows']} windows")
         else:
             value = _fmt(result["value"])
-        rows.append([check, value, _fmt(result["limit"]), "pass" if result["pass"] else "FAIL"])
+        verdict = ("not measured" if result.get("measured") is False
+                   else "pass" if result["pass"] else "FAIL")
+        rows.append([check, value, _fmt(result["limit"]), verdict])
     lines += ["Targets (streaming engine):", "",
               *_table(["check", "value", "limit", "result"], rows)]
     return "\n".join(lines) + "\n"

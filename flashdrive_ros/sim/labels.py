@@ -15,58 +15,80 @@ SHARP_CURVATURE = 1.0 / 50.0
 GREEN_GO_WINDOW = 5.0
 RESTART_LOOKBACK = 60
 
+# Every sentence opens with the word of its decision (DECISION_WORDS) and no other decision's
+# sentence does, so the first CoC token names the decision.
+DECISION_WORDS = {"stop": "Stop", "slow": "Slow", "follow": "Follow", "nudge": "Nudge",
+                  "keep_lane": "Keep", "turn": "Turn"}
 _TEMPLATES: dict[str, tuple[str, ...]] = {
     "red_approach": (
-        "Slow down and stop because the traffic light ahead turns {color}",
-        "Brake smoothly to stop at the line since the signal ahead is {color}",
-        "Decelerate and come to a stop because the light at the intersection is {color}",
+        "Stop smoothly at the line because the traffic light ahead turns {color}",
+        "Stop at the line and brake smoothly since the signal ahead is {color}",
+        "Stop and decelerate because the light at the intersection is {color}",
         "Stop before the crosswalk because the traffic signal ahead has turned {color}"),
     "red_wait": (
-        "Stay stopped at the stop line because the traffic light is still red",
-        "Remain stationary and wait for the red light at the intersection to turn green",
-        "Hold the vehicle at the line since the signal ahead remains red"),
+        "Stop and stay at the stop line because the traffic light is still red",
+        "Stop and remain stationary until the red light at the intersection turns green",
+        "Stop and hold the vehicle at the line since the signal ahead remains red"),
     "green_go": (
-        "Proceed through the intersection because the traffic light has turned green",
-        "Accelerate and continue straight since the signal ahead is now green",
+        "Keep going through the intersection because the traffic light has turned green",
+        "Keep going straight since the signal ahead is now green",
         "Keep going through the intersection as the red light changed to green"),
     "green_restart": (
-        "Start moving again because the red light changed to green and the way is clear",
-        "Pull away from the stop line since the traffic light has turned green",
-        "Accelerate from the stop and cross the intersection because the light is green"),
+        "Keep going again because the red light changed to green and the way is clear",
+        "Keep going and pull away from the stop line since the traffic light has turned green",
+        "Keep going from the stop and cross the intersection because the light is green"),
     "ped": (
-        "Slow down and stop because a pedestrian is crossing the road ahead",
-        "Yield and stop for the pedestrian walking across the crosswalk in front",
-        "Brake to a stop to let the crossing pedestrian reach the other side safely",
+        "Stop and wait because a pedestrian is crossing the road ahead",
+        "Stop and yield to the pedestrian walking across the crosswalk in front",
+        "Stop to let the crossing pedestrian reach the other side safely",
         "Stop before the crosswalk because a person is walking into our lane"),
     "follow": (
         "Follow the slower {obj} ahead and keep a safe distance in the lane",
-        "Keep following the {obj} in front at a safe gap since it drives slowly",
-        "Match the speed of the slower {obj} ahead and stay in the current lane"),
+        "Follow the {obj} in front at a safe gap since it drives slowly",
+        "Follow and match the speed of the slower {obj} ahead in the current lane"),
     "lead_brake": (
         "Slow down because the {obj} ahead is braking and the gap is closing",
-        "Decelerate to keep a safe distance since the lead {obj} slows down",
-        "Ease off and brake gently because the {obj} in front is slowing"),
+        "Slow down to keep a safe distance since the lead {obj} slows down",
+        "Slow down and brake gently because the {obj} in front is slowing"),
     "nudge": (
         "Nudge slightly to the left to pass the parked {obj} intruding into the lane",
-        "Shift a little left within the lane to keep clear of the parked {obj}",
-        "Move slightly left around the parked {obj} on the right while keeping speed"),
+        "Nudge a little left within the lane to keep clear of the parked {obj}",
+        "Nudge slightly left around the parked {obj} on the right while keeping speed"),
     "curve_slow": (
         "Slow down before the sharp {side} turn ahead to keep the car stable",
-        "Reduce speed because the road ahead bends sharply to the {side}",
-        "Decelerate for the tight {side} curve coming up and stay in the lane"),
+        "Slow down because the road ahead bends sharply to the {side}",
+        "Slow down for the tight {side} curve coming up and stay in the lane"),
     "turn": (
-        "Follow the road as it turns sharply to the {side} and stay in the lane",
-        "Steer {side} through the tight turn while keeping a moderate speed",
-        "Keep the lane through the sharp {side} bend at a steady speed"),
+        "Turn with the road as it bends sharply to the {side} and stay in the lane",
+        "Turn {side} through the tight bend while keeping a moderate speed",
+        "Turn through the sharp {side} bend in the lane at a steady speed"),
     "keep": (
         "Keep lane and maintain speed since the road ahead is clear",
-        "Continue straight in the current lane because there are no obstacles ahead",
-        "Stay in the lane and keep a steady speed as the road is free",
-        "Drive on at the speed limit because no vehicle or pedestrian blocks the lane"),
+        "Keep straight in the current lane because there are no obstacles ahead",
+        "Keep the lane at a steady speed as the road is free",
+        "Keep driving at the speed limit because no vehicle or pedestrian blocks the lane"),
     "keep_curve": (
         "Keep lane and follow the road as it curves gently to the {side}",
-        "Stay centered in the lane through the gentle {side} curve at steady speed"),
+        "Keep centered in the lane through the gentle {side} curve at steady speed"),
 }
+
+
+TEMPLATE_DECISIONS = {"red_approach": "stop", "red_wait": "stop", "green_go": "keep_lane",
+                      "green_restart": "keep_lane", "ped": "stop", "follow": "follow",
+                      "lead_brake": "slow", "nudge": "nudge", "curve_slow": "slow",
+                      "turn": "turn", "keep": "keep_lane", "keep_curve": "keep_lane"}
+FILLS = {"obj": ("car", "vehicle"), "side": ("left", "right"), "color": ("red", "yellow")}
+
+
+def template_sentences() -> list[tuple[str, str]]:
+    """Every CoC sentence the labels can write, with its decision."""
+    out = []
+    for key, options in _TEMPLATES.items():
+        for text in options:
+            out += sorted({(text.format(obj=obj, side=side, color=color), TEMPLATE_DECISIONS[key])
+                           for obj in FILLS["obj"] for side in FILLS["side"]
+                           for color in FILLS["color"]})
+    return out
 
 
 @dataclass(frozen=True)
@@ -81,38 +103,38 @@ class Label:
                 "tags": list(self.tags)}
 
 
-def _situation(infos: list[ExpertInfo], k: int) -> tuple[str, str, list[str]]:
-    """(template key, decision, scenario tags) of frame k."""
+def _situation(infos: list[ExpertInfo], k: int) -> tuple[str, list[str]]:
+    """(template key, scenario tags) of frame k; TEMPLATE_DECISIONS gives the decision."""
     info = infos[k]
     if info.reason in ("red_light", "yellow_light"):
         waiting = info.v < 0.3 and info.light_state == "red"
-        return ("red_wait" if waiting else "red_approach"), "stop", ["red_light_stop"]
+        return ("red_wait" if waiting else "red_approach"), ["red_light_stop"]
     if info.reason == "pedestrian":
-        return "ped", "stop", ["pedestrian_yield"]
+        return "ped", ["pedestrian_yield"]
     green_at = info.light_green_at
     if (info.light_state == "green" and green_at is not None
             and 0.0 <= info.t - green_at <= GREEN_GO_WINDOW):
         stopped = any(i.v < 0.3 for i in infos[max(0, k - RESTART_LOOKBACK):k])
-        return ("green_restart" if stopped else "green_go"), "keep_lane", ["green_light_go"]
+        return ("green_restart" if stopped else "green_go"), ["green_light_go"]
     if info.reason in ("lead", "vehicle"):
         braking = info.accel < -1.0 and info.lead_speed is not None and info.lead_speed < info.v
-        tags = ["follow_lead"]
-        return ("lead_brake", "slow", tags) if braking else ("follow", "follow", tags)
+        return ("lead_brake" if braking else "follow"), ["follow_lead"]
     if max(info.nudge_now, info.nudge_ahead) > 0.15:
-        return "nudge", "nudge", ["nudge_parked"]
+        return "nudge", ["nudge_parked"]
     if abs(info.curvature_ahead) >= SHARP_CURVATURE:
         if info.reason == "curve" and info.accel < -0.3:
-            return "curve_slow", "slow", ["turn"]
-        return "turn", "turn", ["turn"]
+            return "curve_slow", ["turn"]
+        return "turn", ["turn"]
     if abs(info.curvature_ahead) > 1.0 / 400.0:
-        return "keep_curve", "keep_lane", ["keep_lane", "curve"]
-    return "keep", "keep_lane", ["keep_lane"]
+        return "keep_curve", ["keep_lane", "curve"]
+    return "keep", ["keep_lane"]
 
 
 def label_frame(infos: list[ExpertInfo], k: int, seed: int) -> Label:
     """The label of 10 Hz frame k; the wording is drawn deterministically from (seed, k)."""
     info = infos[k]
-    key, decision, tags = _situation(infos, k)
+    key, tags = _situation(infos, k)
+    decision = TEMPLATE_DECISIONS[key]
     if info.oncoming_near:
         tags.append("oncoming_traffic")
     if info.light_gap is not None and info.light_gap < 40.0:

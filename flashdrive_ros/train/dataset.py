@@ -2,9 +2,10 @@
 
 `TrainSet.build` turns drives into: all frames [S_total, N_cam, H, W, 3] uint8, per window the
 global indices of its F frames, the 48 ego-history token ids, the CoC ids (text, then
-`<|cot_end|>` `<|traj_future_start|>`), the normalized future actions, v0, the future poses
-and the decision. `batch(rows)` assembles prompt + CoC token rows, image patches and 3D
-positions for the backbone.
+`<|cot_end|>` `<|traj_future_start|>`), the normalized future actions, v0, the future poses,
+the decision and how many leading CoC tokens decide it (train/decision_focus.py).
+`batch(rows)` assembles prompt + CoC token rows, image patches and 3D positions for the
+backbone.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from flashdrive_ros.model.prompt import PromptBuilder
 from flashdrive_ros.model.tokenizer import TextTokenizer
 from flashdrive_ros.train.actions import (action_stats, future_controls, history_v0,
                                           normalize_controls)
+from flashdrive_ros.train.decision_focus import decisive_lengths
 from flashdrive_ros.train.drive import Drive, to_ego_frame
 
 IGNORE = -100
@@ -32,7 +34,8 @@ IGNORE = -100
 class TrainBatch:
     """input_ids: [B, T] prompt + CoC (padded); labels: [B, T] next-token targets on the CoC
     (IGNORE elsewhere); positions: [3, B, T]; pixel_patches / grid_thw: the B * V * F images in
-    prompt order; seq_lens: [B] valid tokens (prompt + CoC); actions: [B, N_wp, 2]."""
+    prompt order; seq_lens: [B] valid tokens (prompt + CoC); actions: [B, N_wp, 2]; decisive:
+    [B, T] bool, True at the label positions of the CoC tokens that decide the decision."""
 
     input_ids: torch.Tensor
     labels: torch.Tensor
@@ -42,6 +45,7 @@ class TrainBatch:
     seq_lens: torch.Tensor
     actions: torch.Tensor
     rows: torch.Tensor
+    decisive: torch.Tensor
 
 
 class TrainSet:
@@ -50,7 +54,8 @@ class TrainSet:
                  coc_ids: torch.Tensor,
                  coc_lens: torch.Tensor, actions: torch.Tensor, v0: np.ndarray,
                  future: np.ndarray, decision: np.ndarray, drive_of: np.ndarray,
-                 step_of: np.ndarray, stats: dict[str, float]) -> None:
+                 step_of: np.ndarray, stats: dict[str, float],
+                 decisive_lens: np.ndarray) -> None:
         self.cfg = cfg
         self.tokenizer = tokenizer
         self.frames = frames  # [S_total, V, H, W, 3] uint8
@@ -66,6 +71,7 @@ class TrainSet:
         self.drive_of = drive_of  # [N]
         self.step_of = step_of  # [N]
         self.stats = stats
+        self.decisive_lens = torch.as_tensor(decisive_lens, dtype=torch.long)  # [N]
         self.builder = PromptBuilder(cfg, tokenizer)
         hist_tok = HistoryTokenizer(cfg.action, tokenizer.traj_token_start)
         self.history_ids = torch.as_tensor(
@@ -123,13 +129,14 @@ class TrainSet:
             coc_ids[i, :len(ids)] = torch.tensor(ids)
         all_frames = np.concatenate(frames) if frames else np.zeros((0,), np.uint8)
         all_stamps = np.concatenate(stamps) if stamps else np.zeros(0)
+        decisive = decisive_lengths([ids[:-2] for ids in coc], decision)
         return cls(cfg, tokenizer, torch.from_numpy(all_frames).to(device), all_stamps,
                    torch.as_tensor(np.asarray(frame_index, dtype=np.int64)).reshape(
                        -1, p.num_frames),
                    history_arr, coc_ids, torch.tensor([len(c) for c in coc], dtype=torch.long),
                    torch.from_numpy(normalize_controls(controls, stats)), v0, future_arr,
                    np.asarray(decision, dtype=np.int64), np.asarray(drive_of, dtype=np.int64),
-                   np.asarray(step_of, dtype=np.int64), stats)
+                   np.asarray(step_of, dtype=np.int64), stats, decisive)
 
     def images(self, rows: torch.Tensor) -> torch.Tensor:
         """uint8 [B, V, F, H, W, 3] of the windows `rows`."""
@@ -191,11 +198,18 @@ class TrainSet:
                 self.cfg.vision.spatial_merge_size)
         return self._positions[length].expand(3, batch, length)
 
+    def decisive_mask(self, rows: torch.Tensor, width: int, offset: int = 0) -> torch.Tensor:
+        """[B, width] bool: True at columns offset .. offset + decisive_lens[row] - 1."""
+        cols = torch.arange(width)[None, :] - offset
+        return (cols >= 0) & (cols < self.decisive_lens[rows.cpu()][:, None])
+
     def batch(self, rows: torch.Tensor, device: torch.device | str,
               with_coc: bool = True) -> TrainBatch:
         ids, labels, seq_lens = self.token_rows(rows, with_coc)
         patches, grid = self.pixels(rows, device)
         positions = self.positions_for(ids.shape[1], grid, ids.shape[0])
+        decisive = (self.decisive_mask(rows, ids.shape[1], self.prompt_len - 1) if with_coc
+                    else torch.zeros(ids.shape, dtype=torch.bool))
         return TrainBatch(ids.to(device), labels.to(device), positions.to(device), patches,
                           grid, seq_lens.to(device), self.actions[rows.cpu()].to(device),
-                          rows)
+                          rows, decisive.to(device))

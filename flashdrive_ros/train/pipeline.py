@@ -34,9 +34,11 @@ from flashdrive_ros.model.tokenizer import (ALPAMAYO_SPECIAL_NAMES, QWEN_SPECIAL
                                             build_tokenizer)
 from flashdrive_ros.model.manifest import write_manifest
 from flashdrive_ros.model.weights import save_model_dir
+from flashdrive_ros.sim.labels import DECISIONS
 from flashdrive_ros.train.draft_corpus import build_draft_corpus
 from flashdrive_ros.train.drafter_data import concat_corpora
 from flashdrive_ros.train.coverage import check_coverage, coverage, markdown
+from flashdrive_ros.train.decision_focus import DecisionFocus, decision_shares
 from flashdrive_ros.train.drafter_train import train_drafter
 from flashdrive_ros.train.generate import generate_drives, is_disturbed
 from flashdrive_ros.train.log import TrainLog
@@ -132,14 +134,19 @@ def run(out: Path, recipe: Recipe, minutes_budget: float, device: torch.device, 
                      "disturbance": dataclasses.asdict(recipe.disturbance),
                      "disturbed_drives": sum(is_disturbed(seed, recipe.disturbed_share)
                                              for seed in train_list),
-                     "coverage": table}
+                     "coverage": table,
+                     "decision_focus": {**dataclasses.asdict(recipe.decision),
+                                        "drawn_share": decision_shares(
+                                            data.decision, recipe.decision.balance, DECISIONS),
+                                        "decisive_tokens_mean": float(
+                                            data.decisive_lens.float().mean())}}
     summary["target"] = train_target(
         model, data, eval_data, recipe.target_steps, recipe.target_share * remaining,
         recipe.target_batch, recipe.target_lr, seed, log, device, autocast, cache_dtype,
-        recipe.flow_weight, recipe.target_eval_rows)
+        recipe.flow_weight, recipe.target_eval_rows, focus=recipe.decision)
     summary["streaming_backbone"] = train_backbone_streaming(
         model, data, eval_data, recipe.backbone, recipe.backbone_share * remaining, seed, log,
-        device, autocast, cache_dtype)
+        device, autocast, cache_dtype, token_weight=recipe.decision.token_weight)
 
     if cfg.drafter is None:
         raise ValueError(f"preset {recipe.preset!r} has no drafter section")
@@ -217,13 +224,23 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--disturbed-share", type=float, default=None,
                         help=f"share of training drives driven with disturbances (default "
                              f"{Recipe.disturbed_share})")
+    parser.add_argument("--decision-token-weight", type=float, default=None,
+                        help=f"CoC loss weight of the tokens that decide the decision "
+                             f"(default {DecisionFocus.token_weight}; 1: plain mean)")
+    parser.add_argument("--decision-balance", type=float, default=None,
+                        help=f"0: windows drawn uniformly, 1: every decision equally often "
+                             f"(default {DecisionFocus.balance})")
     args = parser.parse_args(argv)
     recipe = smoke() if args.smoke else Recipe()
     overrides = {name: value for name, value in (
         ("train_drives", args.train_drives), ("drive_seconds", args.drive_seconds),
         ("disturbed_share", args.disturbed_share)) if value is not None}
+    focus = {name: value for name, value in (
+        ("token_weight", args.decision_token_weight),
+        ("balance", args.decision_balance)) if value is not None}
     try:
-        recipe = dataclasses.replace(recipe, **overrides)
+        recipe = dataclasses.replace(recipe, **overrides,
+                                     decision=dataclasses.replace(recipe.decision, **focus))
     except ValueError as exc:
         parser.error(str(exc))
     summary = run(args.out, recipe, args.minutes_budget, torch.device(args.device), args.seed,

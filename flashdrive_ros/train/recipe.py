@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 
 from flashdrive_ros.model.config import ModelConfig, PromptConfig, embedded, tiny
 from flashdrive_ros.sim.disturbed_drive import Disturbance
+from flashdrive_ros.train.decision_focus import DecisionFocus
 from flashdrive_ros.train.sensor_noise import SensorNoise
 from flashdrive_ros.train.streaming_backbone import BackboneStreamingConfig
 
@@ -18,7 +19,9 @@ class Recipe:
     Drives last `drive_seconds` (60 s holds every scenario block in a seeded order); training
     drives carry `noise`, and `disturbed_share` of them are driven with `disturbance` (the
     expert's way back to its course as the label); held-out drives are exact. A decision
-    class with fewer than `min_decision_windows` training windows stops the run.
+    class with fewer than `min_decision_windows` training windows stops the run. `decision`
+    weighs the CoC tokens that decide the decision and draws rare decisions more often
+    (target stage; the streaming-aware stage takes its token weight).
     """
 
     preset: str = "embedded"
@@ -35,6 +38,7 @@ class Recipe:
     target_lr: float = 6e-4
     target_eval_rows: int = 512
     flow_weight: float = 1.0
+    decision: DecisionFocus = field(default_factory=DecisionFocus)
     draft_rows: int = 4096
     draft_eval_rows: int = 512
     draft_steps: int = 3000
@@ -86,6 +90,7 @@ def smoke() -> Recipe:
                   draft_batch=16, stream_steps=2, stream_max_windows=2, stream_sequences=1,
                   stream_samples=4, stream_eval_sequences=2, reserve_seconds=0.0,
                   min_decision_windows=0, disturbed_share=0.5,
+                  decision=DecisionFocus(balance=0.0),
                   backbone=BackboneStreamingConfig(steps=2, streaming_sequences=2,
                                                    full_prefill_windows=2, min_windows=2,
                                                    max_windows=3, eval_rows=2, eval_length=3,

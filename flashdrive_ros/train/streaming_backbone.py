@@ -26,7 +26,7 @@ from flashdrive_ros.train.log import TrainLog
 from flashdrive_ros.train.schedule import Progress
 from flashdrive_ros.train.streaming_rollout import StreamedWindow, StreamingRollout
 from flashdrive_ros.train.streaming_tune import sequence_ends
-from flashdrive_ros.train.target_train import coc_loss, flow_matching_loss
+from flashdrive_ros.train.target_train import coc_loss, decision_weights, flow_matching_loss
 
 Autocast = Callable[[], contextlib.AbstractContextManager]
 
@@ -77,14 +77,16 @@ class BackboneStreamingConfig:
 
 
 def window_losses(model: AlpamayoModel, window: StreamedWindow, actions: torch.Tensor,
-                  generator: torch.Generator) -> dict[str, torch.Tensor]:
+                  generator: torch.Generator, weights: torch.Tensor | None = None
+                  ) -> dict[str, torch.Tensor]:
     """CoC cross-entropy and token accuracy over the CoC, flow-matching loss of the expert
-    reading the window's cache; actions: [B, N_wp, 2] normalized targets."""
+    reading the window's cache; actions: [B, N_wp, 2] normalized targets; weights: [B, W]
+    CoC loss weights per CoC column (None: plain mean)."""
     hidden = torch.cat([window.prompt_last[:, None], window.coc_hidden[:, :-1]], dim=1)
     width = window.coc_ids.shape[1]
     valid = torch.arange(width, device=hidden.device)[None, :] < window.coc_lens[:, None]
     labels = window.coc_ids.masked_fill(~valid, IGNORE)  # labels: [B, W]
-    ce, acc = coc_loss(model, hidden, labels)
+    ce, acc = coc_loss(model, hidden, labels, weights)
     fm = flow_matching_loss(model, window.cache, actions, window.prefix_lens, generator)
     return {"coc_loss": ce, "coc_acc": acc, "flow_loss": fm}
 
@@ -109,12 +111,17 @@ class SequenceSampler:
 
 
 def _step_losses(model: AlpamayoModel, rollout: StreamingRollout, ends: torch.Tensor,
-                 length: int, generator: torch.Generator, autocast: Autocast
-                 ) -> dict[str, torch.Tensor]:
+                 length: int, generator: torch.Generator, autocast: Autocast,
+                 token_weight: float = 1.0) -> dict[str, torch.Tensor]:
+    """token_weight: CoC loss weight of the tokens that decide the decision."""
     with autocast():
         window = rollout.stream(ends, length)
         actions = rollout.data.actions[ends.cpu()].to(rollout.device)
-        return window_losses(model, window, actions, generator)
+        weights = None
+        if token_weight != 1.0:
+            decisive = rollout.data.decisive_mask(ends, window.coc_ids.shape[1])
+            weights = decision_weights(decisive.to(rollout.device), token_weight)
+        return window_losses(model, window, actions, generator, weights)
 
 
 @torch.no_grad()
@@ -156,7 +163,10 @@ def trainable_parameters(model: AlpamayoModel, train_vision: bool
 def train_backbone_streaming(model: AlpamayoModel, data: TrainSet, eval_data: TrainSet,
                              cfg: BackboneStreamingConfig, seconds: float | None, seed: int,
                              log: TrainLog, device: torch.device, autocast: Autocast,
-                             cache_dtype: torch.dtype) -> dict[str, float]:
+                             cache_dtype: torch.dtype, token_weight: float = 1.0
+                             ) -> dict[str, float]:
+    """token_weight: CoC loss weight of the deciding tokens in training steps (held-out
+    losses stay plain means)."""
     rollout = StreamingRollout(model, data, cache_dtype, device)
     eval_rollout = StreamingRollout(model, eval_data, cache_dtype, device)
     lengths = range(cfg.min_windows, cfg.max_windows + 1)
@@ -188,7 +198,7 @@ def train_backbone_streaming(model: AlpamayoModel, data: TrainSet, eval_data: Tr
             if count == 0:
                 continue
             losses = _step_losses(model, rollout, source.draw(count, run, pick), run, noise,
-                                  autocast)
+                                  autocast, token_weight)
             loss = losses["coc_loss"] + cfg.flow_weight * losses["flow_loss"]
             (loss * (count / rows_per_step)).backward()
             record.update({f"{name}_{k}": float(v.detach()) for k, v in losses.items()})

@@ -1,0 +1,69 @@
+"""Training focus on the driving decision a CoC names.
+
+The decision is fixed by the first CoC tokens (the simulator's sentences open with the word of
+their decision, so one token); the rest of the sentence is wording. `decisive_lengths` finds,
+per window, how many leading CoC tokens it takes until every CoC of the set that starts the
+same way names the same decision. The target's CoC loss weighs those tokens `token_weight` times,
+and training rows are drawn with weights count(decision) ** -balance, so rare decisions
+(follow, slow) are seen more often.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+
+@dataclass(frozen=True)
+class DecisionFocus:
+    """token_weight: CoC loss weight of the tokens that decide the decision (1: plain mean);
+    balance: 0 draws training windows uniformly, 1 draws every decision equally often."""
+
+    token_weight: float = 5.0
+    balance: float = 0.5
+
+    def __post_init__(self) -> None:
+        if not (np.isfinite(self.token_weight) and self.token_weight >= 1.0):
+            raise ValueError(f"DecisionFocus.token_weight must be a finite number >= 1, got "
+                             f"{self.token_weight}")
+        if not 0.0 <= self.balance <= 1.0:
+            raise ValueError(f"DecisionFocus.balance must be in [0, 1], got {self.balance}")
+
+
+PLAIN = DecisionFocus(token_weight=1.0, balance=0.0)
+
+
+def decisive_lengths(coc_ids: list[list[int]], decisions: list[int]) -> np.ndarray:
+    """[N] int64: per CoC the number of leading tokens after which every CoC of `coc_ids`
+    sharing that prefix names the same decision (the whole CoC when none does)."""
+    if len(coc_ids) != len(decisions):
+        raise ValueError(f"{len(coc_ids)} CoCs but {len(decisions)} decisions")
+    named: dict[tuple[int, ...], set[int]] = {}
+    for ids, decision in set(zip(map(tuple, coc_ids), map(int, decisions))):
+        for end in range(1, len(ids) + 1):
+            named.setdefault(ids[:end], set()).add(decision)
+    lengths = np.empty(len(coc_ids), dtype=np.int64)
+    for i, ids in enumerate(coc_ids):
+        prefix = tuple(ids)
+        lengths[i] = next((end for end in range(1, len(prefix) + 1)
+                           if len(named[prefix[:end]]) == 1), len(prefix))
+    return lengths
+
+
+def row_weights(decision: np.ndarray, balance: float) -> torch.Tensor:
+    """[N] float64 sampling weights of the windows: count(decision) ** -balance."""
+    counts = Counter(decision.tolist())
+    per_class = {d: float(n) ** -balance for d, n in counts.items()}
+    return torch.tensor([per_class[d] for d in decision.tolist()], dtype=torch.float64)
+
+
+def decision_shares(decision: np.ndarray, balance: float, names: tuple[str, ...]
+                    ) -> dict[str, float]:
+    """Expected share of each decision among the drawn rows."""
+    weights = row_weights(decision, balance).numpy()
+    total = float(weights.sum())
+    return {name: round(float(weights[decision == i].sum()) / total, 4)
+            for i, name in enumerate(names) if total > 0}

@@ -1,0 +1,139 @@
+import contextlib
+import dataclasses
+
+import numpy as np
+import pytest
+import torch
+
+from flashdrive_ros.model.alpamayo import AlpamayoModel
+from flashdrive_ros.model.config import tiny
+from flashdrive_ros.sim.labels import DECISION_WORDS, DECISIONS, template_sentences
+from flashdrive_ros.train.dataset import IGNORE, TrainSet
+from flashdrive_ros.train.decision_focus import (DecisionFocus, decision_shares,
+                                                 decisive_lengths, row_weights)
+from flashdrive_ros.train.generate import generate_drive
+from flashdrive_ros.train.log import TrainLog
+from flashdrive_ros.train.pipeline import main, train_tokenizer
+from flashdrive_ros.train.target_train import (coc_loss, decision_weights, run_backbone,
+                                               target_step_losses, train_target)
+
+FOLLOW = "Follow the slower car ahead and keep a safe distance in the lane"
+TURN = "Follow the road as it turns sharply to the left and stay in the lane"
+
+
+def test_decisive_lengths_end_where_one_decision_is_left():
+    coc = [[1, 2, 3, 9], [1, 2, 4, 9], [1, 5, 6], [7], [1, 2, 3, 9]]
+    decisions = [0, 1, 0, 2, 0]
+    assert decisive_lengths(coc, decisions).tolist() == [3, 3, 2, 1, 3]
+    assert decisive_lengths([[1, 2], [1, 2]], [0, 1]).tolist() == [2, 2]
+    with pytest.raises(ValueError, match="decisions"):
+        decisive_lengths([[1]], [0, 1])
+
+
+def test_every_label_sentence_names_its_decision_with_its_first_word():
+    sentences = template_sentences()
+    assert {d for _, d in sentences} == set(DECISIONS) == set(DECISION_WORDS)
+    assert all(s.split()[0] == DECISION_WORDS[d] for s, d in sentences)
+    vocab: dict[str, int] = {}
+    words = [[vocab.setdefault(w, len(vocab)) for w in s.split()] for s, _ in sentences]
+    lengths = decisive_lengths(words, [DECISIONS.index(d) for _, d in sentences])
+    assert lengths.tolist() == [1] * len(sentences)
+
+
+def test_focus_settings_are_validated():
+    assert DecisionFocus().token_weight > 1.0 and 0.0 < DecisionFocus().balance <= 1.0
+    for bad in ({"token_weight": 0.5}, {"token_weight": float("nan")}, {"balance": -0.1},
+                {"balance": 1.5}):
+        with pytest.raises(ValueError, match="DecisionFocus"):
+            DecisionFocus(**bad)
+    with pytest.raises(SystemExit) as exit_info:
+        main(["--out", "unused", "--smoke", "--decision-balance", "2"])
+    assert exit_info.value.code == 2
+
+
+def test_balance_moves_the_drawn_decision_shares_towards_equal():
+    decision = np.array([0] * 900 + [2] * 100)
+    names = ("stop", "slow", "follow")
+    assert decision_shares(decision, 0.0, names) == {"stop": 0.9, "slow": 0.0, "follow": 0.1}
+    assert decision_shares(decision, 1.0, names) == {"stop": 0.5, "slow": 0.0, "follow": 0.5}
+    assert decision_shares(decision, 0.5, names)["follow"] == 0.25
+    gen = torch.Generator().manual_seed(0)
+    drawn = torch.multinomial(row_weights(decision, 0.5), 20000, replacement=True,
+                              generator=gen)
+    assert abs(float((torch.as_tensor(decision)[drawn] == 2).float().mean()) - 0.25) < 0.015
+
+
+@pytest.fixture(scope="module")
+def two_decision_data():
+    """A short drive whose windows alternate between a follow and a turn CoC, which share
+    their first two words."""
+    drive = generate_drive(11, 2.6, (48, 64))
+    follow, turn = DECISIONS.index("follow"), DECISIONS.index("turn")
+    pick = np.arange(drive.num_steps) % 2 == 0
+    drive = dataclasses.replace(
+        drive, coc=[FOLLOW if p else TURN for p in pick],
+        decision=np.where(pick, follow, turn).astype(np.int64))
+    tokenizer = train_tokenizer([FOLLOW, TURN] * 20, 120, 1000)
+    cfg = tiny(tokenizer.vocab_size)
+    cfg.action = dataclasses.replace(cfg.action, num_traj_tokens=1000)
+    return TrainSet.build(cfg, tokenizer, [drive])
+
+
+def test_decisive_mask_covers_the_shared_prefix_and_the_first_differing_token(
+        two_decision_data):
+    data = two_decision_data
+    rows = torch.arange(min(len(data), 4))
+    batch = data.batch(rows, "cpu")
+    n = data.prompt_len
+    for b, row in enumerate(rows.tolist()):
+        follow = data.tokenizer.encode(FOLLOW)
+        turn = data.tokenizer.encode(TURN)
+        shared = next(i for i, (a, c) in enumerate(zip(follow, turn)) if a != c)
+        cols = torch.nonzero(batch.decisive[b]).flatten().tolist()
+        assert cols == list(range(n - 1, n + shared))
+        assert (batch.labels[b, cols] != IGNORE).all()
+        assert int(data.decisive_lens[row]) == shared + 1
+
+
+def test_token_weight_scales_the_gradient_of_the_deciding_tokens_only(two_decision_data):
+    data = two_decision_data
+    torch.manual_seed(0)
+    model = AlpamayoModel(data.cfg).double()
+    batch = data.batch(torch.arange(min(len(data), 4)), "cpu")
+    out, _ = run_backbone(model, batch, data.image_token_id, torch.float64)
+    grads = {}
+    for weight in (1.0, 5.0):
+        hidden = out.hidden.detach().requires_grad_(True)
+        ce, _ = coc_loss(model, hidden, batch.labels,
+                         decision_weights(batch.decisive, weight))
+        ce.backward()
+        grads[weight] = hidden.grad.norm(dim=-1)  # [B, T]
+    keep = batch.labels != IGNORE
+    decisive = batch.decisive[keep]
+    ratio = grads[5.0][keep] / grads[1.0][keep]
+    weight_sum = float(decision_weights(batch.decisive, 5.0)[keep].sum())
+    expected = torch.where(decisive, 5.0, 1.0).double() * int(keep.sum()) / weight_sum
+    assert bool(decisive.any()) and not bool(decisive.all())
+    torch.testing.assert_close(ratio, expected, rtol=1e-5, atol=0.0)  # float32 logits
+    plain, _ = coc_loss(model, out.hidden, batch.labels)
+    unit, _ = coc_loss(model, out.hidden, batch.labels, decision_weights(batch.decisive, 1.0))
+    torch.testing.assert_close(plain, unit, rtol=1e-6, atol=0.0)
+    gen = torch.Generator().manual_seed(0)
+    losses = target_step_losses(model, batch, data.image_token_id, torch.float64, gen,
+                                grad=False, token_weight=5.0)
+    assert losses["decision_hit"].shape == (batch.input_ids.shape[0],)
+
+
+def test_balanced_target_training_runs_and_reports_the_accuracy_per_decision(
+        two_decision_data, tmp_path):
+    data = two_decision_data
+    torch.manual_seed(0)
+    model = AlpamayoModel(data.cfg)
+    log = TrainLog(tmp_path / "log.jsonl", echo=False)
+    out = train_target(model, data, data, 2, None, 2, 1e-3, 0, log, torch.device("cpu"),
+                       contextlib.nullcontext, torch.float32, eval_rows=len(data),
+                       log_every=1, focus=DecisionFocus(token_weight=5.0, balance=1.0))
+    log.close()
+    assert out["steps"] == 2 and np.isfinite(out["final_coc_loss"])
+    assert {"eval_decision_acc", "eval_decision_acc_follow", "eval_decision_acc_turn"} <= set(out)
+    assert 0.0 <= out["final_decision_acc"] <= 1.0
