@@ -118,7 +118,7 @@ def test_streaming_only_gives_the_streaming_figures_and_leaves_the_pair_checks_o
         evaluated, tmp_path):
     _, paired_out = evaluated
     paired = json.loads((paired_out / JSON_FILE).read_text())
-    model = write_tiny_model(tmp_path / "model")
+    model = make_sim_sized_model_dir(tmp_path / "model")
     out = tmp_path / "out"
     assert main(["--model-dir", str(model), "--out", str(out), "--drives", "1", "--seconds",
                  str(SECONDS), "--first-seed", str(SEED), "--device", "cpu",

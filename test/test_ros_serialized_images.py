@@ -10,6 +10,8 @@ import numpy as np
 import pytest
 import torch
 from diagnostic_msgs.msg import DiagnosticArray
+from flashdrive_ros.ros.loopback import local_context
+from helpers.tiny_model import make_tiny_model_dir
 from nav_msgs.msg import Odometry, Path
 from rclpy.executors import MultiThreadedExecutor, SingleThreadedExecutor
 from rclpy.lifecycle import TransitionCallbackReturn
@@ -18,14 +20,12 @@ from rclpy.parameter import Parameter
 from rclpy.serialization import serialize_message
 from sensor_msgs.msg import CompressedImage, Image
 from std_msgs.msg import Header
-from test_ros_fixtures import make_tiny_model_dir
 
 from flashdrive_ros.engine.window import WindowBuilder
 from flashdrive_ros.ros import names
 from flashdrive_ros.ros.convert import seconds_to_stamp
 from flashdrive_ros.ros.input_handler import GATE_EXTRA, OFF_GRID_EXTRA
 from flashdrive_ros.ros.inputs import InputSubscriptions
-from flashdrive_ros.ros.loopback import local_context
 from flashdrive_ros.ros.node import DriveNode
 from flashdrive_ros.ros.params import DriveParams
 from flashdrive_ros.ros.planner_loop import PlannerLoop
