@@ -13,10 +13,11 @@ from hypothesis import strategies as st
 from flashdrive_ros.engine.types import Window
 from flashdrive_ros.engine.window import REJECTION_CODES, WindowBuilder, WindowRejection
 from flashdrive_ros.ros.convert import (JPEG_EOI, JPEG_SOI, PNG_IEND, PNG_SIGNATURE,
-                                        RAW_CHANNELS, ConversionError, OdometrySample,
+                                        ConversionError, OdometrySample,
                                         camera_info_intrinsics, decode_compressed,
                                         image_msg_to_rgb, odometry_to_sample, raw_to_rgb,
                                         seconds_to_sec_nanosec, stamp_to_seconds)
+from flashdrive_ros.ros.raw_encodings import ACCEPTED_ENCODINGS, layout_of
 from flashdrive_ros.ros.sync import ApproximateTimeSynchronizer
 
 FUZZ = settings(max_examples=150, deadline=None, database=None, derandomize=True,
@@ -64,23 +65,28 @@ def test_compressed_images(fmt, data):
 
 
 @FUZZ
-@given(st.one_of(st.sampled_from(sorted(RAW_CHANNELS) + ["RGB8", "16UC1", "yuv422"]),
+@given(st.one_of(st.sampled_from([*ACCEPTED_ENCODINGS, "RGB8", "16UC1", "nv12"]),
                  st.text(max_size=10)),
-       st.integers(-3, 40), st.integers(-3, 40), st.integers(-5, 200), st.binary(max_size=2000))
-def test_raw_images(encoding, height, width, step, data):
-    rgb = converts_or_refuses(raw_to_rgb, encoding, height, width, step, data)
+       st.integers(-3, 40), st.integers(-3, 40), st.integers(-5, 200), st.binary(max_size=2000),
+       st.integers(0, 1))
+def test_raw_images(encoding, height, width, step, data, is_bigendian):
+    rgb = converts_or_refuses(raw_to_rgb, encoding, height, width, step, data, is_bigendian)
     if rgb is not None:
         assert is_rgb(rgb) and rgb.shape[:2] == (height, width)
 
 
 @FUZZ
-@given(st.integers(0, 30), st.integers(0, 30), st.sampled_from(sorted(RAW_CHANNELS)),
-       st.integers(0, 7), st.randoms(use_true_random=False))
-def test_raw_images_of_consistent_size_always_convert(height, width, encoding, pad, rng):
-    step = width * RAW_CHANNELS[encoding] + pad
+@given(st.integers(0, 15), st.integers(0, 15), st.sampled_from(ACCEPTED_ENCODINGS),
+       st.integers(0, 7), st.integers(0, 1), st.randoms(use_true_random=False))
+def test_raw_images_of_consistent_size_always_convert(cells_high, cells_wide, encoding, pad,
+                                                      is_bigendian, rng):
+    layout = layout_of(encoding)
+    height, width = cells_high * layout.cell[0], cells_wide * layout.cell[1]
+    step = width * layout.pixel_bytes + pad
     data = rng.randbytes(step * height)
-    rgb = converts_or_refuses(raw_to_rgb, encoding, height, width, step, data)
+    rgb = converts_or_refuses(raw_to_rgb, encoding, height, width, step, data, is_bigendian)
     assert (rgb is None) == (height == 0 or width == 0)
+    assert rgb is None or rgb.shape[:2] == (height, width)
 
 
 def odometry(values, sec=1, nanosec=0):

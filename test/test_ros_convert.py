@@ -90,7 +90,11 @@ def test_raw_mono8():
 
 
 @pytest.mark.parametrize("args, error", [
-    (("yuv422", 2, 2, 4, bytes(8)), UnsupportedEncoding),
+    (("nv12", 2, 2, 2, bytes(6)), UnsupportedEncoding),
+    (("32FC1", 2, 2, 8, bytes(16)), UnsupportedEncoding),
+    (("bayer_rggb8", 3, 2, 2, bytes(6)), SizeMismatch),
+    (("yuv422", 2, 3, 6, bytes(12)), SizeMismatch),
+    (("rgb16", 2, 2, 6, bytes(12)), SizeMismatch),
     (("rgb8", 2, 2, 5, bytes(10)), SizeMismatch),
     (("rgb8", 2, 2, 6, bytes(11)), SizeMismatch),
     (("rgb8", 0, 2, 6, b""), SizeMismatch),

@@ -23,7 +23,9 @@ from flashdrive_ros.eval.errors import (BagError, BagNotFound, CorruptBag, Empty
 from flashdrive_ros.eval.images import IMAGE_TYPES, decode_image
 from flashdrive_ros.eval.records import ImageRecord, LabelRecord, OdometryRecord, Record
 from flashdrive_ros.eval.topics import PROPOSAL_COMMAND, TopicMapping
+from flashdrive_ros.ros.convert import ZERO_STAMP_PROBLEM
 from flashdrive_ros.ros.image_reduce import ImageReducer
+from flashdrive_ros.ros.raw_encodings import alias_note
 from flashdrive_ros.ros.transport import LatencyStats
 
 ODOMETRY_TYPE = "nav_msgs/msg/Odometry"
@@ -81,7 +83,9 @@ class BagReader:
     """Open with `with BagReader(path, topics) as bag:`; validation happens on entry.
     image_size (height, width): images are reduced to it as they are read (the model size).
     `latency` holds, per mapped topic, log time - header stamp of the records read;
-    `frame_ids` the header frame_id of each camera slot's first image."""
+    `frame_ids` the header frame_id of each camera slot's first image; `zero_stamps` the
+    log times of the messages dropped for a zero header stamp, per topic; `encoding_notes`
+    the cameras whose encoding is read as another one (input_notes())."""
 
     def __init__(self, path: str | Path, topics: TopicMapping,
                  image_size: tuple[int, int] | None = None) -> None:
@@ -94,6 +98,8 @@ class BagReader:
         self.image_types: dict[str, str] = {}
         self.has_labels = False
         self.skipped_messages: dict[str, int] = {}
+        self.zero_stamps: dict[str, set[int]] = {}
+        self.encoding_notes: dict[str, str] = {}
 
     def __enter__(self) -> BagReader:
         self._reader = open_reader(self.path)
@@ -176,6 +182,19 @@ class BagReader:
             stats = self.latency[topic] = LatencyStats()
         stats.add(log_ns * 1e-9 - stamp)
 
+    def input_notes(self) -> list[str]:
+        """Console lines on the inputs: encodings read as another one, zero stamps."""
+        notes = [f"{topic}: {note}" for topic, note in sorted(self.encoding_notes.items())]
+        return notes + [f"{topic}: {ZERO_STAMP_PROBLEM} ({len(times)} messages)"
+                        for topic, times in sorted(self.zero_stamps.items())]
+
+    def _zero_stamp(self, topic: str, log_ns: int, msg: Any) -> bool:
+        stamp = msg.header.stamp
+        if int(stamp.sec) != 0 or int(stamp.nanosec) != 0:
+            return False
+        self.zero_stamps.setdefault(topic, set()).add(log_ns)
+        return True
+
     def _skip(self, what: str) -> None:
         self.skipped_messages[what] = self.skipped_messages.get(what, 0) + 1
 
@@ -212,7 +231,11 @@ class BagReader:
                                    f"{topic}: payload does not deserialize ({exc})")
             self._skip(f"undeserializable {topic}")
             return None
+        if topic in (*slots, self.topics.odometry) and self._zero_stamp(topic, log_ns, msg):
+            return None
         if topic in slots:
+            if note := alias_note(str(getattr(msg, "encoding", ""))):
+                self.encoding_notes[topic] = note
             stamp = header_seconds(msg)
             self._note_latency(topic, log_ns, stamp)
             self.frame_ids.setdefault(slots[topic], str(msg.header.frame_id))

@@ -1,4 +1,5 @@
-"""Bag image messages (CompressedImage JPEG/PNG, raw Image) -> RGB uint8 [H, W, 3], decoded
+"""Bag image messages (CompressedImage JPEG/PNG, raw Image in any encoding that
+ros/raw_encodings.py reads) -> RGB uint8 [H, W, 3], decoded
 as the drive node decodes them (ros/convert.py), reduced to the model size on the way when a
 reducer is given."""
 
@@ -25,9 +26,9 @@ def decode_compressed(fmt: str, data: Any, reducer: ImageReducer | None = None) 
 
 
 def decode_raw(encoding: str, height: int, width: int, step: int, data: Any,
-               reducer: ImageReducer | None = None) -> np.ndarray:
+               is_bigendian: int = 0, reducer: ImageReducer | None = None) -> np.ndarray:
     try:
-        return convert.raw_to_rgb(encoding, height, width, step, data, reducer=reducer)
+        return convert.raw_to_rgb(encoding, height, width, step, data, is_bigendian, reducer)
     except convert.ConversionError as exc:
         raise ImageDecodeError(f"{exc.reason}: {exc}") from None
 
@@ -39,5 +40,5 @@ def decode_image(msgtype: str, msg: Any, reducer: ImageReducer | None = None) ->
         return decode_compressed(msg.format, msg.data, reducer)
     if msgtype == RAW_TYPE:
         return decode_raw(msg.encoding, int(msg.height), int(msg.width), int(msg.step),
-                          msg.data, reducer)
+                          msg.data, int(msg.is_bigendian), reducer)
     raise ImageDecodeError(f"{msgtype} is not an image type {IMAGE_TYPES}")

@@ -1,4 +1,5 @@
-"""What a replay learned about its inputs, for the console: offline, camera slot warnings;
+"""What a replay learned about its inputs, for the console: offline, camera slot warnings,
+encodings read as another one and frames dropped for a zero header stamp;
 through ROS, the drive node's input faults (why it dropped messages: frame, clock, decoding)
 and its notes (clock, camera slots, accepted odometry frame)."""
 
@@ -7,6 +8,7 @@ from __future__ import annotations
 from flashdrive_ros.eval.report import mode_blocks
 
 CONSOLE_NOTES = ("clock", "odom_frame")
+CONSOLE_NOTE_PREFIXES = ("camera_slot.", "encoding.")
 
 
 def input_lines(report: dict) -> list[str]:
@@ -18,5 +20,6 @@ def input_lines(report: dict) -> list[str]:
                   for name, fault in sorted(faults.items())]
         lines += [f"  drive_node ({mode}) {key}: {value}"
                   for key, value in sorted(notes.items())
-                  if (key in CONSOLE_NOTES and value != "ok") or key.startswith("camera_slot.")]
+                  if (key in CONSOLE_NOTES and value != "ok")
+                  or key.startswith(CONSOLE_NOTE_PREFIXES)]
     return ["inputs:", *lines] if lines else []

@@ -30,7 +30,7 @@ from flashdrive_ros.eval.summary import SkipCounter, WindowResult
 PLANNER_STATUS_SUFFIX = ": planner"
 INPUT_STATUS_INFIX = ": input "
 NODE_NOTES = ("odom_frame", "clock", "frame_stand_ins", "camera_frames_off_grid", "frame_gate")
-NODE_NOTE_PREFIXES = ("camera_slot.", "input_latency_ms.")
+NODE_NOTE_PREFIXES = ("camera_slot.", "input_latency_ms.", "encoding.")
 STAMP_DECIMALS = 3
 OVERLAY_FRAMES = 3
 TYPESTORE = get_typestore(Stores.ROS2_JAZZY)

@@ -62,7 +62,8 @@ def run_offline(options: ReplayOptions) -> ReplayResults:
         replay.input_latency_ms = {topic: stats.summary()
                                    for topic, stats in sorted(bag.latency.items())}
         replay.input_notes = camera_slot_notes(list(model.prompt.camera_names),
-                                               options.topics.cameras, bag.frame_ids)
+                                               options.topics.cameras, bag.frame_ids) \
+            + bag.input_notes()
         return replay
 
 

@@ -15,11 +15,9 @@ import numpy as np
 
 from flashdrive_ros.engine.window import MAX_ODOMETRY_MAGNITUDE
 from flashdrive_ros.ros.image_reduce import ImageReducer
+from flashdrive_ros.ros.raw_encodings import ACCEPTED_ENCODINGS, layout_of, pixels_to_rgb
 
 NS_PER_S = 1_000_000_000
-RAW_CHANNELS = {"rgb8": 3, "bgr8": 3, "mono8": 1, "rgba8": 4, "bgra8": 4}
-TO_RGB = {"bgr8": cv2.COLOR_BGR2RGB, "mono8": cv2.COLOR_GRAY2RGB, "rgba8": cv2.COLOR_RGBA2RGB,
-          "bgra8": cv2.COLOR_BGRA2RGB}
 JPEG_SOI = b"\xff\xd8"
 JPEG_EOI = b"\xff\xd9"
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
@@ -56,12 +54,27 @@ class InvalidStamp(ConversionError):
     reason = "invalid_stamp"
 
 
+class ZeroStamp(InvalidStamp):
+    reason = "zero_stamp"
+
+
+ZERO_STAMP_PROBLEM = ("header stamp is zero: the driver does not stamp its messages (set "
+                      "header.stamp at capture); dropped")
+
+
 def stamp_to_seconds(stamp: Any) -> float:
     """builtin_interfaces/Time (sec, nanosec) -> float seconds."""
     sec, nanosec = int(stamp.sec), int(stamp.nanosec)
     if not 0 <= nanosec < NS_PER_S:
         raise InvalidStamp(f"nanosec {nanosec} outside [0, 1e9)")
     return sec + nanosec * 1e-9
+
+
+def stamped_seconds(stamp: Any) -> float:
+    """stamp_to_seconds of a header stamp that a driver set: zero raises ZeroStamp."""
+    if int(stamp.sec) == 0 and int(stamp.nanosec) == 0:
+        raise ZeroStamp(ZERO_STAMP_PROBLEM)
+    return stamp_to_seconds(stamp)
 
 
 def seconds_to_sec_nanosec(seconds: float) -> tuple[int, int]:
@@ -141,32 +154,32 @@ def decode_compressed(fmt: str, data: bytes, reducer: ImageReducer | None = None
 
 def raw_to_rgb(encoding: str, height: int, width: int, step: int, data: bytes,
                is_bigendian: int = 0, reducer: ImageReducer | None = None) -> np.ndarray:
-    """sensor_msgs/Image fields (rgb8, bgr8, mono8, rgba8, bgra8; rows may be padded)
-    -> RGB uint8 [H, W, 3]; with a reducer, at the model size (area-resized in the message's
-    own channel order first, so only the reduced image is converted)."""
-    channels = RAW_CHANNELS.get(encoding.lower())
-    if channels is None:
-        raise UnsupportedEncoding(f"image encoding {encoding!r} not in {sorted(RAW_CHANNELS)}")
+    """sensor_msgs/Image fields (an encoding of ros/raw_encodings.py; rows may be padded;
+    16-bit samples in the byte order is_bigendian says) -> RGB uint8 [H, W, 3]; with a
+    reducer, at the model size."""
+    layout = layout_of(encoding)
+    if layout is None:
+        raise UnsupportedEncoding(f"image encoding {encoding!r} not in "
+                                  f"{list(ACCEPTED_ENCODINGS)}")
     if height <= 0 or width <= 0:
         raise SizeMismatch(f"image size {width}x{height} is empty")
-    row_bytes = width * channels
+    cell_rows, cell_columns = layout.cell
+    if height % cell_rows or width % cell_columns:
+        raise SizeMismatch(f"{encoding} image size {width}x{height} is not a multiple of its "
+                           f"{cell_columns}x{cell_rows} cell")
+    row_bytes = width * layout.pixel_bytes
     if step < row_bytes:
-        raise SizeMismatch(f"step {step} < width {width} * {channels} channels")
+        raise SizeMismatch(f"step {step} < width {width} * {layout.pixel_bytes} bytes per "
+                           f"pixel")
     buffer = byte_view(data)
     if buffer.size != step * height:
         raise SizeMismatch(f"data has {buffer.size} bytes, expected step {step} * height "
                            f"{height} = {step * height}")
-    pixels = buffer.reshape(height, step)[:, :row_bytes].reshape(height, width, channels)
-    name = encoding.lower()
-    if reducer is not None:
-        pixels = reducer.stage(pixels)
-    if name == "rgb8":
-        rgb = np.ascontiguousarray(pixels)
-        if not rgb.flags.writeable:
-            rgb = rgb.copy()
-    else:
-        rgb = cv2.cvtColor(np.ascontiguousarray(pixels), TO_RGB[name])
-    return rgb if reducer is None else reducer.finish(rgb)
+    rows = buffer.reshape(height, step)[:, :row_bytes]  # [H, row_bytes]
+    if layout.sample_bytes == 2:
+        order = ">" if is_bigendian else "<"
+        rows = np.ascontiguousarray(rows).view(order + "u2").astype(np.uint16, copy=False)
+    return pixels_to_rgb(layout, rows.reshape(height, width, layout.channels), reducer)
 
 
 def image_msg_to_rgb(msg: Any, reducer: ImageReducer | None = None) -> np.ndarray:

@@ -18,11 +18,12 @@ from flashdrive_ros.ros.cdr_image import (UnsupportedEncapsulation, image_header
                                           read_compressed, read_image)
 from flashdrive_ros.ros.convert import (ConversionError, InvalidOrientation, NonFiniteValue,
                                         image_msg_to_rgb, odometry_arrays, odometry_to_sample,
-                                        stamp_to_seconds)
+                                        stamped_seconds)
 from flashdrive_ros.ros.frame_gate import FrameGate
 from flashdrive_ros.ros.image_reduce import ImageReducer
 from flashdrive_ros.ros.params import DriveParams
 from flashdrive_ros.ros.planner_loop import ODOMETRY_INPUT, PlannerLoop
+from flashdrive_ros.ros.raw_encodings import alias_note
 from flashdrive_ros.ros.sync import ApproximateTimeSynchronizer
 from flashdrive_ros.ros.transport import LatencyStats, clock_problem
 
@@ -31,6 +32,7 @@ TIME_BACKWARDS = "time_backwards"
 LATENCY_REPORT_EVERY = 10
 OFF_GRID_EXTRA = "camera_frames_off_grid"
 GATE_EXTRA = "frame_gate"
+ENCODING_EXTRA = "encoding."
 
 
 class InputHandler:
@@ -58,6 +60,7 @@ class InputHandler:
         self.now = now
         self.warn = warn
         self._warned: set[str] = set()
+        self._noted: set[str] = set()
         self.latency = {name: LatencyStats() for name in [*params.camera_names,
                                                            ODOMETRY_INPUT]}
         self._clock_problem = ""
@@ -131,8 +134,7 @@ class InputHandler:
     def on_image(self, index: int, msg) -> None:
         """A deserialized Image or CompressedImage of camera slot `index`."""
         self.loop.note_received(self.params.camera_names[index])
-        self._take_image(index, getattr(msg, "header", None),
-                         lambda: image_msg_to_rgb(msg, self.reducer))
+        self._take_image(index, getattr(msg, "header", None), lambda: self._decode(index, msg))
 
     def on_serialized_image(self, index: int, buffer) -> None:
         """The CDR bytes of an Image (CompressedImage with compressed transport) of camera
@@ -151,14 +153,24 @@ class InputHandler:
                 self.loop.note_fault(name, f"{exc.reason}: {exc}; rclpy could not deserialize "
                                            f"it either: {type(error).__name__}: {error}")
                 return
-            self._take_image(index, msg.header, lambda: image_msg_to_rgb(msg, self.reducer))
+            self._take_image(index, msg.header, lambda: self._decode(index, msg))
             return
         except ConversionError as exc:
             self.loop.note_fault(name, f"{exc.reason}: {exc}")
             return
         read = read_compressed if self.params.image_transport == "compressed" else read_image
-        self._take_image(index, header,
-                         lambda: image_msg_to_rgb(read(header, reader), self.reducer))
+        self._take_image(index, header, lambda: self._decode(index, read(header, reader)))
+
+    def _decode(self, index: int, msg) -> object:
+        """The RGB image of `msg` at the model size; an encoding read as another one is
+        noted once per camera on /diagnostics (encoding.<camera>) and in the log."""
+        note = alias_note(str(getattr(msg, "encoding", "")))
+        key = ENCODING_EXTRA + self.params.camera_names[index]
+        if note and key not in self._noted:
+            self._noted.add(key)
+            self.loop.set_extra(key, note)
+            self._warn_once(f"camera {self.params.camera_names[index]}: {note}")
+        return image_msg_to_rgb(msg, self.reducer)
 
     def _take_image(self, index: int, header, decode: Callable[[], object]) -> None:
         """Stamp checks and the frame gate on `header`, then `decode()` (the RGB image at
@@ -169,7 +181,7 @@ class InputHandler:
             self._slot_frames[index] = frame_id
             self._check_slot(index, frame_id)
         try:
-            stamp = stamp_to_seconds(header.stamp)
+            stamp = stamped_seconds(header.stamp)
         except ConversionError as exc:
             self.loop.note_fault(name, f"{exc.reason}: {exc}")
             return
@@ -227,7 +239,7 @@ class InputHandler:
         self.loop.note_received(ODOMETRY_INPUT)
         frame = msg.header.frame_id
         try:
-            stamp = stamp_to_seconds(msg.header.stamp)
+            stamp = stamped_seconds(msg.header.stamp)
         except ConversionError as exc:
             self.loop.note_fault(ODOMETRY_INPUT, f"{exc.reason}: {exc}")
             return

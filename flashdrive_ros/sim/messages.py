@@ -37,13 +37,15 @@ def compressed_image(t_ns: int, name: str, payload: bytes, fmt: str = "jpeg"):
 
 
 def raw_image(t_ns: int, name: str, pixels: np.ndarray, encoding: str):
-    """pixels: uint8 [H, W, C] already in `encoding`'s channel order ([H, W] for mono8)."""
+    """pixels: uint8 or uint16 [H, W, C] already in `encoding`'s layout ([H, W] for one
+    channel); 16-bit samples are written little-endian."""
     height, width = pixels.shape[:2]
     channels = 1 if pixels.ndim == 2 else pixels.shape[2]
+    samples = np.ascontiguousarray(pixels, dtype=pixels.dtype.newbyteorder("<"))
     return _T["sensor_msgs/msg/Image"](
         header=header(t_ns, camera_frame(name)), height=height, width=width, encoding=encoding,
-        is_bigendian=0, step=width * channels,
-        data=np.ascontiguousarray(pixels, dtype=np.uint8).reshape(-1))
+        is_bigendian=0, step=width * channels * samples.itemsize,
+        data=samples.reshape(-1).view(np.uint8))
 
 
 def camera_info(t_ns: int, spec: CameraSpec, width: int, height: int):

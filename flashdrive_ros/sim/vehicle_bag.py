@@ -2,12 +2,13 @@
 
 Every property of a vehicle recording is a switch of VehicleStyle: cameras at 30 Hz, each with
 its own transport latency (bag log time = header stamp + latency, so log times are not
-sorted across topics), dropped frames, stamp offsets, image size and encoding (raw Image
-rgb8 / bgr8 / mono8 or CompressedImage jpeg / png); odometry in a map frame with UTM-like
-offsets; vehicle topic names; /tf and /rosout besides. Frames between the 10 Hz scenes are
-rendered with the ego pose of their own time (other road users from the nearest scene), at the
-render size and then resized to each camera's size. The same seed gives the same drive as
-`write_bag`, so its ground truth (odometry) and labels are those of the simulator bag.
+sorted across topics), dropped frames, stamp offsets, image size and encoding (raw Image in
+any encoding of sim/raw_pixels.py or CompressedImage jpeg / png); odometry in a map frame
+with UTM-like offsets; vehicle topic names; /tf and /rosout besides. Frames between the
+10 Hz scenes are rendered with the ego pose of their own time (other road users from the
+nearest scene), at the render size and then resized to each camera's size. The same seed
+gives the same drive as `write_bag`, so its ground truth (odometry) and labels are those of
+the simulator bag.
 """
 
 from __future__ import annotations
@@ -26,13 +27,13 @@ from flashdrive_ros.sim.cameras import DEFAULT_HEIGHT, DEFAULT_WIDTH, rig
 from flashdrive_ros.sim.clock import stamp_ns
 from flashdrive_ros.sim.drive import FRAME_HZ, DriveLog, SceneSnapshot
 from flashdrive_ros.sim.frames import encode_jpeg, render_scenes
+from flashdrive_ros.sim.raw_pixels import RAW_ENCODINGS, raw_pixels, size_cell
 from flashdrive_ros.sim.render import Renderer
 from flashdrive_ros.sim.topics import (CAMERA_NAMES, LABELS_TOPIC, ODOM_FRAME, ODOMETRY_TOPIC,
                                        TF_STATIC_TOPIC, camera_image_topic, camera_info_topic)
 from flashdrive_ros.sim.vehicle import EgoState
 
 COMPRESSED_ENCODINGS = ("jpeg", "png")
-RAW_ENCODINGS = ("rgb8", "bgr8", "mono8")
 ENCODINGS = COMPRESSED_ENCODINGS + RAW_ENCODINGS
 VEHICLE_CAMERA_NAMES = {"camera_cross_left_120fov": "cross_left",
                         "camera_front_wide_120fov": "front_wide",
@@ -100,6 +101,11 @@ class VehicleStyle:
         if len(self.encodings) != cameras or set(self.encodings) - set(ENCODINGS):
             raise ValueError(f"encodings must hold {cameras} of {ENCODINGS}, got "
                              f"{self.encodings}")
+        for (width, height), encoding in zip(self.sizes, self.encodings):
+            cell_width, cell_height = size_cell(encoding)
+            if width % cell_width or height % cell_height:
+                raise ValueError(f"a {encoding} camera needs a size that is a multiple of "
+                                 f"{cell_width}x{cell_height}, got {width}x{height}")
         if not self.odometry_frame or "/" in self.odometry_frame.strip("/"):
             raise ValueError(f"odometry_frame must be a frame name, got "
                              f"{self.odometry_frame!r}")
@@ -145,8 +151,8 @@ class VehicleStyle:
 
 @dataclass(frozen=True)
 class CameraEncoder:
-    """Rendered RGB images -> per camera a payload: bytes (jpeg / png) or uint8 pixels in the
-    raw encoding's channel order, at that camera's size."""
+    """Rendered RGB images -> per camera a payload: bytes (jpeg / png) or the pixels in the
+    raw encoding's layout (sim/raw_pixels.py), at that camera's size."""
 
     sizes: tuple[tuple[int, int], ...]
     encodings: tuple[str, ...]
@@ -168,11 +174,7 @@ class CameraEncoder:
             if not ok:
                 raise RuntimeError("PNG encoding failed")
             return buf.tobytes()
-        if encoding == "bgr8":
-            return np.ascontiguousarray(rgb[:, :, ::-1])
-        if encoding == "mono8":
-            return cv2.cvtColor(rgb, cv2.COLOR_RGB2GRAY)
-        return rgb
+        return raw_pixels(rgb, encoding)
 
 
 @dataclass(frozen=True)
