@@ -79,3 +79,47 @@ def test_bag_loop_restarts_the_time_base_and_plans_again():
     assert input_fault(loop, handler.params.camera_names[0]).startswith("time_backwards")
     assert planner.windows_planned > planned
     assert loop.latest().plan.t0 == pytest.approx(99.9) and loop.latest().time_base == 1
+
+
+def raw_8uc3(stamp):
+    return SimpleNamespace(header=SimpleNamespace(stamp=seconds_to_stamp(stamp), frame_id="c"),
+                           height=48, width=64, encoding="8UC3", is_bigendian=0, step=64 * 3,
+                           data=bytes(range(256)) * 36)
+
+
+def test_zero_camera_and_odometry_stamps_are_named_faults_and_never_planned():
+    handler, loop = handler_and_loop()
+    zero = SimpleNamespace(sec=0, nanosec=0)
+    for k in range(25):
+        stamp = round(100.0 + 0.1 * k, 6)
+        handler.on_odometry(odometry(stamp, SPEED * stamp))
+        for index in range(len(handler.params.camera_names)):
+            msg = image(stamp)
+            if index == 1:
+                msg.header.stamp = zero
+            handler.on_image(index, msg)
+        loop.run_once()
+    bad_odometry = odometry(0.0, 0.0)
+    bad_odometry.header.stamp = zero
+    handler.on_odometry(bad_odometry)
+    planner, inputs = loop.health()
+    assert planner.windows_planned == 0
+    camera = handler.params.camera_names[1]
+    for name in (camera, ODOMETRY_INPUT):
+        assert input_fault(loop, name).startswith("zero_stamp: header stamp is zero"), name
+    assert input_fault(loop, handler.params.camera_names[0]) == ""
+
+
+def test_cv_bridge_8uc3_is_read_as_bgr8_and_noted_once():
+    params = DriveParams()
+    loop = PlannerLoop(StraightEngine(), WindowBuilder(len(params.camera_names)),
+                       params.camera_names, limits=params.plan_limits)
+    warnings = []
+    handler = InputHandler(params, loop, image_size=(16, 16), warn=warnings.append)
+    for k in range(3):
+        handler.on_image(0, raw_8uc3(100.0 + 0.1 * k))
+    planner, _ = loop.health()
+    note = planner.extra[f"encoding.{params.camera_names[0]}"]
+    assert "8UC3" in note and "read as bgr8" in note
+    assert [w for w in warnings if "8UC3" in w] == [f"camera {params.camera_names[0]}: {note}"]
+    assert input_fault(loop, params.camera_names[0]) == ""
