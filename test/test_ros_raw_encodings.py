@@ -20,6 +20,7 @@ Losses, per pixel and channel (grey levels):
 import cv2
 import numpy as np
 import pytest
+from helpers.image_loss import neighbour_spread
 from rclpy.serialization import deserialize_message, serialize_message
 from sensor_msgs.msg import Image
 from std_msgs.msg import Header
@@ -50,15 +51,6 @@ def fields(rgb: np.ndarray, encoding: str, pad: int = 4, big_endian: bool = Fals
     rows = np.ascontiguousarray(pixels).reshape(rgb.shape[0], -1).view(np.uint8)
     rows = np.pad(rows, ((0, 0), (0, pad)))
     return encoding, rgb.shape[0], rgb.shape[1], rows.shape[1], rows.tobytes(), int(big_endian)
-
-
-def neighbour_spread(rgb: np.ndarray) -> np.ndarray:
-    """Per pixel and channel, the largest |difference| to a 3x3 neighbour: [H, W, 3]."""
-    source = rgb.astype(int)
-    padded = np.pad(source, ((1, 1), (1, 1), (0, 0)), mode="edge")
-    height, width = source.shape[:2]
-    return np.max([np.abs(padded[1 + dy:1 + dy + height, 1 + dx:1 + dx + width] - source)
-                   for dy in (-1, 0, 1) for dx in (-1, 0, 1)], axis=0)
 
 
 def pair_constant(rgb: np.ndarray) -> np.ndarray:

@@ -3,9 +3,11 @@ latencies, drops, stamp offsets, sizes, encodings, odometry frame and offset, ex
 the same ground truth as the simulator's bag of the seed."""
 
 
+import cv2
 import numpy as np
 import pytest
 import yaml
+from helpers.image_loss import neighbour_spread
 from rosbags.rosbag2 import Reader
 
 from flashdrive_ros.eval.bag import BagReader, header_seconds
@@ -106,6 +108,44 @@ def test_sizes_and_encodings_decode_in_rgb_order(drive):
             assert sky[2] > sky[0] + 10, f"{enc}: sky not blue, channels swapped"
 
 
+def _first_images(path, cameras):
+    """topic -> (message, msgtype) of each camera's first image."""
+    seen = {}
+    for topic, msgtype, _, raw in _messages(path):
+        if topic in cameras and topic not in seen:
+            seen[topic] = (TYPESTORE.deserialize_cdr(raw, msgtype), msgtype)
+    return [seen[topic] for topic in cameras]
+
+
+@pytest.mark.parametrize("encodings", [("bayer_rggb8", "yuv422", "bgr16", "8UC3"),
+                                       ("bayer_gbrg8", "yuv422_yuy2", "mono16", "8UC1")])
+def test_camera_encodings_of_drivers_decode_like_rgb8(tmp_path, encodings):
+    """Against the same frame written as rgb8: Bayer within the demosaic bound away from the
+    border (helpers/image_loss.py), YUV 4:2:2 within 3 grey levels on average (chroma shared
+    by two pixels; its rounding bound is in test_ros_raw_encodings.py), the others exact
+    (mono: the grey of the rgb8 frame)."""
+    frames = []
+    for name, encs in (("new", encodings), ("rgb8", ("rgb8",) * 4)):
+        style = VehicleStyle(sizes=((64, 36),) * 4, encodings=encs, drop_rate=0.0)
+        summary = write_vehicle_bag(tmp_path / name, 0.2, SEED, style, width=64, height=48,
+                                    workers=1)
+        frames.append(_first_images(summary.path, summary.topics["cameras"]))
+    for encoding, (msg, msgtype), (reference, _) in zip(encodings, *frames):
+        assert msg.encoding == encoding and msg.is_bigendian == 0
+        rgb = decode_image(msgtype, msg).astype(int)
+        source = decode_image("sensor_msgs/msg/Image", reference)
+        if encoding in ("mono16", "8UC1"):
+            source = np.repeat(cv2.cvtColor(source, cv2.COLOR_RGB2GRAY)[:, :, None], 3, axis=2)
+        error = np.abs(rgb - source)
+        if encoding.startswith("bayer"):
+            inner = (slice(1, -1), slice(1, -1))
+            assert (error[inner] <= neighbour_spread(source)[inner] + 1).all(), encoding
+        elif encoding.startswith("yuv"):
+            assert error.mean() < 3.0, (encoding, error.mean())
+        else:
+            assert error.max() == 0, encoding
+
+
 def test_odometry_in_map_with_offset_keeps_the_ground_truth_and_labels(drive):
     summary, sim_path, msgs = drive
     odom = [TYPESTORE.deserialize_cdr(raw, msgtype) for topic, msgtype, _, raw in msgs
@@ -138,7 +178,12 @@ def test_same_seed_same_bytes_and_sqlite3(tmp_path):
     ({"latency_ms": (80.0, 40.0)}, "latency_ms"),
     ({"drop_rate": 0.9}, "drop_rate"),
     ({"stamp_offset_ms": 20.0}, "stamp_offset_ms"),
-    ({"encodings": ("jpeg", "jpeg", "jpeg", "yuv422")}, "encodings"),
+    ({"encodings": ("jpeg", "jpeg", "jpeg", "nv12")}, "encodings"),
+    ({"encodings": ("jpeg", "bayer_rggb8", "jpeg", "jpeg"), "sizes": ((64, 48), (64, 47),
+                                                                      (64, 48), (64, 48))},
+     "multiple of 2x2"),
+    ({"encodings": ("jpeg", "jpeg", "jpeg", "yuv422"), "sizes": ((64, 48),) * 3 + ((63, 48),)},
+     "multiple of 2x1"),
     ({"sizes": ((64, 48),) * 3}, "sizes"),
     ({"odometry_offset": (1.0, float("nan"), 0.0)}, "odometry_offset"),
 ])
@@ -154,7 +199,7 @@ def test_cli_vehicle_style_and_its_topics_yaml(tmp_path, capsys):
     assert main([*args, "--drop-rate", "0.1"]) == 2
     assert "--drop-rate" in capsys.readouterr().err
     assert main([*args, "--style", "vehicle", "--camera-sizes", "32x24,48x27,32x24,32x24",
-                 "--encodings", "rgb8,bgr8,mono8,png", "--odometry-frame", "utm",
+                 "--encodings", "bayer_grbg8,yuv422_yuy2,rgb16,png", "--odometry-frame", "utm",
                  "--no-extra-topics", "--topics-out", str(topics_file)]) == 0
     mapping = yaml.safe_load(topics_file.read_text())
     assert mapping["cameras"][3].endswith("/front_tele/image_raw/compressed")
