@@ -123,3 +123,47 @@ def test_no_window_through_ros_exits_1_with_the_reasons(tmp_path, model, capsys)
     err = capsys.readouterr().err
     assert code != 0
     assert "no_future" in err or "finished no plan" in err, err
+
+
+DRIVER_ENCODINGS = ("bayer_rggb8", "yuv422", "rgb16", "8UC3")
+
+
+def test_driver_encodings_replay_with_the_windows_of_rgb8(tmp_path, model):
+    """A bag in Bayer / YUV 4:2:2 / 16-bit / 8UC3 against the same drive in rgb8: the same
+    windows, minADE1 within 5 % (+0.05 m; the images differ by the formats' loss), and the
+    8UC3 camera named on the console."""
+    reports = {}
+    for name, encodings in (("rgb8", ("rgb8",) * 4), ("drivers", DRIVER_ENCODINGS)):
+        style = VehicleStyle(**{**STYLE.__dict__, "sizes": ((64, 36),) * 4,
+                                "encodings": encodings, "camera_hz": 10.0})
+        bag = write_vehicle_bag(tmp_path / name, SECONDS, SEED, style, width=64, height=48)
+        topics = tmp_path / f"{name}.json"
+        topics.write_text(json.dumps(bag.topics))
+        code, reports[name] = _replay(bag.path, model, tmp_path / f"{name}_out",
+                                      "--topics-yaml", topics)
+        assert code == 0
+    plain, drivers = reports["rgb8"], reports["drivers"]
+    assert [w["t0"] for w in drivers["per_window"]] == [w["t0"] for w in plain["per_window"]]
+    assert abs(drivers["minade1_6s"] - plain["minade1_6s"]) <= 0.05 * plain["minade1_6s"] + 0.05
+    assert any("8UC3" in note and "read as bgr8" in note for note in drivers["input_notes"])
+
+
+def test_zero_camera_stamps_are_named_on_the_console(tmp_path, model, monkeypatch, capsys):
+    from flashdrive_ros.sim import messages
+    from flashdrive_ros.sim.topics import CAMERA_NAMES
+
+    stamped = messages.raw_image
+    monkeypatch.setattr(messages, "raw_image", lambda t_ns, name, *rest: stamped(
+        0 if name == CAMERA_NAMES[1] else t_ns, name, *rest))
+    style = VehicleStyle(**{**STYLE.__dict__, "sizes": ((64, 36),) * 4,
+                            "encodings": ("rgb8",) * 4})
+    bag = write_vehicle_bag(tmp_path / "bag", 2.0, SEED, style, width=64, height=48)
+    topics = tmp_path / "topics.json"
+    topics.write_text(json.dumps(bag.topics))
+    capsys.readouterr()
+    code = main([str(bag.path), "--model-dir", str(model), "--out", str(tmp_path / "out"),
+                 "--device", "cpu", "--no-plots", "--topics-yaml", str(topics)])
+    captured = capsys.readouterr()
+    console = captured.out + captured.err
+    assert code == 1
+    assert f"{bag.topics['cameras'][1]}: header stamp is zero" in console, console
