@@ -5,7 +5,8 @@ follows the serialized message (what a subscription receives): rclpy's deseriali
 decode and reduce, against the CDR read (ros/cdr_image.py) of a frame kept on the frame
 grid and of one dropped on its stamp. Prints markdown tables.
 
-    python scripts/image_cost.py [--repeat 20] [--model-size 80x128]
+    python scripts/image_cost.py [--repeat 20] [--model-size 80x128] [--sizes 1080x1920,...]
+        [--encodings "raw bayer_rggb8,raw yuv422"]
 """
 
 from __future__ import annotations
@@ -23,6 +24,9 @@ from flashdrive_ros.ros.convert import decode_compressed, image_msg_to_rgb, raw_
 from flashdrive_ros.ros.image_reduce import ImageReducer
 from flashdrive_ros.sim.drive import simulate
 from flashdrive_ros.sim.frames import render_frames
+from flashdrive_ros.sim.raw_pixels import raw_pixels
+
+DRIVER_ENCODINGS = ("bayer_rggb8", "yuv422", "yuv422_yuy2", "rgb16", "mono16")
 
 SIZES = ((1080, 1920), (720, 1280))
 
@@ -50,9 +54,17 @@ def payloads(rgb: np.ndarray) -> dict[str, tuple]:
         "raw bgr8": ("raw", ("bgr8", height, width, width * 3, bgr.tobytes())),
         "raw mono8": ("raw", ("mono8", height, width, width,
                               np.ascontiguousarray(rgb[:, :, 1]).tobytes())),
+        **{f"raw {encoding}": ("raw", raw_fields(rgb, encoding)) for encoding in DRIVER_ENCODINGS},
         "JPEG q90": ("compressed", ("jpeg", jpeg.tobytes())),
         "PNG": ("compressed", ("png", png.tobytes())),
     }
+
+
+def raw_fields(rgb: np.ndarray, encoding: str) -> tuple:
+    """(encoding, height, width, step, data) of an Image in `encoding`."""
+    data = np.ascontiguousarray(raw_pixels(rgb, encoding)).view(np.uint8)
+    height, width = rgb.shape[:2]
+    return encoding, height, width, data.size // height, data.tobytes()
 
 
 def decode(kind: str, fields: tuple, reducer: ImageReducer | None) -> np.ndarray:
@@ -102,10 +114,16 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--repeat", type=int, default=20)
     parser.add_argument("--model-size", default="80x128", help="HEIGHTxWIDTH of the model input")
+    parser.add_argument("--sizes", default=",".join(f"{h}x{w}" for h, w in SIZES),
+                        help="HEIGHTxWIDTH,... of the camera images")
+    parser.add_argument("--encodings", default="", help="names of the table rows to measure, "
+                        "comma-separated (default: all)")
     args = parser.parse_args()
     torch.set_num_threads(1)
     cv2.setNumThreads(1)
     model = tuple(int(v) for v in args.model_size.split("x"))
+    sizes = [tuple(int(v) for v in size.split("x")) for size in args.sizes.split(",")]
+    wanted = [name for name in args.encodings.split(",") if name]
     reducer = ImageReducer(model)
     scene = next(iter(render_frames(simulate(3, 1.0), 1920, 1080, count=1)))[1]
     print(f"model input {model[1]}x{model[0]}, 1 thread, median thread CPU time of "
@@ -113,9 +131,11 @@ def main() -> None:
     print("| image | encoding | message bytes | full decode ms | full decode + model resize ms "
           "| decode + reduce ms | kept bytes |")
     print("|---|---|---|---|---|---|---|")
-    for height, width in SIZES:
+    for height, width in sizes:
         rgb = cv2.resize(scene, (width, height), interpolation=cv2.INTER_AREA)
         for name, (kind, fields) in payloads(rgb).items():
+            if wanted and name not in wanted:
+                continue
             size = len(fields[-1])
             full = median_ms(lambda: decode(kind, fields, None), args.repeat)
             resized = median_ms(lambda: resize_images(decode(kind, fields, None)[None], model),
@@ -128,9 +148,11 @@ def main() -> None:
           "reduce ms | bytes copy ms (raw take) | CDR read + decode + reduce ms (on the grid) "
           "| header read ms (off the grid) |")
     print("|---|---|---|---|---|---|---|---|")
-    for height, width in SIZES:
+    for height, width in sizes:
         rgb = cv2.resize(scene, (width, height), interpolation=cv2.INTER_AREA)
         for name, (kind, fields) in payloads(rgb).items():
+            if wanted and name not in wanted:
+                continue
             size, deserialize, before, copy, now, header = serialized_costs(
                 kind, fields, reducer, args.repeat)
             print(f"| {width}x{height} | {name} | {size} | {deserialize:.2f} | {before:.2f} | "

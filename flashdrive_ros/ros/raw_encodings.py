@@ -1,9 +1,10 @@
 """sensor_msgs/Image encodings (the sensor_msgs/image_encodings names) -> RGB uint8: 8-bit
 colour orders, 16-bit colour and mono (scaled to 8 bit), Bayer mosaics (demosaiced) and packed
-YUV 4:2:2. With a reducer, a Bayer mosaic and a YUV image are converted at half size (each
-2x2 cell of the picture becomes one pixel) when the reducer would halve the full-size image,
-so neither is area-averaged in its own layout; the others are reduced in their own channel
-order before conversion."""
+YUV 4:2:2. With a reducer, a Bayer mosaic is demosaiced at half size (one RGB pixel per 2x2
+cell) when the reducer would halve the full-size image, and a YUV image is converted at full
+size, then reduced (the faster of the two at 1920x1080, docs/PERFORMANCE.md), so neither is
+area-averaged in its own layout; the others are reduced in their own channel order before
+conversion."""
 
 from __future__ import annotations
 
@@ -101,21 +102,6 @@ def bayer_half(mosaic: np.ndarray, pattern: str) -> np.ndarray:
     return cv2.merge([red, greens.astype(np.uint8), blue])
 
 
-def yuv_half(packed: np.ndarray, layout: RawLayout) -> np.ndarray:
-    """uint8 [H, W, 2] packed 4:2:2 -> RGB uint8 [H/2, W/2, 3] (W a multiple of 4, H even):
-    luma and chroma area-averaged over 2x2 pixels, repacked, converted by layout.to_rgb."""
-    height, width = packed.shape[:2]
-    luma_byte = layout.pattern.index("y")
-    luma = np.ascontiguousarray(packed[:, :, luma_byte])  # [H, W]
-    chroma = np.ascontiguousarray(packed[:, :, 1 - luma_byte]).reshape(height, width // 2, 2)
-    half = np.empty((height // 2, width // 2, 2), np.uint8)
-    half[:, :, luma_byte] = cv2.resize(luma, (width // 2, height // 2),
-                                       interpolation=cv2.INTER_AREA)
-    half_chroma = cv2.resize(chroma, (width // 4, height // 2), interpolation=cv2.INTER_AREA)
-    half[:, :, 1 - luma_byte] = half_chroma.reshape(height // 2, width // 2)
-    return cv2.cvtColor(half, layout.to_rgb)
-
-
 def pixels_to_rgb(layout: RawLayout, pixels: np.ndarray,
                   reducer: ImageReducer | None = None) -> np.ndarray:
     """pixels: [H, W, channels] in the layout (uint16 in native byte order for 16-bit,
@@ -126,8 +112,7 @@ def pixels_to_rgb(layout: RawLayout, pixels: np.ndarray,
         rgb = (bayer_half(mosaic, layout.pattern) if _halves(reducer, height, width)
                else cv2.cvtColor(mosaic, layout.to_rgb))
     elif layout.kind == YUV:
-        rgb = (yuv_half(pixels, layout) if _halves(reducer, height, width) and width % 4 == 0
-               else cv2.cvtColor(np.ascontiguousarray(pixels), layout.to_rgb))
+        rgb = cv2.cvtColor(np.ascontiguousarray(pixels), layout.to_rgb)
     else:
         if reducer is not None:
             pixels = reducer.stage(pixels)
