@@ -10,7 +10,6 @@ import numpy as np
 import pytest
 import torch
 from diagnostic_msgs.msg import DiagnosticArray
-from flashdrive_ros.ros.loopback import local_context
 from helpers.tiny_model import make_tiny_model_dir
 from nav_msgs.msg import Odometry, Path
 from rclpy.executors import MultiThreadedExecutor, SingleThreadedExecutor
@@ -22,6 +21,7 @@ from sensor_msgs.msg import CompressedImage, Image
 from std_msgs.msg import Header
 
 from flashdrive_ros.engine.window import WindowBuilder
+from flashdrive_ros.harness.loopback import local_context
 from flashdrive_ros.ros import names
 from flashdrive_ros.ros.convert import seconds_to_stamp
 from flashdrive_ros.ros.input_handler import GATE_EXTRA, OFF_GRID_EXTRA
