@@ -12,7 +12,7 @@ import torch
 from diagnostic_msgs.msg import DiagnosticArray
 from helpers.tiny_model import make_tiny_model_dir
 from nav_msgs.msg import Odometry, Path
-from rclpy.executors import MultiThreadedExecutor, SingleThreadedExecutor
+from rclpy.executors import MultiThreadedExecutor
 from rclpy.lifecycle import TransitionCallbackReturn
 from rclpy.node import Node
 from rclpy.parameter import Parameter
@@ -87,18 +87,14 @@ def subscriptions(node, topics, transport, serialized):
 
 
 @pytest.mark.parametrize("transport", ["raw", "compressed"])
-def test_serialized_and_deserialized_subscriptions_give_the_same_pixels(transport):
-    context = local_context()
-    node = Node("pixels_test", context=context)
-    executor = SingleThreadedExecutor(context=context)
-    executor.add_node(node)
-    spinner = threading.Thread(target=executor.spin, daemon=True)
-    spinner.start()
+def test_serialized_and_deserialized_subscriptions_give_the_same_pixels(transport,
+                                                                          client_node):
+    node = client_node
     topics = [f"/pixels_{transport}/{name}/image" for name in CAMERAS]
     message_type = Image if transport == "raw" else CompressedImage
+    serialized, serialized_sets = subscriptions(node, topics, transport, True)
+    deserialized, deserialized_sets = subscriptions(node, topics, transport, False)
     try:
-        serialized, serialized_sets = subscriptions(node, topics, transport, True)
-        deserialized, deserialized_sets = subscriptions(node, topics, transport, False)
         assert [s.raw for s in serialized.subscriptions[:4]] == [True] * 4
         assert [s.raw for s in deserialized.subscriptions[:4]] == [False] * 4
         publishers = [node.create_publisher(message_type, t, 10) for t in topics]
@@ -123,13 +119,9 @@ def test_serialized_and_deserialized_subscriptions_give_the_same_pixels(transpor
             for image, image_d in zip(images, images_d):
                 assert image.shape == (*MODEL_SIZE, 3)
                 np.testing.assert_array_equal(image, image_d)
+    finally:
         serialized.destroy()
         deserialized.destroy()
-    finally:
-        executor.shutdown()
-        node.destroy_node()
-        context.shutdown()
-        spinner.join(10)
 
 
 @pytest.fixture(scope="module")
