@@ -40,7 +40,8 @@ setup(
         ("share/ament_index/resource_index/packages", [f"resource/{PACKAGE}"]),
         (f"share/{PACKAGE}", ["package.xml"]),
         (f"share/{PACKAGE}/launch", glob("launch/*.py")),
-        (f"share/{PACKAGE}/config", glob("config/*.yaml") + glob("config/*.rviz")),
+        (f"share/{PACKAGE}/config", glob("config/*.yaml") + glob("config/*.rviz")
+         + glob("config/*.xml")),
         *tree("models"),
     ],
     install_requires=["setuptools"],

@@ -3,16 +3,23 @@ drive in simulator conventions; the console lines on skipped windows and the exi
 no window is planned (offline and through ROS)."""
 
 import json
+import os
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 from helpers.tiny_model import make_tiny_model_dir
 
 from flashdrive_ros.eval.cli import main, parser
+from flashdrive_ros.eval.errors import ReplayError
+from flashdrive_ros.eval.replay_options import ReplayOptions
 from flashdrive_ros.eval.skip_advice import ADVICE, skip_lines, skip_report
 from flashdrive_ros.ros.params import DriveParams
 from flashdrive_ros.sim.bag import write_bag
 from flashdrive_ros.sim.vehicle_bag import VehicleStyle, write_vehicle_bag
 
+ROOT = Path(__file__).resolve().parents[1]
 SEED, SECONDS = 5, 8.6
 STYLE = VehicleStyle(sizes=((64, 36), (96, 54), (64, 36), (64, 36)),
                      encodings=("jpeg", "png", "bgr8", "rgb8"))
@@ -167,3 +174,35 @@ def test_zero_camera_stamps_are_named_on_the_console(tmp_path, model, monkeypatc
     console = captured.out + captured.err
     assert code == 1
     assert f"{bag.topics['cameras'][1]}: header stamp is zero" in console, console
+
+
+LARGE_IMAGES_PROFILE = ROOT / "config" / "fastdds_large_images.xml"
+
+
+def test_a_dds_profile_applies_to_player_and_node_through_ros(tmp_path, model):
+    """The shipped large-image profile, given to a replay process: the player and the node
+    (each its own process) run on it and every recorded camera message reaches the node."""
+    style = VehicleStyle(**{**STYLE.__dict__, "encodings": ("rgb8",) * 4, "drop_rate": 0.0,
+                            "camera_hz": 10.0})
+    bag = write_vehicle_bag(tmp_path / "bag", SECONDS, SEED, style, width=64, height=48)
+    topics = tmp_path / "topics.json"
+    topics.write_text(json.dumps(bag.topics))
+    out = tmp_path / "out"
+    env = dict(os.environ)
+    env.pop("FASTRTPS_DEFAULT_PROFILES_FILE", None)
+    result = subprocess.run(
+        [sys.executable, "-m", "flashdrive_ros.eval.cli", str(bag.path), "--model-dir",
+         str(model), "--out", str(out), "--through-ros", "--topics-yaml", str(topics),
+         "--num-samples", "1", "--device", "cpu", "--quiet", "--no-plots",
+         "--dds-profile", str(LARGE_IMAGES_PROFILE)],
+        env=env, capture_output=True, text=True, timeout=240)
+    assert result.returncode == 0, result.stderr[-2000:]
+    report = json.loads((out / "report.json").read_text())
+    assert report["finished_plans"] >= 1
+    assert sum(report["node_inputs_received"][k] for k in report["node_inputs_received"]
+               if k != "odometry") == sum(bag.camera_frames)
+    with pytest.raises(ReplayError, match="through ROS only"):
+        ReplayOptions(bag.path, model, out, dds_profile=LARGE_IMAGES_PROFILE)
+    with pytest.raises(ReplayError, match="is not a file"):
+        ReplayOptions(bag.path, model, out, through_ros=True,
+                      dds_profile=tmp_path / "missing.xml")

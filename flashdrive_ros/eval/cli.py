@@ -6,7 +6,9 @@ planned (the main reasons on stderr), 2 when the replay cannot run."""
 from __future__ import annotations
 
 import argparse
+import os
 import sys
+from pathlib import Path
 
 import yaml
 
@@ -52,6 +54,10 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--node-param", action="append", default=[], metavar="NAME=VALUE",
                    help="a drive_node parameter for --through-ros (YAML value, repeatable), "
                         "e.g. --node-param act_apart=true")
+    p.add_argument("--dds-profile", type=Path, default=None, metavar="XML",
+                   help="through ROS: Fast DDS profile for the player and the node, e.g. "
+                        "config/fastdds_large_images.xml for full-size raw cameras "
+                        "(default: the environment's DDS configuration)")
     p.add_argument("--no-plots", action="store_true")
     p.add_argument("--quiet", action="store_true", help="no progress bar, no summary table")
     return p
@@ -76,7 +82,7 @@ def options_from_args(args: argparse.Namespace) -> ReplayOptions:
         backend=args.backend, drafter_file=args.drafter_file,
         control_rate_hz=args.control_rate, late_tolerance_s=args.late_tolerance,
         max_windows=args.max_windows, progress=not args.quiet, plots=not args.no_plots,
-        node_params=parse_node_params(args.node_param))
+        node_params=parse_node_params(args.node_param), dds_profile=args.dds_profile)
 
 
 def parse_node_params(items: list[str]) -> dict:
@@ -94,10 +100,18 @@ def parse_node_params(items: list[str]) -> dict:
     return params
 
 
+# read by Fast DDS when a process first starts DDS, so set before the player's first context;
+# the node process inherits it
+DDS_PROFILE_VARIABLE = "FASTRTPS_DEFAULT_PROFILES_FILE"
+
+
 def main(argv: list[str] | None = None) -> int:
     args = parser().parse_args(argv)
     try:
-        report = run_replay(options_from_args(args))
+        options = options_from_args(args)
+        if options.dds_profile is not None:
+            os.environ[DDS_PROFILE_VARIABLE] = str(options.dds_profile)
+        report = run_replay(options)
     except ReplayError as exc:
         print(f"flashdrive-replay: error: {exc}", file=sys.stderr)
         return 2

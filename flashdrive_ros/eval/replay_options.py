@@ -51,6 +51,7 @@ class ReplayOptions:
     progress: bool = True
     plots: bool = True
     node_params: dict = field(default_factory=dict)  # drive_node parameters, through ROS only
+    dds_profile: Path | None = None  # Fast DDS XML profile of the player and node (through ROS)
 
     def __post_init__(self) -> None:
         self.bag, self.model_dir, self.out_dir = (Path(self.bag), Path(self.model_dir),
@@ -81,6 +82,12 @@ class ReplayOptions:
                               "whole bag is played")
         if problem := node_params_problem(self.node_params, self.through_ros):
             raise ReplayError(problem)
+        if self.dds_profile is not None:
+            self.dds_profile = Path(self.dds_profile).resolve()
+            if not self.through_ros:
+                raise ReplayError("--dds-profile configures DDS: it applies through ROS only")
+            if not self.dds_profile.is_file():
+                raise ReplayError(f"--dds-profile {self.dds_profile} is not a file")
 
     def drafter_choice(self) -> dict[str, str]:
         """{"drafter_file": name} when one was chosen; else {} (the engine's default)."""
