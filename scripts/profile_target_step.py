@@ -1,7 +1,7 @@
 """Time and profile target training steps of a recipe on the CPU (or a GPU).
 
     PYTHONPATH=. python scripts/profile_target_step.py [--smoke] [--batch 32] [--steps 3]
-        [--device cpu] [--trace FILE]
+        [--flow-draws K] [--threads 1] [--device cpu] [--trace FILE]
 
 Builds a training set from short simulator drives at the recipe's image size, then times
 `--steps` full optimizer steps (after one warm-up step) of `train_target`'s step and prints
@@ -34,19 +34,23 @@ def main() -> None:
     parser.add_argument("--drives", type=int, default=2)
     parser.add_argument("--drive-seconds", type=float, default=8.0)
     parser.add_argument("--device", default="cpu")
+    parser.add_argument("--flow-draws", type=int, default=None)
+    parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--trace", default=None)
     args = parser.parse_args()
     recipe = smoke() if args.smoke else Recipe()
+    draws = recipe.flow_draws if args.flow_draws is None else args.flow_draws
     device = torch.device(args.device)
     torch.manual_seed(0)
     probe = recipe.model_config(4096)
     drives = generate_drives(train_seeds(args.drives), args.drive_seconds, probe, 1)
+    torch.set_num_threads(args.threads)
     tokenizer = train_tokenizer([c for d in drives for c in d.coc], recipe.bpe_tokens,
                                 probe.action.num_traj_tokens)
     cfg = recipe.model_config(tokenizer.vocab_size)
     data = TrainSet.build(cfg, tokenizer, drives, device=device)
     model = AlpamayoModel(cfg).to(device)
-    opt = torch.optim.AdamW(model.parameters(), lr=recipe.target_lr)
+    opt = torch.optim.AdamW(model.parameters(), lr=recipe.target_lr, fused=True)
     gen = torch.Generator(device=device).manual_seed(0)
     pick = torch.Generator().manual_seed(0)
     cuda = device.type == "cuda"
@@ -57,7 +61,7 @@ def main() -> None:
     def step() -> None:
         rows = torch.randint(len(data), (args.batch,), generator=pick)
         target_step(model, opt, data, rows, device, autocast, cache_dtype, gen,
-                    recipe.flow_weight, recipe.decision.token_weight, recipe.flow_draws)
+                    recipe.flow_weight, recipe.decision.token_weight, draws)
         if cuda:
             torch.cuda.synchronize()
 
@@ -66,7 +70,8 @@ def main() -> None:
     for _ in range(args.steps):
         step()
     per_step = (time.perf_counter() - start) / args.steps
-    print(f"{cfg.name} batch {args.batch} on {device}: {per_step:.3f} s per step "
+    print(f"{cfg.name} batch {args.batch}, {draws} flow draws on {device}: {per_step:.3f} s "
+          f"per step "
           f"({torch.get_num_threads()} threads, {args.steps} steps)")
     activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if cuda else [])
     with profile(activities=activities, record_shapes=False) as prof:

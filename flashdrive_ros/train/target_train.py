@@ -226,7 +226,8 @@ class TargetTrainer:
         self.pick_gen = torch.Generator().manual_seed(seed)
         self.draw_weights = row_weights(data.decision, focus.balance)
         params = [p for p in model.parameters() if p.requires_grad]
-        self.opt = torch.optim.AdamW(params, lr=lr, weight_decay=0.05, betas=(0.9, 0.95))
+        self.opt = torch.optim.AdamW(params, lr=lr, weight_decay=0.05, betas=(0.9, 0.95),
+                                     fused=True)
         self.progress = Progress(steps, seconds)
         self.first: dict[str, float] = {}
         self.last: dict[str, float] = {}
