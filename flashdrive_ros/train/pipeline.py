@@ -132,6 +132,7 @@ def run(out: Path, recipe: Recipe, minutes_budget: float, device: torch.device, 
         log.write("resume", int(meta["target"]["step"]), run_dir=str(resume),
                   resumed_stage=meta["stage"], drives=len(drives),
                   seconds=round(time.monotonic() - start, 1))
+        del drives
     data = TrainSet.build(cfg, tokenizer, train_drives, device=device)
     cfg.action = dataclasses.replace(cfg.action, **data.stats)
     data.cfg = cfg
