@@ -12,10 +12,11 @@ from flashdrive_ros.model.preprocess import normalize, patchify
 from flashdrive_ros.train.batched_expert import batched_velocity
 from flashdrive_ros.train.dataset import TrainSet
 from flashdrive_ros.train.generate import generate_drive
+from flashdrive_ros.train.grad_cache import GradKVCache
 from flashdrive_ros.train.pipeline import train_tokenizer
 from flashdrive_ros.train.target_train import (coc_loss, decision_hits, decision_weights,
                                                flow_matching_loss, flow_matching_loss_at,
-                                               run_backbone, target_step)
+                                               merged_grid, run_backbone, target_step)
 
 
 @pytest.fixture(scope="module")
@@ -46,6 +47,21 @@ def test_batch_pixels_equal_the_per_view_assembly(data):
     patches, grid = patchify(normalize(images), data.cfg.vision)
     assert torch.equal(batch.pixel_patches, patches) and torch.equal(batch.grid_thw, grid)
     assert batch.seq_bounds == (int(batch.seq_lens.min()), int(batch.seq_lens.max()))
+
+
+def test_images_of_one_size_encode_the_same_as_one_grid_row(data, model):
+    batch = data.batch(_rows(data), "cpu")
+    grid = batch.grid_thw
+    merged = merged_grid(grid)
+    assert merged.tolist() == [[grid.shape[0], *grid[0, 1:].tolist()]]
+    mixed = torch.tensor([[1, 4, 6], [2, 4, 6], [1, 2, 2], [1, 4, 6]])
+    assert merged_grid(mixed).tolist() == [[3, 4, 6], [1, 2, 2], [1, 4, 6]]
+    visual = model.vlm.model.visual
+    with torch.no_grad():
+        each, each_deep = visual(batch.pixel_patches.double(), grid)
+        once, once_deep = visual(batch.pixel_patches.double(), merged)
+    assert torch.equal(once, each)
+    assert all(torch.equal(a, b) for a, b in zip(once_deep, each_deep))
 
 
 def test_coc_loss_from_the_first_label_column_equals_the_masked_loss(data, model):
@@ -103,9 +119,21 @@ def test_one_flow_draw_gives_the_old_loss_and_k_draws_average_k_draws(data, mode
     assert not torch.equal(x0[0], x0[1]) and not torch.equal(t[0], t[1])
 
 
+def _old_backbone(model, batch, image_token_id):
+    """The teacher-forced pass as it was: one vision grid row per image."""
+    vlm, cfg = model.vlm, model.cfg.text
+    embeds, visual_mask, deepstack = vlm.embed(batch.input_ids, batch.pixel_patches,
+                                               batch.grid_thw, image_token_id)
+    b, t = batch.input_ids.shape
+    cache = GradKVCache(cfg.num_hidden_layers, b, cfg.num_key_value_heads, t, cfg.head_dim)
+    out = vlm.language_model(embeds, batch.positions, cache, torch.arange(t),
+                             visual_mask=visual_mask, deepstack=deepstack)
+    return out, cache
+
+
 def test_target_step_equals_the_step_before_its_rewrite(data):
-    """Old step: masked CoC loss, one flow draw, foreach AdamW; new: column slice, K = 1
-    through the draw path, fused AdamW."""
+    """Old step: one grid row per image, masked CoC loss, one flow draw, foreach AdamW; new:
+    merged grid, column slice, K = 1 through the draw path, fused AdamW."""
     rows = _rows(data)
     params = {}
     for variant in ("old", "new"):
@@ -120,7 +148,7 @@ def test_target_step_equals_the_step_before_its_rewrite(data):
                             contextlib.nullcontext, torch.float32, gen, 1.0, 5.0, 1)
                 continue
             batch = data.batch(rows, "cpu")
-            out, cache = run_backbone(model, batch, data.image_token_id, torch.float32)
+            out, cache = _old_backbone(model, batch, data.image_token_id)
             ce, _ = coc_loss(model, out.hidden, batch.labels,
                              decision_weights(batch.decisive, 5.0))
             loss = ce + _one_draw_loss(model, cache, batch.actions, batch.seq_lens, gen)

@@ -33,13 +33,27 @@ from flashdrive_ros.train.schedule import Progress
 Autocast = Callable[[], contextlib.AbstractContextManager]
 
 
+def merged_grid(grid_thw: torch.Tensor) -> torch.Tensor:
+    """grid_thw: [N_img, 3] on the host -> [M, 3]: consecutive images of one size as one row
+    of their summed temporal slices. The vision encoder attends within each slice and repeats
+    a size's position tables per slice, so its output is the same, with one table per row
+    instead of one per image (at batch 32, 512 images)."""
+    rows: list[list[int]] = []
+    for t, h, w in grid_thw.tolist():
+        if rows and rows[-1][1:] == [h, w]:
+            rows[-1][0] += t
+        else:
+            rows.append([t, h, w])
+    return torch.tensor(rows, dtype=grid_thw.dtype).reshape(-1, 3)
+
+
 def run_backbone(model: AlpamayoModel, batch: TrainBatch, image_token_id: int,
                  cache_dtype: torch.dtype, grad: bool = True):
     """Teacher-forced pass over the batch rows -> (BackboneOutput, cache holding their KV)."""
     vlm = model.vlm
     cfg = model.cfg.text
     embeds, visual_mask, deepstack = vlm.embed(batch.input_ids, batch.pixel_patches,
-                                               batch.grid_thw, image_token_id)
+                                               merged_grid(batch.grid_thw), image_token_id)
     b, t = batch.input_ids.shape
     cache_cls = GradKVCache if grad else KVCache
     cache = cache_cls(cfg.num_hidden_layers, b, cfg.num_key_value_heads, t, cfg.head_dim,
