@@ -2,15 +2,24 @@
 # Retrain the embedded model on one H200 (training pipeline with the recipe's decision focus)
 # and evaluate it on the 16 held-out 60 s drives 1000100..1000115 on the host's CPU cores.
 #
-#   bash scripts/retrain_h200.sh [all|train|eval]
+#   bash scripts/retrain_h200.sh [all|train|target|resume|eval]
 #
-# all   (default; one call, <= 9.5 min): pipeline with a TRAIN_MINUTES (5.5) budget, then the
-#       16 drives with streaming only (the full-prefill replay does not fit in the same call).
-# train (one call, <= 9.5 min): the pipeline with an 8.7-minute budget (the 9-minute recipe
-#       overran its budget by up to 9 s).
-# eval  (the next call on the same warm machine, about 7 min): the 16 drives with streaming
-#       and full prefill on the model of the last train call.
-# The run directory is out/retrain (ignored by git, so it stays on the machine between calls).
+# all    (default; one call, <= 9.5 min): pipeline with a TRAIN_MINUTES (5.5) budget, then the
+#        16 drives with streaming only (the full-prefill replay does not fit in the same call).
+# train  (one call, <= 9.5 min): the pipeline with an 8.7-minute budget (the 9-minute recipe
+#        overran its budget by up to 9 s).
+# target (call 1 of 3, <= 9.5 min): data (drives cached under out/retrain_target/resume/drives),
+#        tokenizer and the target stage on a TARGET_MINUTES (7.5) schedule, which this call
+#        does not finish; checkpoint in out/retrain_target/resume.
+# resume (call 2 of 3, <= 9.5 min): goes on from that checkpoint, ends the target schedule and
+#        runs the later stages (streaming-aware backbone, drafters, streaming expert) on the
+#        final target with the LATER_MINUTES (4) the recipe keeps for them; model in
+#        out/retrain/model. Exit 3 if the target schedule did not end (then run resume again:
+#        it goes on from out/retrain).
+# eval   (the next call on the same warm machine, about 7 min): the 16 drives with streaming
+#        and full prefill on the model of the last train or resume call.
+# The run directories (out/retrain, out/retrain_target) are ignored by git, so they stay on
+# the machine between calls of one session.
 # Comes back under $OUT: retrain_<phase>.tar.gz (summary.json, coverage.md, train_log.jsonl,
 # held_out.json, held_out.md, the logs, and the model directory but model.safetensors) and
 # model.safetensors (beside the tarball: the tarball with it would pass the 16 MiB per file).
@@ -18,6 +27,8 @@
 # always written. A CPU check of the script itself (tiny smoke model, one 10 s drive):
 #   PYTHON=.venv/bin/python DEVICE=cpu TRAIN_ARGS=--smoke DRIVES=1 SECONDS_PER_DRIVE=10 \
 #       OUT=/tmp/rt bash scripts/retrain_h200.sh
+# and of the three-call form: the same with `target`, then `resume` (TRAIN_ARGS only reaches
+# the target call; resume takes the recipe of the run it resumes), then `eval`.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 export PYTHONPATH=. PYTHONUNBUFFERED=1
@@ -25,6 +36,7 @@ phase="${1:-all}"
 start=$(date +%s)
 total_s="${TOTAL_S:-565}"
 run_dir="out/retrain"
+target_dir="out/retrain_target"
 out="${OUT:-out}"
 logs="${run_dir}/logs"
 python="${PYTHON:-python3}"
@@ -38,10 +50,11 @@ left() { echo $(( start + total_s - $(date +%s) - ${1:-0} )); }
 
 train() {
     local minutes="$1"
+    shift
     rm -rf "${run_dir}"
     mkdir -p "${logs}"
     timeout --signal=INT "$(left 20)" "${python}" -m flashdrive_ros.train.pipeline \
-        --out "${run_dir}" --minutes-budget "${minutes}" --device "${device}" "${train_args[@]}" \
+        --out "${run_dir}" --minutes-budget "${minutes}" --device "${device}" "$@" \
         > "${logs}/train.log" 2>&1
     local status=$?
     tail -n 40 "${logs}/train.log"
@@ -86,27 +99,45 @@ nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader ||
 status=0
 case "${phase}" in
     all)
-        train "${TRAIN_MINUTES:-5.5}" || status=$?
+        train "${TRAIN_MINUTES:-5.5}" "${train_args[@]}" || status=$?
         [ "${status}" -eq 0 ] && { evaluate --streaming-only || status=$?; }
         ;;
     train)
-        train "${TRAIN_MINUTES:-8.7}" || status=$?
+        train "${TRAIN_MINUTES:-8.7}" "${train_args[@]}" || status=$?
+        ;;
+    target)
+        run_dir="${target_dir}"
+        logs="${run_dir}/logs"
+        train "${TRAIN_MINUTES:-8.7}" --stages target --target-minutes "${TARGET_MINUTES:-7.5}" \
+            --later-minutes "${LATER_MINUTES:-4}" "${train_args[@]}" || status=$?
+        ;;
+    resume)
+        from="${target_dir}"
+        if [ -f "${run_dir}/resume/state.json" ]; then
+            # a resume call that stopped inside the target schedule: go on from it
+            rm -rf "${run_dir}.prev" && mv "${run_dir}" "${run_dir}.prev" && from="${run_dir}.prev"
+        fi
+        train "${TRAIN_MINUTES:-8.7}" --resume "${from}" || status=$?
         ;;
     eval)
         rm -rf "${run_dir}/held_out"
         evaluate || status=$?
         ;;
     *)
-        echo "usage: $0 [all|train|eval]"
+        echo "usage: $0 [all|train|target|resume|eval]"
         exit 2
         ;;
 esac
 [ -f "${run_dir}/summary.json" ] && "${python}" - "${run_dir}/summary.json" <<'EOF'
 import json, sys
 s = json.load(open(sys.argv[1]))
-t = s["target"]
-print("target steps", t["steps"], "held-out CoC CE", round(t["eval_coc_loss"], 4),
-      "flow", round(t["eval_flow_loss"], 4))
+print("calls:", s.get("calls"))
+t = s.get("target")
+if t is None:
+    print("target stage paused (no held-out figures yet)")
+    sys.exit(0)
+print("target steps", t["steps"], "flow draws", t.get("flow_draws"), "held-out CoC CE",
+      round(t["eval_coc_loss"], 4), "flow", round(t["eval_flow_loss"], 4))
 print("held-out decision accuracy (teacher forced):",
       {k[len("eval_decision_acc_"):] or "all": round(v, 3) for k, v in t.items()
        if k.startswith("eval_decision_acc")})

@@ -41,27 +41,33 @@ def _attention(attn: ExpertAttention, x: torch.Tensor, cos: torch.Tensor, sin: t
 
 
 def batched_expert(expert: ActionExpert, x: torch.Tensor, cache: KVCache,
-                   prefix_lens: torch.Tensor) -> torch.Tensor:
-    """x: [B, N, H_exp]; cache: batch B; prefix_lens: [B] long -> [B, N, H_exp]."""
-    b, n, _ = x.shape
-    if cache.k.shape[1] != b or prefix_lens.shape != (b,):
-        raise ValueError(f"cache batch {cache.k.shape[1]} / prefix_lens {tuple(prefix_lens.shape)}"
-                         f" do not match the {b} windows")
-    length = int(prefix_lens.max())
-    if int(prefix_lens.min()) < 1 or length > cache.length:
+                   prefix_lens: torch.Tensor, draws: int = 1,
+                   bounds: tuple[int, int] | None = None) -> torch.Tensor:
+    """x: [K * B, N, H_exp] (draw-major: row k * B + b reads window b); cache: batch B;
+    prefix_lens: [B] long -> [K * B, N, H_exp]. `bounds` = (min, max) of prefix_lens when
+    the caller knows them on the host (saves reading them back from the device)."""
+    kb, n, _ = x.shape
+    b = cache.k.shape[1]
+    if draws < 1 or kb != draws * b or prefix_lens.shape != (b,):
+        raise ValueError(f"cache batch {b} / prefix_lens {tuple(prefix_lens.shape)} / "
+                         f"{draws} draws do not match the {kb} rows")
+    low, length = bounds if bounds is not None else (int(prefix_lens.min()),
+                                                     int(prefix_lens.max()))
+    if low < 1 or length > cache.length:
         raise ValueError(f"prefix_lens outside [1, cache length {cache.length}]")
-    positions = batched_expert_positions(cache, prefix_lens, n)
+    positions = batched_expert_positions(cache, prefix_lens, n).repeat(1, draws, 1)
     cos, sin = mrope_cos_sin(positions, expert.inv_freq, expert.mrope_section,
-                             expert.mrope_interleaved, dtype=x.dtype)  # cos: [B, N, D]
+                             expert.mrope_interleaved, dtype=x.dtype)  # cos: [K*B, N, D]
     p_cos, p_sin = mrope_cos_sin(cache.positions[:, :, :length], expert.inv_freq,
                                  expert.mrope_section, expert.mrope_interleaved, dtype=x.dtype)
     slots = torch.arange(length, device=x.device)
     prefix_ok = slots[None, :] < prefix_lens[:, None]  # prefix_ok: [B, P]
     own_ok = torch.ones(b, n, dtype=torch.bool, device=x.device)
-    key_mask = torch.cat([prefix_ok, own_ok], dim=1)[:, None, None, :]
+    key_mask = torch.cat([prefix_ok, own_ok], dim=1)[:, None, None, :].repeat(draws, 1, 1, 1)
     for i, layer in enumerate(expert.layers):
         k, v, _ = cache.layer_view(i, length)  # k, v: [B, Hkv, P, D]
-        prefix_k = apply_rotary(k.to(x.dtype), p_cos, p_sin)
+        prefix_k = apply_rotary(k.to(x.dtype), p_cos, p_sin).repeat(draws, 1, 1, 1)
+        v = v.repeat(draws, 1, 1, 1)  # v: [K*B, Hkv, P, D]
         h = layer.input_layernorm(x)
         x = x + _attention(layer.self_attn, h, cos, sin, prefix_k, v.to(x.dtype), key_mask)
         x = x + layer.mlp(layer.post_attention_layernorm(x))
@@ -70,7 +76,9 @@ def batched_expert(expert: ActionExpert, x: torch.Tensor, cache: KVCache,
 
 def batched_velocity(expert: ActionExpert, in_proj: nn.Module, out_proj: nn.Module,
                      x_t: torch.Tensor, t: torch.Tensor, cache: KVCache,
-                     prefix_lens: torch.Tensor) -> torch.Tensor:
-    """x_t: [B, N, 2]; t: [B] -> v: [B, N, 2], window b reading its own prefix."""
-    tokens = in_proj(x_t, t.to(x_t.dtype))  # tokens: [B, N, H_exp]
-    return out_proj(batched_expert(expert, tokens, cache, prefix_lens))
+                     prefix_lens: torch.Tensor, draws: int = 1,
+                     bounds: tuple[int, int] | None = None) -> torch.Tensor:
+    """x_t: [K * B, N, 2]; t: [K * B] -> v: [K * B, N, 2], row k * B + b reading window b's
+    prefix."""
+    tokens = in_proj(x_t, t.to(x_t.dtype))  # tokens: [K*B, N, H_exp]
+    return out_proj(batched_expert(expert, tokens, cache, prefix_lens, draws, bounds))

@@ -35,7 +35,9 @@ class TrainBatch:
     """input_ids: [B, T] prompt + CoC (padded); labels: [B, T] next-token targets on the CoC
     (IGNORE elsewhere); positions: [3, B, T]; pixel_patches / grid_thw: the B * V * F images in
     prompt order; seq_lens: [B] valid tokens (prompt + CoC); actions: [B, N_wp, 2]; decisive:
-    [B, T] bool, True at the label positions of the CoC tokens that decide the decision."""
+    [B, T] bool, True at the label positions of the CoC tokens that decide the decision;
+    coc_start: first label column (None without CoC); seq_bounds: (min, max) of seq_lens,
+    read on the host. grid_thw stays on the CPU (the vision encoder reads it there)."""
 
     input_ids: torch.Tensor
     labels: torch.Tensor
@@ -46,6 +48,8 @@ class TrainBatch:
     actions: torch.Tensor
     rows: torch.Tensor
     decisive: torch.Tensor
+    coc_start: int | None = None
+    seq_bounds: tuple[int, int] | None = None
 
 
 class TrainSet:
@@ -154,17 +158,19 @@ class TrainSet:
                      device: torch.device | str) -> tuple[torch.Tensor, torch.Tensor]:
         """(pixel_patches, grid_thw) of the (view, frame) images `frames` of every window,
         window-major, each window's images in `frames` order."""
-        stored = self.images(rows)  # stored: [B, V, F, H, W, 3]
-        views = torch.tensor([v for v, _ in frames], device=stored.device)
-        slots = torch.tensor([f for _, f in frames], device=stored.device)
-        images = stored[:, views, slots].to(device)  # images: [B, n, H, W, 3]
+        views = torch.tensor([v for v, _ in frames])
+        slots = torch.tensor([f for _, f in frames])
+        num_views = self.frames.shape[1]
+        flat = self.frame_index[rows.cpu()][:, slots] * num_views + views  # flat: [B, n]
+        stored = self.frames.flatten(0, 1)  # stored: [S_total * V, H, W, 3]
+        images = stored[to_device(flat, stored.device)].to(device)  # images: [B, n, H, W, 3]
         b, n, h, w, _ = images.shape
         size = (self.cfg.prompt.image_height, self.cfg.prompt.image_width)
         if (h, w) != size:
             raise ValueError(f"frames are {h}x{w}, the model takes {size[0]}x{size[1]}")
         pixels = images.reshape(b * n, h, w, 3).permute(0, 3, 1, 2).float()
         patches, grid = patchify(normalize(pixels), self.cfg.vision)
-        return patches, grid.to(device)
+        return patches, grid.cpu()
 
     def token_rows(self, rows: torch.Tensor, with_coc: bool = True
                    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
@@ -210,6 +216,18 @@ class TrainSet:
         positions = self.positions_for(ids.shape[1], grid, ids.shape[0])
         decisive = (self.decisive_mask(rows, ids.shape[1], self.prompt_len - 1) if with_coc
                     else torch.zeros(ids.shape, dtype=torch.bool))
-        return TrainBatch(ids.to(device), labels.to(device), positions.to(device), patches,
-                          grid, seq_lens.to(device), self.actions[rows.cpu()].to(device),
-                          rows, decisive.to(device))
+        return TrainBatch(to_device(ids, device), to_device(labels, device),
+                          to_device(positions, device), patches, grid,
+                          to_device(seq_lens, device),
+                          to_device(self.actions[rows.cpu()], device), rows,
+                          to_device(decisive, device),
+                          coc_start=self.prompt_len - 1 if with_coc else None,
+                          seq_bounds=(int(seq_lens.min()), int(seq_lens.max())))
+
+
+def to_device(t: torch.Tensor, device: torch.device | str) -> torch.Tensor:
+    """Host tensor -> device; to a GPU through pinned memory without waiting for the stream."""
+    device = torch.device(device)
+    if device.type != "cuda" or t.device.type != "cpu":
+        return t.to(device)
+    return t.contiguous().pin_memory().to(device, non_blocking=True)

@@ -6,6 +6,13 @@ of the whole model -> drafters (flat and mrope, on the target's greedy CoC) -> s
 fine-tune of the action expert -> model directory.
 
     python -m flashdrive_ros.train.pipeline --out DIR [--minutes-budget M] [--device cuda]
+    python -m flashdrive_ros.train.pipeline --out DIR1 --stages target --target-minutes T
+    python -m flashdrive_ros.train.pipeline --resume DIR1 --out DIR2
+
+The second form trains only the target, over a schedule of T minutes that may span calls,
+stops when its call's time is up and writes DIR1/resume/ (checkpoint.py; the drives are
+cached in DIR1/resume/drives/); the third goes on from it (again with --stages target, or to
+the end, running the later stages on the final target).
 
 Writes DIR/model/ (config.json, model.safetensors (fp16), tokenizer.json, drafter.safetensors
 (flat rotary, as config.json says) and drafter_mrope.safetensors), DIR/train_log.jsonl and
@@ -28,6 +35,7 @@ import numpy as np
 import torch
 
 from flashdrive_ros.model.alpamayo import AlpamayoModel
+from flashdrive_ros.model.config import ModelConfig
 from flashdrive_ros.model.drafter import Drafter
 from flashdrive_ros.model.prompt import CAMERA_DISPLAY_NAMES, INSTRUCTION_TEXT, SYSTEM_TEXT
 from flashdrive_ros.model.tokenizer import (ALPAMAYO_SPECIAL_NAMES, QWEN_SPECIALS, TextTokenizer,
@@ -35,7 +43,10 @@ from flashdrive_ros.model.tokenizer import (ALPAMAYO_SPECIAL_NAMES, QWEN_SPECIAL
 from flashdrive_ros.model.manifest import write_manifest
 from flashdrive_ros.model.weights import save_model_dir
 from flashdrive_ros.sim.labels import DECISIONS
+from flashdrive_ros.train.checkpoint import (RESUME_SUBDIR, load_weights, read_checkpoint,
+                                             save_checkpoint)
 from flashdrive_ros.train.draft_corpus import build_draft_corpus
+from flashdrive_ros.train.drive_cache import load_drives, save_drives
 from flashdrive_ros.train.drafter_data import concat_corpora
 from flashdrive_ros.train.coverage import check_coverage, coverage, markdown
 from flashdrive_ros.train.decision_focus import DecisionFocus, decision_shares
@@ -43,15 +54,18 @@ from flashdrive_ros.train.drafter_train import train_drafter
 from flashdrive_ros.train.generate import generate_drives, is_disturbed
 from flashdrive_ros.train.log import TrainLog
 from flashdrive_ros.train.model_dir import half_copy
-from flashdrive_ros.train.recipe import Recipe, smoke
+from flashdrive_ros.train.recipe import Recipe, recipe_from_dict, smoke
+from flashdrive_ros.train.rng_state import restore_rng, rng_state
 from flashdrive_ros.train.dataset import TrainSet
 from flashdrive_ros.sim.seeds import eval_seeds, train_seeds
 from flashdrive_ros.train.streaming_backbone import train_backbone_streaming
 from flashdrive_ros.train.streaming_tune import streaming_tune
-from flashdrive_ros.train.target_train import train_target
+from flashdrive_ros.train.target_train import TargetTrainer
 
 MODEL_SUBDIR = "model"
 MROPE_DRAFTER_FILE = "drafter_mrope.safetensors"
+DRIVES_SUBDIR = "drives"
+STAGES = ("all", "target")
 
 
 def tokenizer_corpus(cocs: list[str]) -> list[str]:
@@ -74,13 +88,20 @@ def seed_everything(seed: int) -> None:
 
 
 def run(out: Path, recipe: Recipe, minutes_budget: float, device: torch.device, seed: int,
-        workers: int | None) -> dict:
+        workers: int | None, stages: str = "all", resume: Path | None = None,
+        target_call_steps: int | None = None) -> dict:
+    """`stages` "target": stop after the target stage (or when this call's time is up, or
+    after `target_call_steps` steps in this call) and write a checkpoint under out/resume;
+    `resume`: the run directory of such a call, whose recipe, seed, drives, tokenizer,
+    weights and training state this call goes on with."""
+    if stages not in STAGES:
+        raise ValueError(f"stages must be one of {STAGES}, got {stages!r}")
     start = time.monotonic()
+    deadline = start + minutes_budget * 60
     out.mkdir(parents=True, exist_ok=True)
     log_path = out / "train_log.jsonl"
     log_path.unlink(missing_ok=True)
     log = TrainLog(log_path)
-    seed_everything(seed)
     cuda = device.type == "cuda"
     if cuda:
         torch.backends.cuda.matmul.allow_tf32 = True
@@ -91,61 +112,84 @@ def run(out: Path, recipe: Recipe, minutes_budget: float, device: torch.device, 
                 else contextlib.nullcontext())
 
     cache_dtype = torch.bfloat16 if cuda else torch.float32
-    probe = recipe.model_config(4096)
-    train_list = train_seeds(recipe.train_drives)
-    eval_list = eval_seeds(recipe.eval_drives)
-    train_drives = generate_drives(train_list, recipe.drive_seconds, probe, workers,
-                                   recipe.noise, recipe.disturbance, recipe.disturbed_share)
-    eval_drives = generate_drives(eval_list, recipe.drive_seconds, probe, workers)
-    drives = train_drives + eval_drives
-    frames = sum(d.num_steps for d in drives)
-    log.write("data", 0, drives=len(drives), frames=frames,
-              seconds=round(time.monotonic() - start, 1),
-              scenarios=len({s for d in drives for s in d.scenario.split(",")}))
-    table = coverage(train_drives, probe.prompt.num_frames, probe.action.num_history)
-    (out / "coverage.md").write_text(markdown(table))
-    log.write("coverage", 0, windows=table["windows"],
-              **{k: v["windows"] for k, v in table["decision"].items()})
-    check_coverage(table, recipe.min_decision_windows)
-
-    cocs = [c for d in train_drives for c in d.coc]
-    tokenizer = train_tokenizer(cocs, recipe.bpe_tokens, probe.action.num_traj_tokens)
-    cfg = recipe.model_config(tokenizer.vocab_size)
+    paused = None
+    if resume is None:
+        seed_everything(seed)
+        cache = (out / RESUME_SUBDIR / DRIVES_SUBDIR
+                 if stages == "target" or recipe.target_minutes is not None else None)
+        tokenizer, train_drives, eval_drives, summary = _fresh_data(
+            out, recipe, workers, log, start, cache)
+        cfg = recipe.model_config(tokenizer.vocab_size)
+    else:
+        paused = read_checkpoint(resume / RESUME_SUBDIR)
+        meta, tokenizer, _ = paused
+        recipe, seed = recipe_from_dict(meta["recipe"]), int(meta["seed"])
+        cfg = ModelConfig.from_dict(meta["config"])
+        cache = Path(meta["drive_cache"])
+        drives = load_drives(cache)
+        train_drives, eval_drives = drives[:meta["train_drives"]], drives[meta["train_drives"]:]
+        summary = meta["summary"]
+        log.write("resume", int(meta["target"]["step"]), run_dir=str(resume),
+                  resumed_stage=meta["stage"], drives=len(drives),
+                  seconds=round(time.monotonic() - start, 1))
+        del drives
     data = TrainSet.build(cfg, tokenizer, train_drives, device=device)
     cfg.action = dataclasses.replace(cfg.action, **data.stats)
     data.cfg = cfg
     eval_data = TrainSet.build(cfg, tokenizer, eval_drives, stats=data.stats, device=device)
-    del drives, train_drives, eval_drives
-    log.write("tokenizer", 0, vocab=tokenizer.vocab_size, prompt_tokens=data.prompt_len,
-              train_windows=len(data), eval_windows=len(eval_data),
-              coc_tokens_mean=float(data.coc_lens.float().mean()))
+    del train_drives, eval_drives
+    if resume is None:
+        log.write("tokenizer", 0, vocab=tokenizer.vocab_size, prompt_tokens=data.prompt_len,
+                  train_windows=len(data), eval_windows=len(eval_data),
+                  coc_tokens_mean=float(data.coc_lens.float().mean()))
+        summary.update({
+            "config": cfg.name, "vocab": cfg.text.vocab_size, "train_windows": len(data),
+            "eval_windows": len(eval_data), "device": str(device),
+            "decision_focus": {**dataclasses.asdict(recipe.decision),
+                               "drawn_share": decision_shares(
+                                   data.decision, recipe.decision.balance, DECISIONS),
+                               "decisive_tokens_mean": float(
+                                   data.decisive_lens.float().mean())}})
 
     remaining = max(minutes_budget * 60 - (time.monotonic() - start) - recipe.reserve_seconds,
                     1.0)
     model = AlpamayoModel(cfg).to(device)
     params = sum(p.numel() for p in model.parameters())
     log.write("model", 0, params=params, vocab=cfg.text.vocab_size)
-    summary: dict = {"config": cfg.name, "params": params, "vocab": cfg.text.vocab_size,
-                     "train_windows": len(data), "eval_windows": len(eval_data),
-                     "train_seeds": [train_list[0], train_list[-1]],
-                     "eval_seeds": [eval_list[0], eval_list[-1]], "device": str(device),
-                     "drive_seconds": recipe.drive_seconds,
-                     "noise": dataclasses.asdict(recipe.noise),
-                     "disturbance": dataclasses.asdict(recipe.disturbance),
-                     "disturbed_drives": sum(is_disturbed(seed, recipe.disturbed_share)
-                                             for seed in train_list),
-                     "coverage": table,
-                     "decision_focus": {**dataclasses.asdict(recipe.decision),
-                                        "drawn_share": decision_shares(
-                                            data.decision, recipe.decision.balance, DECISIONS),
-                                        "decisive_tokens_mean": float(
-                                            data.decisive_lens.float().mean())}}
-    summary["target"] = train_target(
-        model, data, eval_data, recipe.target_steps, recipe.target_share * remaining,
-        recipe.target_batch, recipe.target_lr, seed, log, device, autocast, cache_dtype,
-        recipe.flow_weight, recipe.target_eval_rows, focus=recipe.decision)
+    summary["params"] = params
+    target_seconds = (recipe.target_minutes * 60 if recipe.target_minutes is not None
+                      else recipe.target_share * remaining)
+    trainer = TargetTrainer(model, data, recipe.target_steps, target_seconds,
+                            recipe.target_batch, recipe.target_lr, seed, log, device, autocast,
+                            cache_dtype, recipe.flow_weight, focus=recipe.decision,
+                            flow_draws=recipe.flow_draws)
+    stage = "target"
+    if paused is not None:
+        meta, _, tensors = paused
+        load_weights(model, resume / RESUME_SUBDIR)
+        trainer.load_state(tensors, meta["target"])
+        restore_rng(tensors, meta["rng"], device)
+        stage = meta["stage"]
+    summary.setdefault("calls", []).append({"stages": stages, "resumed_from": (
+        str(resume) if resume else None), "target_step_at_start": trainer.progress.step})
+    if stage == "target":
+        stop_at = (deadline - recipe.reserve_seconds if stages == "target" else
+                   None if recipe.target_minutes is None else
+                   deadline - recipe.reserve_seconds - recipe.later_minutes * 60)
+        if trainer.run(stop_at, target_call_steps):
+            summary["target"] = trainer.finish(eval_data, recipe.target_eval_rows, seed)
+            stage = "later"
+    summary["calls"][-1]["target_step_at_end"] = trainer.progress.step
+    if stages == "target" or stage == "target":
+        summary["calls"][-1]["seconds"] = round(time.monotonic() - start, 1)
+        _pause(out, model, tokenizer, trainer, recipe, cfg, seed, stage, cache, summary, device)
+        summary["paused_in"] = stage
+        return _close(out, log, summary, start)
+
+    later = max(deadline - time.monotonic() - recipe.reserve_seconds, 1.0)
+    scale = later / (1.0 - recipe.target_share)
     summary["streaming_backbone"] = train_backbone_streaming(
-        model, data, eval_data, recipe.backbone, recipe.backbone_share * remaining, seed, log,
+        model, data, eval_data, recipe.backbone, recipe.backbone_share * scale, seed, log,
         device, autocast, cache_dtype, token_weight=recipe.decision.token_weight)
 
     if cfg.drafter is None:
@@ -172,14 +216,14 @@ def run(out: Path, recipe: Recipe, minutes_budget: float, device: torch.device, 
             p.requires_grad_(False)
         summary[f"drafter_{rotary}"] = _train_drafter_on(
             drafter, corpus, eval_corpus, embed, head, recipe, seed, log, rotary, autocast,
-            recipe.draft_share * remaining)
+            recipe.draft_share * scale)
         for p, flag in zip(model.parameters(), frozen):
             p.requires_grad_(flag)
         drafters[rotary] = drafter
     del corpus, eval_corpus
 
     summary["streaming"] = streaming_tune(
-        model, tokenizer, data, eval_data, recipe.stream_steps, recipe.stream_share * remaining,
+        model, tokenizer, data, eval_data, recipe.stream_steps, recipe.stream_share * scale,
         recipe.stream_max_windows, recipe.stream_sequences, recipe.stream_samples,
         recipe.stream_lr, seed, log, device, autocast, recipe.stream_eval_sequences)
 
@@ -193,8 +237,66 @@ def run(out: Path, recipe: Recipe, minutes_budget: float, device: torch.device, 
     summary["files_bytes"] = sizes
     summary["model_dir_bytes_with_one_drafter"] = sum(
         v for k, v in sizes.items() if k != MROPE_DRAFTER_FILE)
-    summary["seconds"] = round(time.monotonic() - start, 1)
-    log.write("done", 0, seconds=summary["seconds"])
+    return _close(out, log, summary, start)
+
+
+def _fresh_data(out: Path, recipe: Recipe, workers: int | None, log: TrainLog, start: float,
+                cache: Path | None):
+    """Drives, coverage and tokenizer of a new run -> (tokenizer, train drives, eval drives,
+    summary); the drives are also written to `cache` when given."""
+    probe = recipe.model_config(4096)
+    train_list = train_seeds(recipe.train_drives)
+    eval_list = eval_seeds(recipe.eval_drives)
+    train_drives = generate_drives(train_list, recipe.drive_seconds, probe, workers,
+                                   recipe.noise, recipe.disturbance, recipe.disturbed_share)
+    eval_drives = generate_drives(eval_list, recipe.drive_seconds, probe, workers)
+    drives = train_drives + eval_drives
+    frames = sum(d.num_steps for d in drives)
+    log.write("data", 0, drives=len(drives), frames=frames,
+              seconds=round(time.monotonic() - start, 1),
+              scenarios=len({s for d in drives for s in d.scenario.split(",")}))
+    if cache is not None:
+        written = time.monotonic()
+        save_drives(drives, cache)
+        log.write("drive_cache", 0, folder=str(cache),
+                  bytes=sum(f.stat().st_size for f in cache.iterdir()),
+                  seconds=round(time.monotonic() - written, 1))
+    table = coverage(train_drives, probe.prompt.num_frames, probe.action.num_history)
+    (out / "coverage.md").write_text(markdown(table))
+    log.write("coverage", 0, windows=table["windows"],
+              **{k: v["windows"] for k, v in table["decision"].items()})
+    check_coverage(table, recipe.min_decision_windows)
+
+    cocs = [c for d in train_drives for c in d.coc]
+    tokenizer = train_tokenizer(cocs, recipe.bpe_tokens, probe.action.num_traj_tokens)
+    summary: dict = {"train_seeds": [train_list[0], train_list[-1]],
+                     "eval_seeds": [eval_list[0], eval_list[-1]],
+                     "drive_seconds": recipe.drive_seconds,
+                     "noise": dataclasses.asdict(recipe.noise),
+                     "disturbance": dataclasses.asdict(recipe.disturbance),
+                     "disturbed_drives": sum(is_disturbed(seed, recipe.disturbed_share)
+                                             for seed in train_list),
+                     "coverage": table}
+    return tokenizer, train_drives, eval_drives, summary
+def _pause(out: Path, model: AlpamayoModel, tokenizer: TextTokenizer, trainer: TargetTrainer,
+           recipe: Recipe, cfg: ModelConfig, seed: int, stage: str, cache: Path,
+           summary: dict, device: torch.device) -> None:
+    """Checkpoint under out/resume: `stage` "target" goes on training the target, "later"
+    runs the stages after it."""
+    tensors, target = trainer.state()
+    rng_tensors, rng = rng_state(device)
+    meta = {"stage": stage, "seed": seed, "recipe": dataclasses.asdict(recipe),
+            "config": cfg.to_dict(), "drive_cache": str(cache.resolve()),
+            "train_drives": recipe.train_drives, "target": target, "rng": rng,
+            "summary": summary}
+    save_checkpoint(out / RESUME_SUBDIR, model, tokenizer, {**tensors, **rng_tensors}, meta)
+
+
+def _close(out: Path, log: TrainLog, summary: dict, start: float) -> dict:
+    seconds = round(time.monotonic() - start, 1)
+    summary["calls"][-1]["seconds"] = seconds
+    summary["seconds"] = round(sum(call["seconds"] for call in summary["calls"]), 1)
+    log.write("done", 0, seconds=seconds)
     log.close()
     (out / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
     return summary
@@ -230,24 +332,59 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--decision-balance", type=float, default=None,
                         help=f"0: windows drawn uniformly, 1: every decision equally often "
                              f"(default {DecisionFocus.balance})")
+    parser.add_argument("--flow-draws", type=int, default=None,
+                        help=f"(noise, time) draws per window in the target's flow loss "
+                             f"(default {Recipe.flow_draws})")
+    parser.add_argument("--target-minutes", type=float, default=None,
+                        help="target schedule length over all calls (default: its share of "
+                             "one call)")
+    parser.add_argument("--later-minutes", type=float, default=None,
+                        help=f"with --target-minutes: minutes kept for the stages after the "
+                             f"target (default {Recipe.later_minutes})")
+    parser.add_argument("--stages", choices=STAGES, default="all",
+                        help="target: stop after the target stage or when this call's time "
+                             "is up, with a checkpoint in OUT/resume for --resume")
+    parser.add_argument("--target-call-steps", type=int, default=None,
+                        help="with --stages target: stop the target after this many steps "
+                             "in this call")
+    parser.add_argument("--resume", type=Path, default=None,
+                        help="run directory of a --stages target call to go on with (its "
+                             "recipe, seed, drives and state; no recipe options here)")
     args = parser.parse_args(argv)
-    recipe = smoke() if args.smoke else Recipe()
     overrides = {name: value for name, value in (
         ("train_drives", args.train_drives), ("drive_seconds", args.drive_seconds),
-        ("disturbed_share", args.disturbed_share)) if value is not None}
+        ("disturbed_share", args.disturbed_share), ("flow_draws", args.flow_draws),
+        ("target_minutes", args.target_minutes), ("later_minutes", args.later_minutes))
+        if value is not None}
     focus = {name: value for name, value in (
         ("token_weight", args.decision_token_weight),
         ("balance", args.decision_balance)) if value is not None}
+    if args.target_call_steps is not None and (args.stages != "target"
+                                               or args.target_call_steps < 1):
+        parser.error("--target-call-steps takes a count >= 1 and --stages target")
+    if args.resume is not None and (overrides or focus or args.smoke):
+        parser.error("--resume takes the recipe of the run it resumes; drop the recipe "
+                     "options")
+    recipe = smoke() if args.smoke else Recipe()
     try:
         recipe = dataclasses.replace(recipe, **overrides,
                                      decision=dataclasses.replace(recipe.decision, **focus))
     except ValueError as exc:
         parser.error(str(exc))
-    summary = run(args.out, recipe, args.minutes_budget, torch.device(args.device), args.seed,
-                  args.workers)
+    try:
+        summary = run(args.out, recipe, args.minutes_budget, torch.device(args.device),
+                      args.seed, args.workers, args.stages, args.resume,
+                      args.target_call_steps)
+    except (FileNotFoundError, ValueError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
     print(json.dumps({k: summary[k] for k in ("target", "streaming_backbone", "drafter_flat",
-                                              "drafter_mrope", "streaming", "seconds")},
-                     indent=2))
+                                              "drafter_mrope", "streaming", "calls",
+                                              "seconds") if k in summary}, indent=2))
+    if summary.get("paused_in") == "target" and args.stages == "all":
+        print(f"error: the target schedule did not end in this call; go on with --resume "
+              f"{args.out}", file=sys.stderr)
+        return 3
     return 0
 
 

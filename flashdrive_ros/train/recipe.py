@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import typing
 from dataclasses import dataclass, field
 
 from flashdrive_ros.model.config import ModelConfig, PromptConfig, embedded, tiny
@@ -21,7 +22,14 @@ class Recipe:
     expert's way back to its course as the label); held-out drives are exact. A decision
     class with fewer than `min_decision_windows` training windows stops the run. `decision`
     weighs the CoC tokens that decide the decision and draws rare decisions more often
-    (target stage; the streaming-aware stage takes its token weight).
+    (target stage; the streaming-aware stage takes its token weight). `flow_draws` (noise,
+    time) pairs per window train the action expert on one backbone pass (loss: their mean).
+
+    Time: in one call the target trains `target_share` of the time left after the data and
+    each later stage its share of the time left after the target, scaled by
+    1 / (1 - target_share). `target_minutes` instead fixes the target's schedule length
+    over several calls (the pipeline's --stages target / --resume); the call that runs the
+    later stages then stops the target so that `later_minutes` remain for them.
     """
 
     preset: str = "embedded"
@@ -38,6 +46,7 @@ class Recipe:
     target_lr: float = 6e-4
     target_eval_rows: int = 512
     flow_weight: float = 1.0
+    flow_draws: int = 4
     decision: DecisionFocus = field(default_factory=DecisionFocus)
     draft_rows: int = 4096
     draft_eval_rows: int = 512
@@ -58,6 +67,8 @@ class Recipe:
     draft_share: float = 0.06
     stream_share: float = 0.08
     reserve_seconds: float = 45.0
+    target_minutes: float | None = None
+    later_minutes: float = 4.0
 
     def __post_init__(self) -> None:
         if self.preset not in ("embedded", "smoke"):
@@ -69,6 +80,14 @@ class Recipe:
             raise ValueError("min_decision_windows must be >= 0")
         if not 0.0 <= self.disturbed_share <= 1.0:
             raise ValueError(f"disturbed_share must be in [0, 1], got {self.disturbed_share}")
+        if self.flow_draws < 1:
+            raise ValueError(f"flow_draws must be >= 1, got {self.flow_draws}")
+        if self.target_minutes is not None and not self.target_minutes > 0:
+            raise ValueError(f"target_minutes must be > 0, got {self.target_minutes}")
+        if not self.later_minutes > 0:
+            raise ValueError(f"later_minutes must be > 0, got {self.later_minutes}")
+        if not 0.0 < self.target_share < 1.0:
+            raise ValueError(f"target_share must be in (0, 1), got {self.target_share}")
         if (self.target_share + self.backbone_share + 2 * self.draft_share
                 + self.stream_share > 1.0):
             raise ValueError("stage time shares exceed 1")
@@ -95,3 +114,25 @@ def smoke() -> Recipe:
                                                    full_prefill_windows=2, min_windows=2,
                                                    max_windows=3, eval_rows=2, eval_length=3,
                                                    eval_batch=2, log_every=1))
+
+
+def recipe_from_dict(data: dict) -> Recipe:
+    """The recipe that `dataclasses.asdict` (through JSON) gave; unknown keys are an error."""
+    return _build(Recipe, data)
+
+
+def _build(cls: type, data: dict):
+    hints = typing.get_type_hints(cls)
+    names = {f.name for f in dataclasses.fields(cls)}
+    unknown = set(data) - names
+    if unknown:
+        raise ValueError(f"{cls.__name__} has no fields {sorted(unknown)}")
+    kwargs = {}
+    for name, value in data.items():
+        hint = hints[name]
+        if dataclasses.is_dataclass(hint):
+            value = _build(hint, value)
+        elif typing.get_origin(hint) is tuple:
+            value = tuple(value)
+        kwargs[name] = value
+    return cls(**kwargs)

@@ -12,6 +12,7 @@ often; the held-out metrics add the share of windows whose deciding tokens are a
 from __future__ import annotations
 
 import contextlib
+import time
 from collections.abc import Callable
 
 import torch
@@ -25,10 +26,25 @@ from flashdrive_ros.sim.labels import DECISIONS
 from flashdrive_ros.train.dataset import IGNORE, TrainBatch, TrainSet
 from flashdrive_ros.train.decision_focus import PLAIN, DecisionFocus, row_weights
 from flashdrive_ros.train.grad_cache import GradKVCache
+from flashdrive_ros.train.optimizer_state import load_optimizer_state, optimizer_state
 from flashdrive_ros.train.log import TrainLog
 from flashdrive_ros.train.schedule import Progress
 
 Autocast = Callable[[], contextlib.AbstractContextManager]
+
+
+def merged_grid(grid_thw: torch.Tensor) -> torch.Tensor:
+    """grid_thw: [N_img, 3] on the host -> [M, 3]: consecutive images of one size as one row
+    of their summed temporal slices. The vision encoder attends within each slice and repeats
+    a size's position tables per slice, so its output is the same, with one table per row
+    instead of one per image (at batch 32, 512 images)."""
+    rows: list[list[int]] = []
+    for t, h, w in grid_thw.tolist():
+        if rows and rows[-1][1:] == [h, w]:
+            rows[-1][0] += t
+        else:
+            rows.append([t, h, w])
+    return torch.tensor(rows, dtype=grid_thw.dtype).reshape(-1, 3)
 
 
 def run_backbone(model: AlpamayoModel, batch: TrainBatch, image_token_id: int,
@@ -37,7 +53,7 @@ def run_backbone(model: AlpamayoModel, batch: TrainBatch, image_token_id: int,
     vlm = model.vlm
     cfg = model.cfg.text
     embeds, visual_mask, deepstack = vlm.embed(batch.input_ids, batch.pixel_patches,
-                                               batch.grid_thw, image_token_id)
+                                               merged_grid(batch.grid_thw), image_token_id)
     b, t = batch.input_ids.shape
     cache_cls = GradKVCache if grad else KVCache
     cache = cache_cls(cfg.num_hidden_layers, b, cfg.num_key_value_heads, t, cfg.head_dim,
@@ -49,9 +65,15 @@ def run_backbone(model: AlpamayoModel, batch: TrainBatch, image_token_id: int,
 
 
 def coc_loss(model: AlpamayoModel, hidden: torch.Tensor, labels: torch.Tensor,
-             weights: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+             weights: torch.Tensor | None = None, start: int | None = None
+             ) -> tuple[torch.Tensor, torch.Tensor]:
     """(cross-entropy, token accuracy) over the CoC positions; labels: [B, T]; weights:
-    [B, T] per-position loss weights (None: plain mean), the loss is their weighted mean."""
+    [B, T] per-position loss weights (None: plain mean), the loss is their weighted mean.
+    `start`: no label lies before this column; the columns from it on are projected whole
+    and masked, which needs no read-back of the label count from the device."""
+    if start is not None:
+        return _coc_loss_from(model, hidden[:, start:], labels[:, start:],
+                              None if weights is None else weights[:, start:])
     keep = labels != IGNORE
     logits = model.vlm.logits(hidden[keep]).float()  # logits: [N_coc, V]
     target = labels[keep]
@@ -62,48 +84,80 @@ def coc_loss(model: AlpamayoModel, hidden: torch.Tensor, labels: torch.Tensor,
     return (F.cross_entropy(logits, target, reduction="none") * w).sum() / w.sum(), acc
 
 
+def _coc_loss_from(model: AlpamayoModel, hidden: torch.Tensor, labels: torch.Tensor,
+                   weights: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor]:
+    """hidden: [B, W, H]; labels, weights: [B, W]; masked means over the labelled columns."""
+    keep = (labels != IGNORE).float()  # keep: [B, W]
+    logits = model.vlm.logits(hidden).float()  # logits: [B, W, V]
+    target = labels.clamp_min(0)
+    acc = ((logits.argmax(-1) == target).float() * keep).sum() / keep.sum()
+    ce = F.cross_entropy(logits.transpose(1, 2), target, reduction="none")  # ce: [B, W]
+    w = keep if weights is None else weights.float() * keep
+    return (ce * w).sum() / w.sum(), acc
+
+
 def decision_weights(decisive: torch.Tensor, token_weight: float) -> torch.Tensor:
     """decisive: [B, T] bool -> [B, T] float: token_weight there, 1 elsewhere."""
     return 1.0 + (token_weight - 1.0) * decisive.float()
 
 
 def decision_hits(model: AlpamayoModel, hidden: torch.Tensor, labels: torch.Tensor,
-                  decisive: torch.Tensor) -> torch.Tensor:
-    """[B] bool: every deciding CoC token of the row is the argmax of its logits."""
+                  decisive: torch.Tensor, start: int | None = None) -> torch.Tensor:
+    """[B] bool: every deciding CoC token of the row is the argmax of its logits; `start`
+    as in `coc_loss`."""
+    if start is not None:
+        mask = decisive[:, start:] & (labels[:, start:] != IGNORE)  # mask: [B, W]
+        guess = model.vlm.logits(hidden[:, start:]).argmax(-1)  # guess: [B, W]
+        return ~(mask & (guess != labels[:, start:])).any(dim=1)
     mask = decisive & (labels != IGNORE)
     wrong = torch.zeros(mask.shape, dtype=torch.bool, device=mask.device)
     wrong[mask] = model.vlm.logits(hidden[mask]).argmax(-1) != labels[mask]
     return ~wrong.any(dim=1)
 
 
-def flow_loss(model: AlpamayoModel, cache, batch: TrainBatch, generator: torch.Generator
-              ) -> torch.Tensor:
-    return flow_matching_loss(model, cache, batch.actions, batch.seq_lens, generator)
+def flow_loss(model: AlpamayoModel, cache, batch: TrainBatch, generator: torch.Generator,
+              draws: int = 1) -> torch.Tensor:
+    return flow_matching_loss(model, cache, batch.actions, batch.seq_lens, generator, draws,
+                              batch.seq_bounds)
 
 
 def flow_matching_loss(model: AlpamayoModel, cache, actions: torch.Tensor,
-                       prefix_lens: torch.Tensor, generator: torch.Generator) -> torch.Tensor:
+                       prefix_lens: torch.Tensor, generator: torch.Generator, draws: int = 1,
+                       bounds: tuple[int, int] | None = None) -> torch.Tensor:
     """actions: [B, N_wp, 2] normalized targets; row b's expert reads cache row b's first
-    prefix_lens[b] slots ([B] long); one noise draw and time per row."""
-    x1 = actions
-    x0 = torch.randn(x1.shape, generator=generator, device=x1.device, dtype=x1.dtype)
-    t = torch.rand(x1.shape[0], generator=generator, device=x1.device, dtype=x1.dtype)
-    x_t, target = interpolate(x1, x0, t)
-    v = batched_velocity(model.expert, model.action_in_proj, model.action_out_proj, x_t, t,
-                         cache, prefix_lens)
+    prefix_lens[b] slots ([B] long); `draws` (noise, time) pairs per row, all noise drawn
+    before all times (draws = 1: one [B, N_wp, 2] noise and one [B] time draw)."""
+    x0 = torch.randn((draws, *actions.shape), generator=generator, device=actions.device,
+                     dtype=actions.dtype)  # x0: [K, B, N_wp, 2]
+    t = torch.rand((draws, actions.shape[0]), generator=generator, device=actions.device,
+                   dtype=actions.dtype)  # t: [K, B]
+    return flow_matching_loss_at(model, cache, actions, prefix_lens, x0, t, bounds)
+
+
+def flow_matching_loss_at(model: AlpamayoModel, cache, actions: torch.Tensor,
+                          prefix_lens: torch.Tensor, x0: torch.Tensor, t: torch.Tensor,
+                          bounds: tuple[int, int] | None = None) -> torch.Tensor:
+    """Mean squared velocity error over the K given draws: x0: [K, B, N_wp, 2]; t: [K, B];
+    the expert runs once over the K * B rows, each reading its window's cached prefix."""
+    draws = x0.shape[0]
+    x1 = actions.expand(draws, *actions.shape).reshape(-1, *actions.shape[1:])
+    x_t, target = interpolate(x1, x0.reshape(x1.shape), t.reshape(-1))  # x_t: [K*B, N_wp, 2]
+    v = batched_velocity(model.expert, model.action_in_proj, model.action_out_proj, x_t,
+                         t.reshape(-1), cache, prefix_lens, draws, bounds)
     return F.mse_loss(v.float(), target.float())
 
 
 def target_step_losses(model: AlpamayoModel, batch: TrainBatch, image_token_id: int,
                        cache_dtype: torch.dtype, generator: torch.Generator, grad: bool = True,
-                       token_weight: float = 1.0) -> dict[str, torch.Tensor]:
+                       token_weight: float = 1.0, flow_draws: int = 1
+                       ) -> dict[str, torch.Tensor]:
     """coc_loss weighs the deciding tokens `token_weight` times; decision_hit: [B] bool."""
     out, cache = run_backbone(model, batch, image_token_id, cache_dtype, grad)
     weights = None if token_weight == 1.0 else decision_weights(batch.decisive, token_weight)
-    ce, acc = coc_loss(model, out.hidden, batch.labels, weights)
+    ce, acc = coc_loss(model, out.hidden, batch.labels, weights, batch.coc_start)
     with torch.no_grad():
-        hits = decision_hits(model, out.hidden, batch.labels, batch.decisive)
-    fm = flow_loss(model, cache, batch, generator)
+        hits = decision_hits(model, out.hidden, batch.labels, batch.decisive, batch.coc_start)
+    fm = flow_loss(model, cache, batch, generator, flow_draws)
     return {"coc_loss": ce, "coc_acc": acc, "flow_loss": fm, "decision_hit": hits}
 
 
@@ -140,51 +194,133 @@ def evaluate_target(model: AlpamayoModel, data: TrainSet, rows: torch.Tensor,
     return metrics
 
 
+def target_step(model: AlpamayoModel, opt: torch.optim.Optimizer, data: TrainSet,
+                rows: torch.Tensor, device: torch.device, autocast: Autocast,
+                cache_dtype: torch.dtype, generator: torch.Generator, flow_weight: float,
+                token_weight: float, flow_draws: int
+                ) -> tuple[dict[str, torch.Tensor], torch.Tensor, torch.Tensor]:
+    """One optimizer step on the windows `rows` -> (losses, decision_hit [B], grad norm);
+    nothing is read back from the device."""
+    batch = data.batch(rows, device)
+    with autocast():
+        losses = target_step_losses(model, batch, data.image_token_id, cache_dtype, generator,
+                                    token_weight=token_weight, flow_draws=flow_draws)
+    hit = losses.pop("decision_hit")
+    loss = losses["coc_loss"] + flow_weight * losses["flow_loss"]
+    opt.zero_grad(set_to_none=True)
+    loss.backward()
+    params = [p for group in opt.param_groups for p in group["params"]]
+    norm = torch.nn.utils.clip_grad_norm_(params, 1.0)
+    opt.step()
+    return losses, hit, norm
+
+
+class TargetTrainer:
+    """The target stage as a loop that can stop and go on in a later process.
+
+    `run(stop_at)` trains until the schedule (steps or seconds, whichever runs out first) ends
+    or the monotonic clock passes `stop_at`; `state()` / `load_state()` carry the optimizer,
+    both generators (flow draws, row picks), the schedule position and the logged metrics, so
+    that a run stopped and resumed takes the same steps as one that never stopped.
+    Rows are drawn with `row_weights(decision, focus.balance)`.
+    """
+
+    def __init__(self, model: AlpamayoModel, data: TrainSet, steps: int,
+                 seconds: float | None, batch_size: int, lr: float, seed: int, log: TrainLog,
+                 device: torch.device, autocast: Autocast, cache_dtype: torch.dtype,
+                 flow_weight: float = 1.0, log_every: int = 25, focus: DecisionFocus = PLAIN,
+                 flow_draws: int = 1) -> None:
+        if flow_draws < 1:
+            raise ValueError(f"flow_draws must be >= 1, got {flow_draws}")
+        self.model, self.data, self.log, self.device = model, data, log, device
+        self.autocast, self.cache_dtype = autocast, cache_dtype
+        self.batch_size, self.lr, self.flow_weight = batch_size, lr, flow_weight
+        self.log_every, self.focus, self.flow_draws = log_every, focus, flow_draws
+        self.gen = torch.Generator(device=device).manual_seed(seed)
+        self.pick_gen = torch.Generator().manual_seed(seed)
+        self.draw_weights = row_weights(data.decision, focus.balance)
+        params = [p for p in model.parameters() if p.requires_grad]
+        self.opt = torch.optim.AdamW(params, lr=lr, weight_decay=0.05, betas=(0.9, 0.95),
+                                     fused=True)
+        self.progress = Progress(steps, seconds)
+        self.first: dict[str, float] = {}
+        self.last: dict[str, float] = {}
+
+    def draw_rows(self) -> torch.Tensor:
+        if self.focus.balance == 0.0:
+            return torch.randint(len(self.data), (self.batch_size,), generator=self.pick_gen)
+        return torch.multinomial(self.draw_weights, self.batch_size, replacement=True,
+                                 generator=self.pick_gen)
+
+    def run(self, stop_at: float | None = None, max_steps: int | None = None) -> bool:
+        """Trains; True when the schedule has ended, False when stopped at `stop_at` (monotonic
+        clock) or after `max_steps` steps of this call."""
+        progress = self.progress
+        last_step = None if max_steps is None else progress.step + max_steps
+        self.model.train()
+        while not progress.done():
+            if ((stop_at is not None and time.monotonic() >= stop_at)
+                    or (last_step is not None and progress.step >= last_step)):
+                return False
+            for group in self.opt.param_groups:
+                group["lr"] = self.lr * progress.lr_factor()
+            losses, hit, norm = target_step(
+                self.model, self.opt, self.data, self.draw_rows(), self.device, self.autocast,
+                self.cache_dtype, self.gen, self.flow_weight, self.focus.token_weight,
+                self.flow_draws)
+            step = progress.step
+            progress.step += 1
+            if step % self.log_every == 0 or progress.done():
+                self.last = {k: float(v.detach()) for k, v in losses.items()}
+                self.last["decision_acc"] = float(hit.float().mean())
+                self.first = self.first or dict(self.last)
+                self.log.write("target", step, **self.last, grad_norm=float(norm),
+                               lr=self.opt.param_groups[0]["lr"])
+        return True
+
+    def finish(self, eval_data: TrainSet, eval_rows: int, seed: int) -> dict[str, float]:
+        """Held-out evaluation after the schedule; the stage's summary."""
+        rows = torch.randperm(len(eval_data), generator=self.pick_gen)[:eval_rows]
+        metrics = evaluate_target(self.model, eval_data, rows, self.device, self.autocast,
+                                  self.cache_dtype, seed + 1)
+        self.log.write("target_eval", self.progress.step, **metrics)
+        self.model.eval()
+        return {"steps": self.progress.step, "flow_draws": self.flow_draws,
+                **{f"first_{k}": v for k, v in self.first.items()},
+                **{f"final_{k}": v for k, v in self.last.items()},
+                **{f"eval_{k}": v for k, v in metrics.items()}}
+
+    def state(self) -> tuple[dict[str, torch.Tensor], dict]:
+        """(tensors, JSON-able rest) of everything `load_state` restores."""
+        tensors, opt_meta = optimizer_state(self.opt)
+        tensors["rng.flow"] = self.gen.get_state()
+        tensors["rng.pick"] = self.pick_gen.get_state()
+        meta = {"optimizer": opt_meta, "step": self.progress.step,
+                "steps": self.progress.steps, "seconds": self.progress.seconds,
+                "elapsed_s": self.progress.elapsed(), "flow_device": self.gen.device.type,
+                "first": self.first, "last": self.last}
+        return tensors, meta
+
+    def load_state(self, tensors: dict[str, torch.Tensor], meta: dict) -> None:
+        if meta["flow_device"] != self.gen.device.type:
+            raise ValueError(f"the run was trained on {meta['flow_device']}, this call runs "
+                             f"on {self.gen.device.type}: its generator state does not carry")
+        load_optimizer_state(self.opt, tensors, meta["optimizer"])
+        self.gen.set_state(tensors["rng.flow"])
+        self.pick_gen.set_state(tensors["rng.pick"])
+        self.progress = Progress(meta["steps"], meta["seconds"], meta["step"],
+                                 meta["elapsed_s"])
+        self.first, self.last = dict(meta["first"]), dict(meta["last"])
+
+
 def train_target(model: AlpamayoModel, data: TrainSet, eval_data: TrainSet, steps: int,
                  seconds: float | None, batch_size: int,
                  lr: float, seed: int, log: TrainLog, device: torch.device,
                  autocast: Autocast, cache_dtype: torch.dtype, flow_weight: float = 1.0,
                  eval_rows: int = 512, log_every: int = 25,
-                 focus: DecisionFocus = PLAIN) -> dict[str, float]:
-    """Rows are drawn with `row_weights(decision, focus.balance)`; eval rows uniformly."""
-    gen = torch.Generator(device=device).manual_seed(seed)
-    pick_gen = torch.Generator().manual_seed(seed)
-    draw_weights = row_weights(data.decision, focus.balance)
-    params = [p for p in model.parameters() if p.requires_grad]
-    opt = torch.optim.AdamW(params, lr=lr, weight_decay=0.05, betas=(0.9, 0.95))
-    progress = Progress(steps, seconds)
-    model.train()
-    first: dict[str, float] = {}
-    last: dict[str, float] = {}
-    while not progress.done():
-        for group in opt.param_groups:
-            group["lr"] = lr * progress.lr_factor()
-        rows = (torch.randint(len(data), (batch_size,), generator=pick_gen)
-                if focus.balance == 0.0 else
-                torch.multinomial(draw_weights, batch_size, replacement=True,
-                                  generator=pick_gen))
-        batch = data.batch(rows, device)
-        with autocast():
-            losses = target_step_losses(model, batch, data.image_token_id, cache_dtype, gen,
-                                        token_weight=focus.token_weight)
-        hit = losses.pop("decision_hit")
-        loss = losses["coc_loss"] + flow_weight * losses["flow_loss"]
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        norm = torch.nn.utils.clip_grad_norm_(params, 1.0)
-        opt.step()
-        step = progress.step
-        progress.step += 1
-        if step % log_every == 0 or progress.done():
-            last = {k: float(v.detach()) for k, v in losses.items()}
-            last["decision_acc"] = float(hit.float().mean())
-            first = first or dict(last)
-            log.write("target", step, **last, grad_norm=float(norm),
-                      lr=opt.param_groups[0]["lr"])
-    rows = torch.randperm(len(eval_data), generator=pick_gen)[:eval_rows]
-    metrics = evaluate_target(model, eval_data, rows, device, autocast, cache_dtype, seed + 1)
-    log.write("target_eval", progress.step, **metrics)
-    model.eval()
-    return {"steps": progress.step, **{f"first_{k}": v for k, v in first.items()},
-            **{f"final_{k}": v for k, v in last.items()},
-            **{f"eval_{k}": v for k, v in metrics.items()}}
+                 focus: DecisionFocus = PLAIN, flow_draws: int = 1) -> dict[str, float]:
+    """The whole target stage in one go (see `TargetTrainer`); eval rows drawn uniformly."""
+    trainer = TargetTrainer(model, data, steps, seconds, batch_size, lr, seed, log, device,
+                            autocast, cache_dtype, flow_weight, log_every, focus, flow_draws)
+    trainer.run()
+    return trainer.finish(eval_data, eval_rows, seed)

@@ -1,0 +1,139 @@
+import contextlib
+import dataclasses
+import json
+
+import numpy as np
+import pytest
+import torch
+from safetensors.torch import load_file
+
+from flashdrive_ros.model.alpamayo import AlpamayoModel
+from flashdrive_ros.model.config import tiny
+from flashdrive_ros.train.checkpoint import RESUME_SUBDIR, STATE_JSON
+from flashdrive_ros.train.drive_cache import load_drives, save_drives
+from flashdrive_ros.train.generate import generate_drive
+from flashdrive_ros.train.log import TrainLog, read_log
+from flashdrive_ros.train.pipeline import main, train_tokenizer
+from flashdrive_ros.train.recipe import Recipe, recipe_from_dict, smoke
+from flashdrive_ros.train.dataset import TrainSet
+from flashdrive_ros.train.decision_focus import DecisionFocus
+from flashdrive_ros.train.sensor_noise import SensorNoise
+from flashdrive_ros.train.target_train import TargetTrainer
+
+
+@pytest.fixture(scope="module")
+def drive():
+    return generate_drive(5, 2.2, (48, 64), SensorNoise())
+
+
+@pytest.fixture(scope="module")
+def data(drive):
+    tokenizer = train_tokenizer(drive.coc * 4, 120, 1000)
+    cfg = tiny(tokenizer.vocab_size)
+    cfg.action = dataclasses.replace(cfg.action, num_traj_tokens=1000)
+    return TrainSet.build(cfg, tokenizer, [drive])
+
+
+def _trainer(data, tmp_path, name):
+    torch.manual_seed(0)
+    model = AlpamayoModel(data.cfg)
+    log = TrainLog(tmp_path / f"{name}.jsonl", echo=False)
+    return TargetTrainer(model, data, 6, None, 3, 3e-3, 7, log, torch.device("cpu"),
+                         contextlib.nullcontext, torch.float32, log_every=1,
+                         focus=DecisionFocus(token_weight=3.0, balance=0.5), flow_draws=2)
+
+
+def test_a_stopped_and_resumed_target_stage_takes_the_same_steps(data, tmp_path):
+    whole = _trainer(data, tmp_path, "whole")
+    assert whole.run()
+    first = _trainer(data, tmp_path, "first")
+    assert not first.run(max_steps=3)
+    tensors, meta = first.state()
+    meta = json.loads(json.dumps(meta))
+    # A new process: fresh model and trainer, state from the tensors and JSON only.
+    second = _trainer(data, tmp_path, "second")
+    second.model.load_state_dict(first.model.state_dict())
+    second.load_state({k: v.clone() for k, v in tensors.items()}, meta)
+    assert second.run() and second.progress.step == whole.progress.step == 6
+    for (name, a), b in zip(whole.model.state_dict().items(),
+                            second.model.state_dict().values()):
+        torch.testing.assert_close(b, a, rtol=1e-5, atol=1e-6, msg=name)
+    assert second.last == pytest.approx(whole.last, rel=1e-5)
+    assert not torch.equal(whole.model.state_dict()["action_out_proj.weight"],
+                           _trainer(data, tmp_path, "fresh").model.state_dict()[
+                               "action_out_proj.weight"])
+
+
+def test_generator_state_of_another_device_is_refused(data, tmp_path):
+    trainer = _trainer(data, tmp_path, "t")
+    tensors, meta = trainer.state()
+    meta["flow_device"] = "cuda"
+    with pytest.raises(ValueError, match="trained on cuda"):
+        trainer.load_state(tensors, meta)
+
+
+def test_drive_cache_gives_back_the_same_drives(drive, tmp_path):
+    save_drives([drive, drive], tmp_path / "drives")
+    back = load_drives(tmp_path / "drives")
+    assert len(back) == 2
+    for field in dataclasses.fields(drive):
+        a, b = getattr(drive, field.name), getattr(back[1], field.name)
+        if isinstance(a, np.ndarray):
+            assert a.dtype == b.dtype and np.array_equal(a, b), field.name
+        else:
+            assert a == b, field.name
+    with pytest.raises(FileNotFoundError, match="no drive cache"):
+        load_drives(tmp_path / "none")
+
+
+def test_recipe_goes_through_json_and_new_settings_are_validated():
+    for recipe in (Recipe(), smoke(), Recipe(target_minutes=9.5, flow_draws=1)):
+        assert recipe_from_dict(json.loads(json.dumps(dataclasses.asdict(recipe)))) == recipe
+    with pytest.raises(ValueError, match="no fields"):
+        recipe_from_dict({"bogus": 1})
+    for bad in ({"flow_draws": 0}, {"target_minutes": 0.0}, {"later_minutes": -1.0},
+                {"target_share": 1.0}):
+        with pytest.raises(ValueError):
+            Recipe(**bad)
+
+
+def _weights(path):
+    return load_file(str(path / RESUME_SUBDIR / "model.safetensors"))
+
+
+def test_pipeline_target_in_two_calls_equals_one_call_and_resumes_to_a_model(tmp_path):
+    common = ["--device", "cpu", "--workers", "2", "--minutes-budget", "30"]
+    fresh = ["--smoke", "--target-minutes", "600", "--stages", "target"]
+    one, half, rest, final = (tmp_path / n for n in ("one", "half", "rest", "final"))
+    assert main(["--out", str(one), *fresh, *common]) == 0
+    assert main(["--out", str(half), *fresh, "--target-call-steps", "4", *common]) == 0
+    state = json.loads((half / RESUME_SUBDIR / STATE_JSON).read_text())
+    assert state["stage"] == "target" and state["target"]["step"] == 4
+    assert main(["--resume", str(half), "--out", str(rest), "--stages", "target",
+                 *common]) == 0
+    a, b = _weights(one), _weights(rest)
+    assert a.keys() == b.keys()
+    for name in a:
+        torch.testing.assert_close(b[name], a[name], rtol=1e-5, atol=1e-6, msg=name)
+    done = json.loads((rest / RESUME_SUBDIR / STATE_JSON).read_text())
+    assert done["stage"] == "later" and done["target"]["step"] == 8
+    assert (json.loads((rest / "summary.json").read_text())["target"]["eval_flow_loss"]
+            == pytest.approx(json.loads((one / "summary.json").read_text())
+                             ["target"]["eval_flow_loss"], rel=1e-5))
+
+    assert main(["--resume", str(rest), "--out", str(final), *common]) == 0
+    summary = json.loads((final / "summary.json").read_text())
+    assert [c["stages"] for c in summary["calls"]] == ["target", "target", "all"]
+    assert summary["calls"][-1]["target_step_at_start"] == 8
+    assert summary["target"]["steps"] == 8 and summary["streaming"]["steps"] >= 1
+    AlpamayoModel.from_dir(final / "model")
+    stages = {r["stage"] for r in read_log(final / "train_log.jsonl")}
+    assert "resume" in stages and "target" not in stages and "drafter_flat" in stages
+
+
+def test_resume_refuses_recipe_options_and_missing_checkpoints(tmp_path, capsys):
+    with pytest.raises(SystemExit):
+        main(["--resume", str(tmp_path), "--out", str(tmp_path / "o"), "--smoke"])
+    assert main(["--resume", str(tmp_path), "--out", str(tmp_path / "o"),
+                 "--device", "cpu"]) == 2
+    assert "no complete checkpoint" in capsys.readouterr().err
