@@ -75,10 +75,11 @@ class NoEngine:
 
 def subscriptions(node, topics, transport, serialized):
     """InputSubscriptions of a node feeding a PlannerLoop that is never started; returns them
-    and the camera sets they hand on, as (stamps, images)."""
+    and the camera sets they hand on, as (stamps, images). The serialized path runs on the
+    camera thread, the deserialized one on the executor thread (the plain path of both)."""
     params = DriveParams(camera_topics=topics, image_transport=transport,
                          image_reliability="reliable", serialized_images=serialized,
-                         frame_gate=False, overlay_camera="",
+                         camera_thread=serialized, frame_gate=False, overlay_camera="",
                          odom_topic=f"{topics[0]}/odometry")
     sets = []
     loop = PlannerLoop(NoEngine(), WindowBuilder(len(CAMERAS)), CAMERAS,
@@ -97,6 +98,7 @@ def test_serialized_and_deserialized_subscriptions_give_the_same_pixels(transpor
     try:
         assert [s.raw for s in serialized.subscriptions[:4]] == [True] * 4
         assert [s.raw for s in deserialized.subscriptions[:4]] == [False] * 4
+        assert serialized.worker is not None and deserialized.worker is None
         publishers = [node.create_publisher(message_type, t, 10) for t in topics]
         wait_for(lambda: all(p.get_subscription_count() == 2 for p in publishers),
                  "both subscriptions of every camera")

@@ -10,6 +10,7 @@ from rclpy.qos import (DurabilityPolicy, HistoryPolicy, QoSProfile, ReliabilityP
 from rclpy.serialization import deserialize_message
 from sensor_msgs.msg import CameraInfo, CompressedImage, Image
 
+from flashdrive_ros.ros.camera_worker import CameraWorker
 from flashdrive_ros.ros.convert import ConversionError, camera_info_intrinsics
 from flashdrive_ros.ros.events import no_subscription_events
 from flashdrive_ros.ros.params import DriveParams
@@ -17,6 +18,8 @@ from flashdrive_ros.ros.input_handler import InputHandler
 from flashdrive_ros.ros.planner_loop import ODOMETRY_INPUT, PlannerLoop
 
 ODOMETRY_DEPTH = 250  # 5 s at 50 Hz
+CAMERA_QUEUE_PER_CAMERA = 2  # camera messages waiting for the camera thread, per camera
+BEHIND_EXTRA = "camera_messages_behind"
 
 
 def camera_qos(reliability: str) -> QoSProfile:
@@ -59,6 +62,13 @@ class InputSubscriptions:
         qos = camera_qos(params.image_reliability)
         on_image = (self.handler.on_serialized_image if params.serialized_images
                     else self.handler.on_image)
+        self.worker = None
+        if params.camera_thread:
+            self.worker = CameraWorker(on_image, CAMERA_QUEUE_PER_CAMERA
+                                       * len(params.camera_topics),
+                                       lambda n: loop.set_extra(BEHIND_EXTRA, n),
+                                       self._camera_error)
+            on_image = self.worker.put
         self.subscriptions = []
         for index, topic in enumerate(params.camera_topics):
             self.subscriptions.append(node.create_subscription(
@@ -95,7 +105,13 @@ class InputSubscriptions:
         for subscription in self.subscriptions:
             self.node.destroy_subscription(subscription)
         self.subscriptions = []
+        if self.worker is not None:
+            self.worker.stop()
         self.handler.clear()
+
+    def _camera_error(self, index: int, exc: Exception) -> None:
+        self.loop.note_fault(self.params.camera_names[index],
+                             f"camera_error: {type(exc).__name__}: {exc}")
 
     def _on_info(self, msg: CameraInfo) -> None:
         try:

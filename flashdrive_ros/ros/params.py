@@ -62,6 +62,12 @@ class DriveParams:
         "as camera_frames_off_grid); every frame is decoded while a camera loses more than "
         "a fifth of its frames in transport (frame_gate on /diagnostics). Applied at the "
         "next activate.")
+    camera_thread: bool = setting(
+        True, "Camera messages are decoded on a thread of their own, so odometry and timers "
+        "do not wait behind image decoding on the executor thread (camera messages beyond a "
+        "queue of two per camera are dropped oldest first, counted on /diagnostics as "
+        "camera_messages_behind); false: on the executor thread. Applied at the next "
+        "activate.")
     image_reliability: str = setting(
         "best_effort", "QoS reliability of the camera subscriptions (SensorDataQoS depth "
         "otherwise); applied at the next activate.", choices=CHOICES_RELIABILITY)
