@@ -12,8 +12,7 @@ _SOURCE_ROOT = Path(__file__).resolve().parents[1]
 def share_dir() -> Path:
     """The package share directory: ament index, then a source checkout, then sys.prefix."""
     try:
-        from ament_index_python.packages import (PackageNotFoundError,
-                                                 get_package_share_directory)
+        from ament_index_python.packages import PackageNotFoundError, get_package_share_directory
         try:
             return Path(get_package_share_directory(PACKAGE))
         except (PackageNotFoundError, LookupError, OSError, ValueError):

@@ -1,4 +1,4 @@
-"""What DDS alone delivers of a bag's camera topics: the bag player (harness/bag_player.py, as
+"""What DDS alone delivers of a bag's camera topics: the bag player (ros/harness/bag_player.py, as
 `flashdrive-replay --through-ros` plays) publishes them at their log times to a bare raw
 subscriber in a child process that only counts; prints the messages received per camera and
 the CPU seconds of both processes. The transport is the environment's (RMW_IMPLEMENTATION,
@@ -69,7 +69,7 @@ def main() -> None:
     import rclpy
     from rclpy.node import Node
 
-    from flashdrive_ros.harness.bag_player import BagPlayer
+    from flashdrive_ros.ros.harness.bag_player import BagPlayer
 
     rclpy.init()
     node = Node("camera_transport_player")

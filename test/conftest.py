@@ -22,7 +22,7 @@ def client_node():
     from rclpy.executors import SingleThreadedExecutor
     from rclpy.node import Node
 
-    from flashdrive_ros.harness.loopback import local_context
+    from flashdrive_ros.ros.harness.loopback import local_context
 
     context = local_context()
     node = Node("test_client", context=context)

@@ -9,16 +9,16 @@ import json
 import numpy as np
 import onnx
 import pytest
-from onnx import TensorProto, helper
 from helpers.windows import sliding_windows
+from onnx import TensorProto, helper
 
 from flashdrive_ros.backends.base import Backend
-from flashdrive_ros.export_cli import main
 from flashdrive_ros.backends.graph_backend import GraphBackbone, GraphEncoder
 from flashdrive_ros.backends.op_check import op_types, tensorrt_problems
 from flashdrive_ros.backends.trt_onnx_ops import SUPPORTED_OPS
 from flashdrive_ros.engine.config import EngineConfig
 from flashdrive_ros.engine.engine import Engine
+from flashdrive_ros.export_cli import main
 from flashdrive_ros.paths import default_model_dir
 
 ort = pytest.importorskip("onnxruntime")

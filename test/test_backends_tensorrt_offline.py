@@ -14,11 +14,19 @@ from flashdrive_ros.backends.base import make_backend
 from flashdrive_ros.backends.digest import graph_sha256
 from flashdrive_ros.backends.engine_cache import EngineCache, EngineKey, IntegrityError
 from flashdrive_ros.backends.model_specs import backbone_spec, vision_spec
-from flashdrive_ros.backends.specs import (EngineShapes, profile_shapes, select_profile,
-                                           symbol_sizes)
+from flashdrive_ros.backends.specs import (
+    EngineShapes,
+    profile_shapes,
+    select_profile,
+    symbol_sizes,
+)
 from flashdrive_ros.backends.tensorrt_import import TensorRTUnavailable
-from flashdrive_ros.backends.trt_builder import (cleared_flags, dynamic_profile_shapes,
-                                                 engine_key, precision_flags)
+from flashdrive_ros.backends.trt_builder import (
+    cleared_flags,
+    dynamic_profile_shapes,
+    engine_key,
+    precision_flags,
+)
 from flashdrive_ros.engine.config import EngineConfig
 from flashdrive_ros.model.alpamayo import AlpamayoModel
 from flashdrive_ros.model.config import ConfigError, tiny

@@ -2,8 +2,13 @@ import json
 
 import pytest
 
-from flashdrive_ros.bench.acceptance import (decode_analysis, implied_decode_ms, per_round_ms,
-                                             per_token_ms, trained_accepted_length)
+from flashdrive_ros.bench.acceptance import (
+    decode_analysis,
+    implied_decode_ms,
+    per_round_ms,
+    per_token_ms,
+    trained_accepted_length,
+)
 
 
 def test_implied_decode_arithmetic():

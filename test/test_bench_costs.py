@@ -1,9 +1,18 @@
 import pytest
 import torch
 
-from flashdrive_ros.bench.costs import (Pass, drafter_params, expert_layer_params, expert_pass,
-                                        merger_params, patch_embed_params, text_layer_params,
-                                        text_pass, vision_block_params, vision_pass)
+from flashdrive_ros.bench.costs import (
+    Pass,
+    drafter_params,
+    expert_layer_params,
+    expert_pass,
+    merger_params,
+    patch_embed_params,
+    text_layer_params,
+    text_pass,
+    vision_block_params,
+    vision_pass,
+)
 from flashdrive_ros.bench.floors import Floors
 from flashdrive_ros.bench.work import Work, decode_passes, full_prefill_keys, stage_floors
 from flashdrive_ros.model.alpamayo import AlpamayoModel

@@ -3,10 +3,19 @@ import dataclasses
 import pytest
 import torch
 
-from flashdrive_ros.engine.accept_pattern import (AcceptPatternProposer, expected_rounds,
-                                                  pattern_drafts, round_commits)
-from flashdrive_ros.engine.decoding import (StopRule, Target, greedy_decode, prefill,
-                                            required_capacity)
+from flashdrive_ros.engine.accept_pattern import (
+    AcceptPatternProposer,
+    expected_rounds,
+    pattern_drafts,
+    round_commits,
+)
+from flashdrive_ros.engine.decoding import (
+    StopRule,
+    Target,
+    greedy_decode,
+    prefill,
+    required_capacity,
+)
 from flashdrive_ros.engine.speculative import DFlashProposer, speculative_decode
 from flashdrive_ros.model.config import tiny
 from flashdrive_ros.model.drafter import Drafter

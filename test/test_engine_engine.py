@@ -6,14 +6,12 @@ import torch
 from helpers.engines import FLOAT32_REORDER_ATOL_M, MAX_COC, engine, run
 from helpers.windows import window
 
-from flashdrive_ros.engine.config import EngineConfig
-from flashdrive_ros.engine.config import DRAFTER_FILE
+from flashdrive_ros.engine.config import DRAFTER_FILE, EngineConfig
 from flashdrive_ros.engine.engine import Engine
 from flashdrive_ros.engine.timing import StageTimer
 from flashdrive_ros.engine.types import STAGES, Window
 from flashdrive_ros.model.config import ConfigError
 from flashdrive_ros.model.weights import save_model_dir
-
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 

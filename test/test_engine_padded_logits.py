@@ -10,7 +10,6 @@ from flashdrive_ros.engine.config import EngineConfig
 from flashdrive_ros.engine.padded_logits import PaddedRowLogits
 from flashdrive_ros.model.config import ConfigError
 
-
 pytestmark = pytest.mark.usefixtures("one_thread")
 
 

@@ -11,7 +11,6 @@ from flashdrive_ros.model.config import ConfigError
 from flashdrive_ros.model.kv_cache import KVCache
 from flashdrive_ros.model.rope import apply_rotary
 
-
 pytestmark = pytest.mark.usefixtures("one_thread")
 
 

@@ -2,7 +2,6 @@ import dataclasses
 
 import pytest
 import torch
-
 from helpers.windows import window
 
 from flashdrive_ros.engine.config import EngineConfig

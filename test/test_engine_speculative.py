@@ -2,15 +2,35 @@ import dataclasses
 
 import pytest
 import torch
-from helpers.speculative import (CFG, MAX_NEW, SEEDS, UNREACHABLE, assert_same_cache,
-                                 drafter_proposer, run_decode, stop_for)
+from helpers.speculative import (
+    CFG,
+    MAX_NEW,
+    SEEDS,
+    UNREACHABLE,
+    assert_same_cache,
+    drafter_proposer,
+    run_decode,
+    stop_for,
+)
 
 from flashdrive_ros.engine.coc_reuse import CoCReuseProposer
-from flashdrive_ros.engine.decoding import (Sampling, StopRule, Target, decode_one,
-                                            prefill, sampling_probs, start_state)
-from flashdrive_ros.engine.speculative import (DFlashProposer, Proposal, ProposalRequest,
-                                               accept_sampled, propose_block,
-                                               speculative_decode)
+from flashdrive_ros.engine.decoding import (
+    Sampling,
+    StopRule,
+    Target,
+    decode_one,
+    prefill,
+    sampling_probs,
+    start_state,
+)
+from flashdrive_ros.engine.speculative import (
+    DFlashProposer,
+    Proposal,
+    ProposalRequest,
+    accept_sampled,
+    propose_block,
+    speculative_decode,
+)
 from flashdrive_ros.model.config import tiny
 from flashdrive_ros.model.drafter import Drafter
 from flashdrive_ros.model.kv_cache import KVCache

@@ -1,12 +1,18 @@
 import numpy as np
 import pytest
 import torch
-from helpers.streaming import (FRAMES, VIEWS, make_vlm, new_state, prefill_window, prompt,
-                               window_inputs)
+from helpers.streaming import (
+    FRAMES,
+    VIEWS,
+    make_vlm,
+    new_state,
+    prefill_window,
+    prompt,
+    window_inputs,
+)
 
 from flashdrive_ros.engine.streaming import FrameLayout, StreamingKVCache, frame_shift
 from flashdrive_ros.model.kv_cache import KVCache
-
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 

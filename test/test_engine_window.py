@@ -6,8 +6,13 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from flashdrive_ros.engine.types import Window
-from flashdrive_ros.engine.window import (MAX_ODOMETRY_MAGNITUDE, MAX_PENDING_RESETS,
-                                          WindowBuilder, WindowLimits, WindowRejection)
+from flashdrive_ros.engine.window import (
+    MAX_ODOMETRY_MAGNITUDE,
+    MAX_PENDING_RESETS,
+    WindowBuilder,
+    WindowLimits,
+    WindowRejection,
+)
 
 CAMS = 3
 

@@ -4,14 +4,21 @@ import math
 
 import numpy as np
 import pytest
+from helpers.bags import SPEED, T_START, TYPESTORE, YAW_RATE, ego_pose, make_image, write_drive_bag
 from rosbags.rosbag2 import StoragePlugin, Writer
-from helpers.bags import SPEED, TYPESTORE, T_START, YAW_RATE, ego_pose, make_image, write_drive_bag
 
 from flashdrive_ros.eval.bag import BagReader, ImageRecord, LabelRecord, OdometryRecord
-from flashdrive_ros.eval.errors import (BagNotFound, CorruptBag, EmptyBag, MissingTopics,
-                                        TopicsConfigError, UnknownMessageType)
+from flashdrive_ros.eval.errors import (
+    BagNotFound,
+    CorruptBag,
+    EmptyBag,
+    MissingTopics,
+    TopicsConfigError,
+    UnknownMessageType,
+)
 from flashdrive_ros.eval.ground_truth import OdometryTrack
 from flashdrive_ros.eval.topics import TopicMapping
+
 
 def read_all(path, topics=None):
     with BagReader(path, topics or TopicMapping()) as bag:

@@ -3,9 +3,9 @@
 import importlib.util
 
 import pytest
-from rosbags.rosbag2 import StoragePlugin, Writer
 from helpers.bags import write_drive_bag
 from helpers.tiny_model import make_tiny_model_dir
+from rosbags.rosbag2 import StoragePlugin, Writer
 
 from flashdrive_ros.eval.cli import main, options_from_args, parser
 from flashdrive_ros.eval.topics import TopicMapping

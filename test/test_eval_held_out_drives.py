@@ -8,8 +8,15 @@ import numpy as np
 import pytest
 from helpers.tiny_model import make_sim_sized_model_dir
 
-from flashdrive_ros.eval.held_out_breakdown import (BREAKDOWNS, FULL, MODES, STREAMING,
-                                                    UNLABELLED, speed_band, time_band)
+from flashdrive_ros.eval.held_out_breakdown import (
+    BREAKDOWNS,
+    FULL,
+    MODES,
+    STREAMING,
+    UNLABELLED,
+    speed_band,
+    time_band,
+)
 from flashdrive_ros.eval.held_out_drives import JSON_FILE, MARKDOWN_FILE, HeldOutSettings, main
 
 SEED, SECONDS = 1000002, 8.6

@@ -3,11 +3,26 @@ import math
 import numpy as np
 import pytest
 
-from flashdrive_ros.eval.metrics import (ade, displacement, fde, horizon_steps, min_ade,
-                                         min_fde, nearest_decision, percentiles,
-                                         window_metrics, words)
-from flashdrive_ros.eval.summary import (SkipCounter, WindowResult, compare_blocks, group_block,
-                                         grouped, summarize)
+from flashdrive_ros.eval.metrics import (
+    ade,
+    displacement,
+    fde,
+    horizon_steps,
+    min_ade,
+    min_fde,
+    nearest_decision,
+    percentiles,
+    window_metrics,
+    words,
+)
+from flashdrive_ros.eval.summary import (
+    SkipCounter,
+    WindowResult,
+    compare_blocks,
+    group_block,
+    grouped,
+    summarize,
+)
 
 
 def straight(speed, steps=64, dt=0.1, lateral=0.0):

@@ -4,11 +4,11 @@ import math
 
 import numpy as np
 import pytest
-from rosbags.rosbag2 import StoragePlugin, Writer
 from helpers.bags import TYPESTORE, header_msg
+from rosbags.rosbag2 import StoragePlugin, Writer
 
-from flashdrive_ros.eval.ground_truth import OdometryTrack
 from flashdrive_ros.eval.bag import OdometryRecord
+from flashdrive_ros.eval.ground_truth import OdometryTrack
 from flashdrive_ros.eval.offline import LabelIndex
 from flashdrive_ros.eval.recording import plan_results, read_recording
 

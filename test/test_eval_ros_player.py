@@ -7,6 +7,7 @@ import time
 from types import SimpleNamespace
 
 import pytest
+from helpers.bags import T_START, TYPESTORE, write_drive_bag
 from lifecycle_msgs.msg import Transition
 from lifecycle_msgs.srv import ChangeState, GetState
 from rclpy.callback_groups import ReentrantCallbackGroup
@@ -15,13 +16,12 @@ from rclpy.lifecycle import LifecycleNode, TransitionCallbackReturn
 from rclpy.node import Node
 from rosbags.highlevel import AnyReader
 from rosgraph_msgs.msg import Clock
-from helpers.bags import TYPESTORE, T_START, write_drive_bag
 
 from flashdrive_ros.eval.topics import TopicMapping
-from flashdrive_ros.harness.bag_player import BagPlayer
-from flashdrive_ros.harness.lifecycle_client import RESEND_S, LifecycleClient, LifecycleError
-from flashdrive_ros.harness.loopback import local_context
-from flashdrive_ros.harness.plan_recorder import PlanRecorder, SessionSettings, _drain
+from flashdrive_ros.ros.harness.bag_player import BagPlayer
+from flashdrive_ros.ros.harness.lifecycle_client import RESEND_S, LifecycleClient, LifecycleError
+from flashdrive_ros.ros.harness.loopback import local_context
+from flashdrive_ros.ros.harness.plan_recorder import PlanRecorder, SessionSettings, _drain
 
 pytestmark = pytest.mark.ros
 

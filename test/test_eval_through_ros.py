@@ -6,9 +6,9 @@ import json
 
 import numpy as np
 import pytest
-from rosbags.highlevel import AnyReader
 from helpers.bags import TYPESTORE
 from helpers.tiny_model import make_tiny_model_dir
+from rosbags.highlevel import AnyReader
 
 from flashdrive_ros.eval.cli import main
 from flashdrive_ros.eval.recording import control_ticks

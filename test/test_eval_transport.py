@@ -10,8 +10,12 @@ from helpers.tiny_model import make_tiny_model_dir
 from flashdrive_ros.eval.bag import BagReader
 from flashdrive_ros.eval.input_notes import input_lines
 from flashdrive_ros.eval.offline import OfflineReplay, ReplaySettings
-from flashdrive_ros.eval.replay import (ReplayOptions, camera_slot_notes, load_engines,
-                                        load_model_config)
+from flashdrive_ros.eval.replay import (
+    ReplayOptions,
+    camera_slot_notes,
+    load_engines,
+    load_model_config,
+)
 from flashdrive_ros.eval.topics import TopicMapping
 from flashdrive_ros.ros.params import DriveParams
 

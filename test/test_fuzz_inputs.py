@@ -12,11 +12,21 @@ from hypothesis import strategies as st
 
 from flashdrive_ros.engine.types import Window
 from flashdrive_ros.engine.window import REJECTION_CODES, WindowBuilder, WindowRejection
-from flashdrive_ros.ros.convert import (JPEG_EOI, JPEG_SOI, PNG_IEND, PNG_SIGNATURE,
-                                        ConversionError, OdometrySample,
-                                        camera_info_intrinsics, decode_compressed,
-                                        image_msg_to_rgb, odometry_to_sample, raw_to_rgb,
-                                        seconds_to_sec_nanosec, stamp_to_seconds)
+from flashdrive_ros.ros.convert import (
+    JPEG_EOI,
+    JPEG_SOI,
+    PNG_IEND,
+    PNG_SIGNATURE,
+    ConversionError,
+    OdometrySample,
+    camera_info_intrinsics,
+    decode_compressed,
+    image_msg_to_rgb,
+    odometry_to_sample,
+    raw_to_rgb,
+    seconds_to_sec_nanosec,
+    stamp_to_seconds,
+)
 from flashdrive_ros.ros.raw_encodings import ACCEPTED_ENCODINGS, layout_of
 from flashdrive_ros.ros.sync import ApproximateTimeSynchronizer
 

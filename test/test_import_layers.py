@@ -8,12 +8,11 @@ import pytest
 
 PACKAGE_DIR = Path(__file__).resolve().parents[1] / "flashdrive_ros"
 
-TOOLS = ("eval", "reliability", "bench", "train", "closed_loop", "harness", "demo",
-         "export_cli")
+TOOLS = ("eval", "reliability", "bench", "train", "closed_loop", "demo", "export_cli")
 RANKS = {**dict.fromkeys(TOOLS, 6), "ros": 5, "engine": 4, "backends": 3,
          "default_names": 2, "model": 1, "paths": 0, "settings": 0}
 SIM_USES = {"sim", "model", "default_names", "paths", "settings"}
-ROS_ONLY_IN = {"ros", "harness"}
+ROS_ONLY_IN = {"ros"}
 
 
 def unit_of(module: str) -> str:
@@ -138,7 +137,7 @@ def _write(root: Path, files: dict[str, str]) -> Path:
 def test_the_checker_finds_a_planted_upward_import(tmp_path, rel, text, reason):
     clean = {"ros/node.py": "from rclpy.node import Node\nimport flashdrive_ros.engine.config\n",
              "engine/config.py": "from flashdrive_ros.model import config\n",
-             "harness/session.py": "import rclpy\nfrom flashdrive_ros.ros import node\n",
+             "ros/harness/session.py": "import rclpy\nfrom flashdrive_ros.ros import node\n",
              "eval/replay.py": "from flashdrive_ros.sim.topics import CAMERA_NAMES\n",
              "sim/topics.py": "from flashdrive_ros.default_names import CAMERA_NAMES\n",
              "model/config.py": "", "default_names.py": "import flashdrive_ros.model.config\n"}

@@ -8,9 +8,9 @@ import pytest
 import torch
 
 from flashdrive_ros.model.backbone import TextBackbone
-from flashdrive_ros.model.layers import RMSNorm
 from flashdrive_ros.model.config import tiny
 from flashdrive_ros.model.kv_cache import KVCache
+from flashdrive_ros.model.layers import RMSNorm
 from flashdrive_ros.model.positions import next_position, text_positions
 
 TOL = 1e-5

@@ -8,8 +8,16 @@ import pytest
 import torch
 
 from flashdrive_ros.model.alpamayo import AlpamayoModel
-from flashdrive_ros.model.config import (ConfigError, ExpertConfig, ModelConfig, TextConfig,
-                                         alpamayo_1_5_10b, alpamayo_r1_10b, preset, tiny)
+from flashdrive_ros.model.config import (
+    ConfigError,
+    ExpertConfig,
+    ModelConfig,
+    TextConfig,
+    alpamayo_1_5_10b,
+    alpamayo_r1_10b,
+    preset,
+    tiny,
+)
 
 RELEASE_PRESETS = ("alpamayo-r1-10b", "alpamayo-1.5-10b")
 QWEN3_VL_8B_PARAMS = 8_767_123_696

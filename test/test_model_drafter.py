@@ -3,8 +3,8 @@ import math
 
 import pytest
 import torch
-from torch import nn
 from helpers.drafters import with_target_head
+from torch import nn
 
 from flashdrive_ros.model.config import tiny
 from flashdrive_ros.model.drafter import Drafter

@@ -6,8 +6,13 @@ from flashdrive_ros.model.action import ActionInProj, velocity
 from flashdrive_ros.model.alpamayo import AlpamayoModel
 from flashdrive_ros.model.config import tiny
 from flashdrive_ros.model.expert import ActionExpert
-from flashdrive_ros.model.flow import (euler_integrate, euler_sample, initial_noise,
-                                       interpolate, time_grid)
+from flashdrive_ros.model.flow import (
+    euler_integrate,
+    euler_sample,
+    initial_noise,
+    interpolate,
+    time_grid,
+)
 from flashdrive_ros.model.kv_cache import KVCache
 
 

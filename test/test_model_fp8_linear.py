@@ -13,10 +13,17 @@ from torch import nn
 
 from flashdrive_ros.engine.config import EngineConfig
 from flashdrive_ros.model.config import ConfigError, tiny
-from flashdrive_ros.model.fp8_linear import (E4M3_MAX, LINEAR_NAMES, Fp8Linear,
-                                             fp8_gemm_supported, fp8_matmul_cuda,
-                                             fp8_matmul_emulated, quantize_rows,
-                                             quantize_tensor, use_backbone_weights)
+from flashdrive_ros.model.fp8_linear import (
+    E4M3_MAX,
+    LINEAR_NAMES,
+    Fp8Linear,
+    fp8_gemm_supported,
+    fp8_matmul_cuda,
+    fp8_matmul_emulated,
+    quantize_rows,
+    quantize_tensor,
+    use_backbone_weights,
+)
 from flashdrive_ros.model.vlm import VLM
 
 pytestmark = pytest.mark.usefixtures("one_thread")

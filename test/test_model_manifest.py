@@ -10,8 +10,12 @@ import torch
 
 from flashdrive_ros.model.alpamayo import AlpamayoModel
 from flashdrive_ros.model.drafter import Drafter
-from flashdrive_ros.model.manifest import (MANIFEST_FILE, read_manifest, verify_manifest,
-                                           write_manifest)
+from flashdrive_ros.model.manifest import (
+    MANIFEST_FILE,
+    read_manifest,
+    verify_manifest,
+    write_manifest,
+)
 from flashdrive_ros.model.weights import WeightsError, check_safetensors_file
 from flashdrive_ros.paths import default_model_dir
 

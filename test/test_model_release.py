@@ -17,8 +17,13 @@ from flashdrive_ros.bench.hf_model import hf_config
 from flashdrive_ros.engine.config import EngineConfig
 from flashdrive_ros.engine.engine import Engine
 from flashdrive_ros.model.alpamayo import AlpamayoModel
-from flashdrive_ros.model.config import (ConfigError, ModelConfig, alpamayo_1_5_10b,
-                                         alpamayo_r1_10b, tiny)
+from flashdrive_ros.model.config import (
+    ConfigError,
+    ModelConfig,
+    alpamayo_1_5_10b,
+    alpamayo_r1_10b,
+    tiny,
+)
 from flashdrive_ros.model.release_config import release_model_config
 from flashdrive_ros.model.release_tokenizer import load_tokenizer
 from flashdrive_ros.model.tokenizer import TextTokenizer, TokenizerError, backbone_tokenizer

@@ -1,8 +1,13 @@
 import pytest
 
 from flashdrive_ros.model.config import tiny
-from flashdrive_ros.model.tokenizer import (ALPAMAYO_SPECIAL_NAMES, QWEN_SPECIALS, TextTokenizer,
-                                            TokenizerError, build_tokenizer)
+from flashdrive_ros.model.tokenizer import (
+    ALPAMAYO_SPECIAL_NAMES,
+    QWEN_SPECIALS,
+    TextTokenizer,
+    TokenizerError,
+    build_tokenizer,
+)
 
 CORPUS = [
     "The ego vehicle slows down because a pedestrian is crossing ahead.",

@@ -4,8 +4,12 @@ import torch
 
 from flashdrive_ros.model.action import ActionSpace
 from flashdrive_ros.model.config import ActionConfig
-from flashdrive_ros.model.unicycle import (actions_to_trajectory, fit_v0, integrate,
-                                           trajectory_to_actions)
+from flashdrive_ros.model.unicycle import (
+    actions_to_trajectory,
+    fit_v0,
+    integrate,
+    trajectory_to_actions,
+)
 
 DT = 0.1
 

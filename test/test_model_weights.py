@@ -8,8 +8,14 @@ from flashdrive_ros.model.alpamayo import AlpamayoModel
 from flashdrive_ros.model.config import tiny
 from flashdrive_ros.model.kv_cache import KVCache
 from flashdrive_ros.model.tokenizer import build_tokenizer
-from flashdrive_ros.model.weights import (INDEX_FILE, SINGLE_FILE, WeightsError, expected_shapes,
-                                          load_state, save_model_dir)
+from flashdrive_ros.model.weights import (
+    INDEX_FILE,
+    SINGLE_FILE,
+    WeightsError,
+    expected_shapes,
+    load_state,
+    save_model_dir,
+)
 
 CORPUS = ["slow down for the pedestrian crossing ahead", "keep lane, the road is clear"] * 10
 

@@ -14,9 +14,9 @@ import pytest
 from lifecycle_msgs.msg import Transition
 
 from flashdrive_ros.ros import names
-from flashdrive_ros.harness.lifecycle_client import LifecycleClient
-from flashdrive_ros.harness.loopback import process_domain_id
-from flashdrive_ros.harness.node_process import STOP_TIMEOUT_S, log_tail
+from flashdrive_ros.ros.harness.lifecycle_client import LifecycleClient
+from flashdrive_ros.ros.harness.loopback import process_domain_id
+from flashdrive_ros.ros.harness.node_process import STOP_TIMEOUT_S, log_tail
 
 pytestmark = [pytest.mark.ros, pytest.mark.timeout(300)]
 

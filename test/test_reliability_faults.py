@@ -12,12 +12,21 @@ from flashdrive_ros.engine.config import EngineConfig
 from flashdrive_ros.engine.engine import Engine
 from flashdrive_ros.paths import default_model_dir
 from flashdrive_ros.reliability.fault_run import PlanMade, run_offline
-from flashdrive_ros.reliability.fault_table import (WindowSpan, after_fault, fault_row,
-                                                    markdown_table)
-from flashdrive_ros.reliability.faults import (Fault, FaultedStream, FaultSpecError,
-                                               apply_fault, parse_faults)
-from flashdrive_ros.harness.stream import NS_PER_S, looped, read_stream
+from flashdrive_ros.reliability.fault_table import (
+    WindowSpan,
+    after_fault,
+    fault_row,
+    markdown_table,
+)
+from flashdrive_ros.reliability.faults import (
+    Fault,
+    FaultedStream,
+    FaultSpecError,
+    apply_fault,
+    parse_faults,
+)
 from flashdrive_ros.ros.convert import ConversionError, image_msg_to_rgb
+from flashdrive_ros.ros.harness.stream import NS_PER_S, looped, read_stream
 from flashdrive_ros.ros.node import window_builder
 from flashdrive_ros.ros.params import DriveParams
 from flashdrive_ros.sim.bag import write_bag

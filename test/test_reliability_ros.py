@@ -8,9 +8,9 @@ from flashdrive_ros.paths import default_model_dir
 from flashdrive_ros.reliability.fault_run import run_through_ros
 from flashdrive_ros.reliability.fault_table import after_fault
 from flashdrive_ros.reliability.faults import apply_fault, parse_faults
-from flashdrive_ros.harness.node_session import node_session
 from flashdrive_ros.reliability.soak import SoakSettings, run_soak
-from flashdrive_ros.harness.stream import read_stream
+from flashdrive_ros.ros.harness.node_session import node_session
+from flashdrive_ros.ros.harness.stream import read_stream
 from flashdrive_ros.ros.params import DriveParams
 from flashdrive_ros.sim.bag import write_bag
 

@@ -11,8 +11,13 @@ from sensor_msgs.msg import CompressedImage, Image
 from std_msgs.msg import Header
 
 from flashdrive_ros.engine.window import WindowBuilder
-from flashdrive_ros.ros.cdr_image import (TruncatedMessage, UnsupportedEncapsulation,
-                                          image_header, read_compressed, read_image)
+from flashdrive_ros.ros.cdr_image import (
+    TruncatedMessage,
+    UnsupportedEncapsulation,
+    image_header,
+    read_compressed,
+    read_image,
+)
 from flashdrive_ros.ros.convert import image_msg_to_rgb, seconds_to_stamp
 from flashdrive_ros.ros.frame_gate import FrameGate
 from flashdrive_ros.ros.image_reduce import ImageReducer

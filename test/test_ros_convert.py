@@ -7,12 +7,22 @@ from builtin_interfaces.msg import Time
 from nav_msgs.msg import Odometry
 from sensor_msgs.msg import CompressedImage, Image
 
-from flashdrive_ros.ros.convert import (ConversionError, CorruptPayload, InvalidOrientation,
-                                        InvalidStamp, NonFiniteValue, SizeMismatch,
-                                        UnsupportedEncoding, decode_compressed,
-                                        image_msg_to_rgb, odometry_to_sample, raw_to_rgb,
-                                        seconds_to_sec_nanosec, seconds_to_stamp,
-                                        stamp_to_seconds)
+from flashdrive_ros.ros.convert import (
+    ConversionError,
+    CorruptPayload,
+    InvalidOrientation,
+    InvalidStamp,
+    NonFiniteValue,
+    SizeMismatch,
+    UnsupportedEncoding,
+    decode_compressed,
+    image_msg_to_rgb,
+    odometry_to_sample,
+    raw_to_rgb,
+    seconds_to_sec_nanosec,
+    seconds_to_stamp,
+    stamp_to_seconds,
+)
 
 
 def rgb_image(h=24, w=32, seed=0):

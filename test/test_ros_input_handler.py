@@ -14,6 +14,7 @@ from flashdrive_ros.ros.input_handler import InputHandler
 from flashdrive_ros.ros.params import DriveParams
 from flashdrive_ros.ros.planner_loop import ODOMETRY_INPUT, PlannerLoop
 
+
 def odometry(stamp, x):
     return SimpleNamespace(
         header=SimpleNamespace(stamp=seconds_to_stamp(stamp), frame_id="odom"),

@@ -57,7 +57,7 @@ def test_launch_file_passes_only_declared_parameters():
 def test_launch_and_yaml_parameters_are_declared_by_the_node():
     from rclpy.parameter import Parameter
 
-    from flashdrive_ros.harness.loopback import local_context
+    from flashdrive_ros.ros.harness.loopback import local_context
     from flashdrive_ros.ros.node import DriveNode
 
     tree = ast.parse(LAUNCH.read_text())
@@ -191,9 +191,10 @@ def test_rviz_config_shows_the_node_outputs_in_base_link():
 @pytest.mark.skipif(importlib.util.find_spec("launch_ros") is None,
                     reason="launch_ros is not installed (no PyPI wheel); runs on a ROS install")
 def test_launch_starts_and_activates_the_node():
-    import launch
     from launch.launch_description_sources import PythonLaunchDescriptionSource
     from launch_ros.event_handlers import OnStateTransition
+
+    import launch
 
     reached = []
 
@@ -220,8 +221,9 @@ def test_launch_starts_and_activates_the_node():
 def test_launch_ends_when_the_node_dies_at_start():
     import time
 
-    import launch
     from launch.launch_description_sources import PythonLaunchDescriptionSource
+
+    import launch
 
     timeout_s = 60.0
     description = launch.LaunchDescription([

@@ -9,16 +9,16 @@ import threading
 import time
 
 import pytest
-from lifecycle_msgs.msg import Transition
 from helpers.tiny_model import make_tiny_model_dir
+from lifecycle_msgs.msg import Transition
 
-from flashdrive_ros.harness.stream import NS_PER_S, looped, read_stream
-from flashdrive_ros.harness.lifecycle_client import LifecycleClient
-from flashdrive_ros.harness.loopback import process_domain_id
-from flashdrive_ros.harness.node_observer import NodeObserver
-from flashdrive_ros.harness.node_process import NodeProcess, read_process
+from flashdrive_ros.ros.harness.lifecycle_client import LifecycleClient
+from flashdrive_ros.ros.harness.loopback import process_domain_id
+from flashdrive_ros.ros.harness.node_observer import NodeObserver
+from flashdrive_ros.ros.harness.node_process import NodeProcess, read_process
+from flashdrive_ros.ros.harness.stream import NS_PER_S, looped, read_stream
+from flashdrive_ros.ros.harness.stream_player import StreamPlayer
 from flashdrive_ros.ros.params import DriveParams
-from flashdrive_ros.harness.stream_player import StreamPlayer
 from flashdrive_ros.sim.bag import write_bag
 
 pytestmark = [pytest.mark.ros, pytest.mark.timeout(400)]

@@ -10,12 +10,12 @@ from pathlib import Path
 
 import pytest
 import yaml
+from helpers.tiny_model import make_tiny_model_dir
 from lifecycle_msgs.msg import Transition
 from rcl_interfaces.srv import GetParameters
-from helpers.tiny_model import make_tiny_model_dir
 
-from flashdrive_ros.harness.lifecycle_client import LifecycleClient, LifecycleError
-from flashdrive_ros.harness.loopback import process_domain_id
+from flashdrive_ros.ros.harness.lifecycle_client import LifecycleClient, LifecycleError
+from flashdrive_ros.ros.harness.loopback import process_domain_id
 
 pytestmark = [pytest.mark.ros, pytest.mark.timeout(180)]
 CONSOLE_SCRIPT = Path(sys.executable).with_name("drive_node")

@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 import torch
 from diagnostic_msgs.msg import DiagnosticArray
+from helpers.tiny_model import make_tiny_model_dir
 from lifecycle_msgs.msg import State, Transition
 from lifecycle_msgs.srv import ChangeState, GetState
 from nav_msgs.msg import Odometry, Path
@@ -21,13 +22,12 @@ from rclpy.qos import ReliabilityPolicy
 from sensor_msgs.msg import CameraInfo, CompressedImage, Image
 from std_msgs.msg import String
 from visualization_msgs.msg import Marker, MarkerArray
-from helpers.tiny_model import make_tiny_model_dir
 
 from flashdrive_ros.engine.types import STAGES
 from flashdrive_ros.engine.window import WindowLimits
 from flashdrive_ros.ros import names
 from flashdrive_ros.ros.convert import seconds_to_stamp, stamp_to_seconds
-from flashdrive_ros.harness.loopback import local_context
+from flashdrive_ros.ros.harness.loopback import local_context
 from flashdrive_ros.ros.node import DriveNode
 from flashdrive_ros.ros.params import DriveParams
 

@@ -8,19 +8,19 @@ import time
 
 import pytest
 import torch
+from helpers.planner_inputs import CAMERAS, feed
+from helpers.tiny_model import make_tiny_model_dir
 from nav_msgs.msg import Path
 from rclpy.executors import SingleThreadedExecutor
 from rclpy.lifecycle import LifecycleNode, TransitionCallbackReturn
 from rclpy.node import Node
-from helpers.tiny_model import make_tiny_model_dir
-from helpers.planner_inputs import CAMERAS, feed
 
 from flashdrive_ros.engine.config import EngineConfig
 from flashdrive_ros.engine.engine import Engine
 from flashdrive_ros.engine.window import WindowBuilder
 from flashdrive_ros.ros import names
 from flashdrive_ros.ros.convert import stamp_to_seconds
-from flashdrive_ros.harness.loopback import local_context
+from flashdrive_ros.ros.harness.loopback import local_context
 from flashdrive_ros.ros.outputs import OutputPublishers
 from flashdrive_ros.ros.params import DriveParams
 from flashdrive_ros.ros.planner_loop import PlannerLoop

@@ -7,9 +7,15 @@ from rclpy.exceptions import InvalidParameterValueException
 from rclpy.node import Node
 from rclpy.parameter import Parameter
 
-from flashdrive_ros.harness.loopback import local_context
-from flashdrive_ros.ros.params import (DriveParams, ParameterError, add_validation_callback,
-                                       declare_parameters, descriptor_for, read_parameters)
+from flashdrive_ros.ros.harness.loopback import local_context
+from flashdrive_ros.ros.params import (
+    DriveParams,
+    ParameterError,
+    add_validation_callback,
+    declare_parameters,
+    descriptor_for,
+    read_parameters,
+)
 from flashdrive_ros.sim import topics
 from flashdrive_ros.sim.cameras import sim_mount
 

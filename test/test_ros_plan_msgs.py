@@ -8,8 +8,12 @@ from visualization_msgs.msg import Marker
 from flashdrive_ros.engine.types import Plan
 from flashdrive_ros.ros.convert import stamp_to_seconds
 from flashdrive_ros.ros.diagnostics import InputHealth, PlannerHealth, build_diagnostics
-from flashdrive_ros.ros.plan_msgs import (plan_to_finished_plan, plan_to_markers, plan_to_path,
-                                          plan_to_reasoning)
+from flashdrive_ros.ros.plan_msgs import (
+    plan_to_finished_plan,
+    plan_to_markers,
+    plan_to_path,
+    plan_to_reasoning,
+)
 
 
 def make_plan(k=3, n=64):

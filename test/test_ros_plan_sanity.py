@@ -6,8 +6,8 @@ import math
 import numpy as np
 import pytest
 import torch
-from helpers.tiny_model import make_tiny_model_dir
 from helpers.planner_inputs import CAMERAS, feed
+from helpers.tiny_model import make_tiny_model_dir
 
 from flashdrive_ros.engine.config import EngineConfig
 from flashdrive_ros.engine.engine import Engine

@@ -7,13 +7,14 @@ import time
 import numpy as np
 import pytest
 import torch
-from helpers.tiny_model import make_tiny_model_dir
 from helpers.planner_inputs import CAMERAS, IDENTITY, feed, images
+from helpers.tiny_model import make_tiny_model_dir
 
 from flashdrive_ros.engine.config import EngineConfig
 from flashdrive_ros.engine.engine import Engine
 from flashdrive_ros.engine.window import WindowBuilder
 from flashdrive_ros.ros.planner_loop import IDLE_WAIT_S, ODOMETRY_INPUT, PlannerLoop
+
 
 @pytest.fixture(scope="module")
 def engine(tmp_path_factory):

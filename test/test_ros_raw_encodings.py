@@ -30,8 +30,13 @@ from flashdrive_ros.ros.cdr_image import image_header, read_image
 from flashdrive_ros.ros.convert import image_msg_to_rgb, raw_to_rgb, seconds_to_stamp
 from flashdrive_ros.ros.image_reduce import ImageReducer
 from flashdrive_ros.ros.raw_encodings import alias_note, layout_of
-from flashdrive_ros.sim.raw_pixels import (BAYER_ENCODINGS, RAW_ENCODINGS, YUV_ENCODINGS,
-                                           bayer_mosaic, raw_pixels)
+from flashdrive_ros.sim.raw_pixels import (
+    BAYER_ENCODINGS,
+    RAW_ENCODINGS,
+    YUV_ENCODINGS,
+    bayer_mosaic,
+    raw_pixels,
+)
 
 RNG = np.random.default_rng(11)
 SMOOTH = cv2.GaussianBlur(RNG.integers(0, 256, (48, 64, 3), dtype=np.uint8), (0, 0), 3)

@@ -21,9 +21,9 @@ from sensor_msgs.msg import CompressedImage, Image
 from std_msgs.msg import Header
 
 from flashdrive_ros.engine.window import WindowBuilder
-from flashdrive_ros.harness.loopback import local_context
 from flashdrive_ros.ros import names
 from flashdrive_ros.ros.convert import seconds_to_stamp
+from flashdrive_ros.ros.harness.loopback import local_context
 from flashdrive_ros.ros.input_handler import GATE_EXTRA, OFF_GRID_EXTRA
 from flashdrive_ros.ros.inputs import InputSubscriptions
 from flashdrive_ros.ros.node import DriveNode

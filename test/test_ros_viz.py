@@ -4,8 +4,14 @@ from sensor_msgs.msg import CameraInfo
 
 from flashdrive_ros.ros.convert import SizeMismatch, camera_info_intrinsics
 from flashdrive_ros.ros.params import DriveParams
-from flashdrive_ros.ros.viz import (OTHER_RGB, SAMPLE0_RGB, PinholeCamera, clip_segment_near,
-                                    render_overlay, visible_segments)
+from flashdrive_ros.ros.viz import (
+    OTHER_RGB,
+    SAMPLE0_RGB,
+    PinholeCamera,
+    clip_segment_near,
+    render_overlay,
+    visible_segments,
+)
 from flashdrive_ros.sim.cameras import rig, sim_mount
 
 

@@ -11,8 +11,13 @@ from flashdrive_ros.engine.dtype_choice import DTYPE_CHOICES
 from flashdrive_ros.eval.replay_options import ReplayOptions
 from flashdrive_ros.model.config import ConfigError
 from flashdrive_ros.ros.params import DriveParams, ParameterError
-from flashdrive_ros.settings import (add_setting_argument, derived, field_problems, setting,
-                                     value_problem)
+from flashdrive_ros.settings import (
+    add_setting_argument,
+    derived,
+    field_problems,
+    setting,
+    value_problem,
+)
 
 
 @dataclasses.dataclass

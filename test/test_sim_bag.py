@@ -9,12 +9,17 @@ from rosbags.rosbag2 import Reader
 
 from flashdrive_ros.sim.bag import write_bag
 from flashdrive_ros.sim.cameras import rig
-from flashdrive_ros.sim.labels import DECISIONS
 from flashdrive_ros.sim.clock import SIM_EPOCH_NS
+from flashdrive_ros.sim.labels import DECISIONS
 from flashdrive_ros.sim.messages import TYPESTORE
-from flashdrive_ros.sim.topics import (CAMERA_NAMES, LABELS_TOPIC, ODOMETRY_TOPIC,
-                                       TF_STATIC_TOPIC, camera_image_topic,
-                                       camera_info_topic)
+from flashdrive_ros.sim.topics import (
+    CAMERA_NAMES,
+    LABELS_TOPIC,
+    ODOMETRY_TOPIC,
+    TF_STATIC_TOPIC,
+    camera_image_topic,
+    camera_info_topic,
+)
 
 W, H = 128, 80
 SECONDS = 10.0

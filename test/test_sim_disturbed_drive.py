@@ -5,8 +5,12 @@ course, and each frame's future is the expert's undisturbed way back."""
 import numpy as np
 import pytest
 
-from flashdrive_ros.sim.disturbed_drive import (HORIZON_STEPS, Disturbance, pulse_schedule,
-                                                simulate_disturbed)
+from flashdrive_ros.sim.disturbed_drive import (
+    HORIZON_STEPS,
+    Disturbance,
+    pulse_schedule,
+    simulate_disturbed,
+)
 from flashdrive_ros.sim.drive import SUBSTEPS, simulate
 from flashdrive_ros.sim.ego_world import EgoWorld
 from flashdrive_ros.sim.world import EGO_LANE_D

@@ -5,8 +5,12 @@ import torch
 
 from flashdrive_ros.model.config import tiny
 from flashdrive_ros.model.drafter import Drafter
-from flashdrive_ros.train.attention_budget import (PADDING, attention_budget,
-                                                   budget_of_weights, context_token_types)
+from flashdrive_ros.train.attention_budget import (
+    PADDING,
+    attention_budget,
+    budget_of_weights,
+    context_token_types,
+)
 from flashdrive_ros.train.drafter_data import DraftCorpus, sample_blocks
 
 IMAGE = 50

@@ -5,8 +5,7 @@ from flashdrive_ros.sim.drive import simulate
 from flashdrive_ros.train.coverage import CoverageError, check_coverage, coverage, speed_band
 from flashdrive_ros.train.drive import to_ego_frame
 from flashdrive_ros.train.generate import generate_drive
-from flashdrive_ros.train.sensor_noise import (NO_NOISE, SensorNoise, camera_effects,
-                                               measured_poses)
+from flashdrive_ros.train.sensor_noise import NO_NOISE, SensorNoise, camera_effects, measured_poses
 
 
 @pytest.fixture(scope="module")

@@ -9,13 +9,22 @@ from flashdrive_ros.model.alpamayo import AlpamayoModel
 from flashdrive_ros.model.config import tiny
 from flashdrive_ros.sim.labels import DECISION_WORDS, DECISIONS, template_sentences
 from flashdrive_ros.train.dataset import IGNORE, TrainSet
-from flashdrive_ros.train.decision_focus import (DecisionFocus, decision_shares,
-                                                 decisive_lengths, row_weights)
+from flashdrive_ros.train.decision_focus import (
+    DecisionFocus,
+    decision_shares,
+    decisive_lengths,
+    row_weights,
+)
 from flashdrive_ros.train.generate import generate_drive
 from flashdrive_ros.train.log import TrainLog
 from flashdrive_ros.train.pipeline import main, train_tokenizer
-from flashdrive_ros.train.target_train import (coc_loss, decision_weights, run_backbone,
-                                               target_step_losses, train_target)
+from flashdrive_ros.train.target_train import (
+    coc_loss,
+    decision_weights,
+    run_backbone,
+    target_step_losses,
+    train_target,
+)
 
 FOLLOW = "Follow the slower car ahead and keep a safe distance in the lane"
 TURN = "Follow the road as it turns sharply to the left and stay in the lane"

@@ -10,13 +10,13 @@ from safetensors.torch import load_file
 from flashdrive_ros.model.alpamayo import AlpamayoModel
 from flashdrive_ros.model.config import tiny
 from flashdrive_ros.train.checkpoint import RESUME_SUBDIR, STATE_JSON
+from flashdrive_ros.train.dataset import TrainSet
+from flashdrive_ros.train.decision_focus import DecisionFocus
 from flashdrive_ros.train.drive_cache import load_drives, save_drives
 from flashdrive_ros.train.generate import generate_drive
 from flashdrive_ros.train.log import TrainLog, read_log
 from flashdrive_ros.train.pipeline import main, train_tokenizer
 from flashdrive_ros.train.recipe import Recipe, recipe_from_dict, smoke
-from flashdrive_ros.train.dataset import TrainSet
-from flashdrive_ros.train.decision_focus import DecisionFocus
 from flashdrive_ros.train.sensor_noise import SensorNoise
 from flashdrive_ros.train.target_train import TargetTrainer
 

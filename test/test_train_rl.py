@@ -5,11 +5,20 @@ from flashdrive_ros.model.kv_cache import KVCache
 from flashdrive_ros.train.action_reward import repeat_cache, trajectory_error
 from flashdrive_ros.train.drafter_data import IGNORE
 from flashdrive_ros.train.drafter_rl import RLConfig
-from flashdrive_ros.train.grpo import (anchor_positions, group_advantages, kl_to_reference,
-                                       policy_loss)
-from flashdrive_ros.train.rl_rollouts import (contaminated_cocs, first_rejected,
-                                              rejected_positions, sample_rollouts, token_match,
-                                              wrong_positions)
+from flashdrive_ros.train.grpo import (
+    anchor_positions,
+    group_advantages,
+    kl_to_reference,
+    policy_loss,
+)
+from flashdrive_ros.train.rl_rollouts import (
+    contaminated_cocs,
+    first_rejected,
+    rejected_positions,
+    sample_rollouts,
+    token_match,
+    wrong_positions,
+)
 
 V = 6
 

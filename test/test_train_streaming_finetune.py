@@ -2,14 +2,15 @@ import json
 
 import pytest
 import torch
-from safetensors import safe_open
 from helpers.tiny_model import make_sim_sized_model_dir
+from safetensors import safe_open
 
 from flashdrive_ros.model.alpamayo import AlpamayoModel
 from flashdrive_ros.model.manifest import sha256_of, verify_manifest
 from flashdrive_ros.train.finetune_recipe import FinetuneRecipe
 from flashdrive_ros.train.log import read_log
 from flashdrive_ros.train.streaming_finetune import main
+
 
 @pytest.fixture(scope="module")
 def smoke_run(tmp_path_factory):

@@ -11,8 +11,11 @@ from flashdrive_ros.train.batched_expert import batched_velocity
 from flashdrive_ros.train.dataset import TrainSet
 from flashdrive_ros.train.generate import generate_drive
 from flashdrive_ros.train.pipeline import train_tokenizer
-from flashdrive_ros.train.streaming_backbone import (BackboneStreamingConfig, SequenceSampler,
-                                                     window_losses)
+from flashdrive_ros.train.streaming_backbone import (
+    BackboneStreamingConfig,
+    SequenceSampler,
+    window_losses,
+)
 from flashdrive_ros.train.streaming_rollout import StreamingRollout
 from flashdrive_ros.train.streaming_tune import window_of
 

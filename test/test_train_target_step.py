@@ -14,9 +14,16 @@ from flashdrive_ros.train.dataset import TrainSet
 from flashdrive_ros.train.generate import generate_drive
 from flashdrive_ros.train.grad_cache import GradKVCache
 from flashdrive_ros.train.pipeline import train_tokenizer
-from flashdrive_ros.train.target_train import (coc_loss, decision_hits, decision_weights,
-                                               flow_matching_loss, flow_matching_loss_at,
-                                               merged_grid, run_backbone, target_step)
+from flashdrive_ros.train.target_train import (
+    coc_loss,
+    decision_hits,
+    decision_weights,
+    flow_matching_loss,
+    flow_matching_loss_at,
+    merged_grid,
+    run_backbone,
+    target_step,
+)
 
 
 @pytest.fixture(scope="module")

@@ -10,8 +10,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from flashdrive_ros.model.config import (DrafterConfig, ExpertConfig, ModelConfig, TextConfig,
-                                         VisionConfig)
+from flashdrive_ros.model.config import (
+    DrafterConfig,
+    ExpertConfig,
+    ModelConfig,
+    TextConfig,
+    VisionConfig,
+)
 
 
 @dataclass(frozen=True)

@@ -11,8 +11,12 @@ from dataclasses import asdict, dataclass
 
 import torch
 
-from flashdrive_ros.bench.acceptance import (PUBLISHED_ACCEPTED_LENGTH, PUBLISHED_LABEL,
-                                             decode_analysis, trained_accepted_length)
+from flashdrive_ros.bench.acceptance import (
+    PUBLISHED_ACCEPTED_LENGTH,
+    PUBLISHED_LABEL,
+    decode_analysis,
+    trained_accepted_length,
+)
 from flashdrive_ros.bench.compare import over_floor, speedups
 from flashdrive_ros.bench.engine_run import OverBudget, run_engine
 from flashdrive_ros.bench.floors import Floors, measure_floors
@@ -22,8 +26,13 @@ from flashdrive_ros.bench.measured_acceptance import run_at_acceptance
 from flashdrive_ros.bench.projection import SOURCES, project, thor_floors
 from flashdrive_ros.bench.reference_run import ReferenceRunner, run_reference
 from flashdrive_ros.bench.shapes import Parts, build_parts
-from flashdrive_ros.bench.variants import (AT_ACCEPTANCE, BASELINE, REFERENCE, ar_counterpart,
-                                           variant_overrides)
+from flashdrive_ros.bench.variants import (
+    AT_ACCEPTANCE,
+    BASELINE,
+    REFERENCE,
+    ar_counterpart,
+    variant_overrides,
+)
 from flashdrive_ros.bench.work import Work, stage_floors
 from flashdrive_ros.model.config import ModelConfig
 from flashdrive_ros.paths import default_model_dir

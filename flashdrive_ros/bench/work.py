@@ -4,8 +4,15 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass
 
-from flashdrive_ros.bench.costs import (Pass, drafter_pass, expert_pass, patches_per_image,
-                                        prefix_rotation_pass, text_pass, vision_pass)
+from flashdrive_ros.bench.costs import (
+    Pass,
+    drafter_pass,
+    expert_pass,
+    patches_per_image,
+    prefix_rotation_pass,
+    text_pass,
+    vision_pass,
+)
 from flashdrive_ros.bench.floors import Floors
 from flashdrive_ros.model.config import ModelConfig
 

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import math
 import time
-from dataclasses import dataclass, field
 from collections.abc import Callable
+from dataclasses import dataclass, field
 from typing import Protocol
 
 import numpy as np

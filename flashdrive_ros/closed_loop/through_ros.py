@@ -66,8 +66,8 @@ def _publish(player, topic: str, msgtype: str, msg) -> None:
 
 
 def drive_through_ros(options, model: ModelConfig, variant: str, seed: int) -> DriveResult:
-    from flashdrive_ros.harness.node_session import node_session
-    from flashdrive_ros.harness.trajectory_listener import TrajectoryListener
+    from flashdrive_ros.ros.harness.node_session import node_session
+    from flashdrive_ros.ros.harness.trajectory_listener import TrajectoryListener
 
     settings = options.drive
     names = list(model.prompt.camera_names)

@@ -5,8 +5,12 @@ from __future__ import annotations
 import torch
 
 from flashdrive_ros.engine.decoding import sampling_probs
-from flashdrive_ros.engine.speculative import (Proposal, ProposalRequest, TargetSharingProposer,
-                                              proposal_positions)
+from flashdrive_ros.engine.speculative import (
+    Proposal,
+    ProposalRequest,
+    TargetSharingProposer,
+    proposal_positions,
+)
 from flashdrive_ros.model.eagle_drafter import EagleDrafter
 
 

@@ -21,8 +21,15 @@ from flashdrive_ros.backends.base import Backend, make_backend
 from flashdrive_ros.backends.specs import EngineShapes
 from flashdrive_ros.engine.coc_reuse import CoCReuseProposer
 from flashdrive_ros.engine.config import EngineConfig
-from flashdrive_ros.engine.decoding import (DecodeResult, PrefillOutput, Sampling, StopRule,
-                                            Target, autoregressive_decode, required_capacity)
+from flashdrive_ros.engine.decoding import (
+    DecodeResult,
+    PrefillOutput,
+    Sampling,
+    StopRule,
+    Target,
+    autoregressive_decode,
+    required_capacity,
+)
 from flashdrive_ros.engine.encoded_frames import Encoded, EncodedFrames
 from flashdrive_ros.engine.flow_cached import euler_cached
 from flashdrive_ros.engine.graphed_steps import GraphedSteps
@@ -30,8 +37,13 @@ from flashdrive_ros.engine.padded_logits import PaddedRowLogits
 from flashdrive_ros.engine.proposers import make_proposer
 from flashdrive_ros.engine.slot_features import SlotFeatures
 from flashdrive_ros.engine.speculative import Proposer, speculative_decode
-from flashdrive_ros.engine.streaming import (PrefillPlan, StreamingKVCache, encode_frames,
-                                             prompt_geometry, run_prefill)
+from flashdrive_ros.engine.streaming import (
+    PrefillPlan,
+    StreamingKVCache,
+    encode_frames,
+    prompt_geometry,
+    run_prefill,
+)
 from flashdrive_ros.engine.timing import StageTimer
 from flashdrive_ros.engine.types import Plan, Window
 from flashdrive_ros.model.alpamayo import AlpamayoModel

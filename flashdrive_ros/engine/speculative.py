@@ -18,9 +18,19 @@ from typing import Protocol
 import torch
 from torch import nn
 
-from flashdrive_ros.engine.decoding import (DecodeResult, DecodeState, PrefillOutput, Sampling,
-                                            StopRule, Target, TargetStep, commit_tokens, finish,
-                                            sampling_probs, start_state)
+from flashdrive_ros.engine.decoding import (
+    DecodeResult,
+    DecodeState,
+    PrefillOutput,
+    Sampling,
+    StopRule,
+    Target,
+    TargetStep,
+    commit_tokens,
+    finish,
+    sampling_probs,
+    start_state,
+)
 from flashdrive_ros.model.drafter import Drafter
 from flashdrive_ros.model.kv_cache import KVCache
 from flashdrive_ros.model.positions import text_positions

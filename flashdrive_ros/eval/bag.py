@@ -18,8 +18,15 @@ import numpy as np
 from rosbags.highlevel import AnyReader, AnyReaderError
 from rosbags.typesys import Stores, get_typestore
 
-from flashdrive_ros.eval.errors import (BagError, BagNotFound, CorruptBag, EmptyBag,
-                                        ImageDecodeError, MissingTopics, UnknownMessageType)
+from flashdrive_ros.eval.errors import (
+    BagError,
+    BagNotFound,
+    CorruptBag,
+    EmptyBag,
+    ImageDecodeError,
+    MissingTopics,
+    UnknownMessageType,
+)
 from flashdrive_ros.eval.images import IMAGE_TYPES, decode_image
 from flashdrive_ros.eval.records import ImageRecord, LabelRecord, OdometryRecord, Record
 from flashdrive_ros.eval.topics import PROPOSAL_COMMAND, TopicMapping

@@ -7,8 +7,8 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from flashdrive_ros.eval.records import OdometryRecord
 from flashdrive_ros.eval.errors import EmptyBag
+from flashdrive_ros.eval.records import OdometryRecord
 
 
 def quaternion_to_matrix(q: np.ndarray) -> np.ndarray:

@@ -21,8 +21,7 @@ from flashdrive_ros.engine.window import WindowBuilder, WindowLimits, WindowReje
 from flashdrive_ros.eval.errors import ReplayError, TopicsConfigError
 from flashdrive_ros.eval.ground_truth import OdometryTrack
 from flashdrive_ros.eval.metrics import nearest_decision, window_metrics, words
-from flashdrive_ros.eval.records import (ImageRecord, LabelRecord, OdometryRecord,
-                                         RecordSource)
+from flashdrive_ros.eval.records import ImageRecord, LabelRecord, OdometryRecord, RecordSource
 from flashdrive_ros.eval.summary import SkipCounter, WindowResult
 from flashdrive_ros.eval.topics import TopicMapping
 from flashdrive_ros.model.config import ModelConfig

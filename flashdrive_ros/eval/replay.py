@@ -5,8 +5,12 @@ from __future__ import annotations
 from flashdrive_ros.engine.dtype_choice import resolve_dtype
 from flashdrive_ros.eval.bag import BagReader
 from flashdrive_ros.eval.errors import ReplayError
-from flashdrive_ros.eval.offline import (OfflineReplay, ReplayResults, ReplaySettings,
-                                         check_camera_count)
+from flashdrive_ros.eval.offline import (
+    OfflineReplay,
+    ReplayResults,
+    ReplaySettings,
+    check_camera_count,
+)
 from flashdrive_ros.eval.plots import write_plots
 from flashdrive_ros.eval.replay_options import ReplayOptions, load_model_config
 from flashdrive_ros.eval.report import write_report

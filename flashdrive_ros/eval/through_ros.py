@@ -17,7 +17,6 @@ from flashdrive_ros.eval.replay_options import ReplayOptions, load_model_config
 from flashdrive_ros.eval.skip_advice import skip_lines
 
 
-
 def node_parameters(options: ReplayOptions, mode: str, raw_images: bool) -> dict:
     """drive_node parameters (DriveParams names) for one mode of this replay."""
     params = {
@@ -48,9 +47,9 @@ def node_name() -> str:
 
 
 def run_mode(options: ReplayOptions, mode: str, raw_images: bool, domain_id: int):
-    from flashdrive_ros.harness.lifecycle_client import LifecycleError
-    from flashdrive_ros.harness.node_process import NodeProcess
-    from flashdrive_ros.harness.plan_recorder import SessionSettings, record_replay
+    from flashdrive_ros.ros.harness.lifecycle_client import LifecycleError
+    from flashdrive_ros.ros.harness.node_process import NodeProcess
+    from flashdrive_ros.ros.harness.plan_recorder import SessionSettings, record_replay
 
     recorded = options.out_dir / f"recorded_{mode}"
     if recorded.exists():
@@ -74,9 +73,9 @@ def run_mode(options: ReplayOptions, mode: str, raw_images: bool, domain_id: int
 
 def run_through_ros(options: ReplayOptions
                     ) -> tuple[ReplayResults, dict[str, dict], list[tuple[float, np.ndarray]]]:
-    from flashdrive_ros.harness.loopback import process_domain_id
-    from flashdrive_ros.harness.node_process import log_tail
     from flashdrive_ros.ros import names
+    from flashdrive_ros.ros.harness.loopback import process_domain_id
+    from flashdrive_ros.ros.harness.node_process import log_tail
     from flashdrive_ros.ros.params import DriveParams
 
     options.out_dir.mkdir(parents=True, exist_ok=True)

@@ -10,8 +10,12 @@ from pathlib import Path
 import yaml
 
 from flashdrive_ros.eval.errors import TopicsConfigError
-from flashdrive_ros.sim.topics import (CAMERA_NAMES, LABELS_TOPIC, ODOMETRY_TOPIC,
-                                       camera_image_topic)
+from flashdrive_ros.sim.topics import (
+    CAMERA_NAMES,
+    LABELS_TOPIC,
+    ODOMETRY_TOPIC,
+    camera_image_topic,
+)
 
 TOPIC_NAME = re.compile(r"^(/[A-Za-z_][A-Za-z0-9_]*)+$")
 PROPOSAL_COMMAND = "flashdrive-topics BAG --out topics.yaml"

@@ -9,7 +9,7 @@ from pathlib import Path
 
 from flashdrive_ros.eval.bag import open_reader, resolve_bag_path, topic_infos
 from flashdrive_ros.eval.errors import ReplayError
-from flashdrive_ros.eval.topic_proposal import ProposalError, propose, proposal_yaml
+from flashdrive_ros.eval.topic_proposal import ProposalError, proposal_yaml, propose
 from flashdrive_ros.model.config import PromptConfig
 
 

@@ -18,9 +18,9 @@ from flashdrive_ros.model.config import ModelConfig
 from flashdrive_ros.model.expert import ActionExpert, expert_positions
 from flashdrive_ros.model.flow import euler_sample
 from flashdrive_ros.model.kv_cache import KVCache
+from flashdrive_ros.model.manifest import verify_manifest
 from flashdrive_ros.model.unicycle import actions_to_trajectory
 from flashdrive_ros.model.vlm import VLM
-from flashdrive_ros.model.manifest import verify_manifest
 from flashdrive_ros.model.weights import CONFIG_FILE, WeightsError, expected_shapes, load_state
 
 

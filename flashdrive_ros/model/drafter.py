@@ -30,7 +30,6 @@ layers.{i}.mlp.{gate,up,down}_proj.weight, norm.weight.
 
 from __future__ import annotations
 
-
 import torch
 import torch.nn.functional as F
 from torch import nn

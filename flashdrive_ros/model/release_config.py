@@ -18,12 +18,30 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
-from flashdrive_ros.model.config import (ActionConfig, ConfigError, DrafterConfig, ExpertConfig,
-                                         ModelConfig, PromptConfig, TextConfig, VisionConfig)
-from flashdrive_ros.model.release_keys import (EXPERT_FIELDS, HF_GENERIC_KEYS, IN_PROJ_FIELDS,
-                                               OWN_SECTION, RUNTIME_ONLY_KEYS, SPACE_FIELDS,
-                                               SPACE_UNUSED, TEXT_FIELDS, TEXT_OTHER,
-                                               TOKEN_ID_KEYS, TOP_MAPPED, VISION_FIELDS)
+from flashdrive_ros.model.config import (
+    ActionConfig,
+    ConfigError,
+    DrafterConfig,
+    ExpertConfig,
+    ModelConfig,
+    PromptConfig,
+    TextConfig,
+    VisionConfig,
+)
+from flashdrive_ros.model.release_keys import (
+    EXPERT_FIELDS,
+    HF_GENERIC_KEYS,
+    IN_PROJ_FIELDS,
+    OWN_SECTION,
+    RUNTIME_ONLY_KEYS,
+    SPACE_FIELDS,
+    SPACE_UNUSED,
+    TEXT_FIELDS,
+    TEXT_OTHER,
+    TOKEN_ID_KEYS,
+    TOP_MAPPED,
+    VISION_FIELDS,
+)
 
 PROMPT_LAYOUTS = {"alpamayo_r1": "alpamayo-1", "alpamayo1_5": "alpamayo-1.5"}
 ARCHITECTURES = {"AlpamayoR1": "alpamayo_r1", "Alpamayo1_5": "alpamayo1_5"}

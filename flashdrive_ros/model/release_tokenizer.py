@@ -15,8 +15,13 @@ from pathlib import Path
 from tokenizers import AddedToken, Tokenizer
 
 from flashdrive_ros.model.release_config import ReleaseConfig, read_release
-from flashdrive_ros.model.tokenizer import (ALPAMAYO_SPECIAL_NAMES, TextTokenizer,
-                                            TokenizerError, special, traj_token)
+from flashdrive_ros.model.tokenizer import (
+    ALPAMAYO_SPECIAL_NAMES,
+    TextTokenizer,
+    TokenizerError,
+    special,
+    traj_token,
+)
 
 TOKENIZER_FILE = "tokenizer.json"
 TOKENIZER_CONFIG_FILE = "tokenizer_config.json"

@@ -11,12 +11,17 @@ import sys
 from pathlib import Path
 
 from flashdrive_ros.engine.config import EngineConfig
-from flashdrive_ros.harness.stream import read_stream
 from flashdrive_ros.paths import default_model_dir
 from flashdrive_ros.reliability.fault_run import run_offline, run_through_ros
 from flashdrive_ros.reliability.fault_table import WindowSpan, fault_row, markdown_table
-from flashdrive_ros.reliability.faults import (FAULT_DEFAULTS, FaultedStream, FaultSpecError,
-                                               apply_fault, parse_faults)
+from flashdrive_ros.reliability.faults import (
+    FAULT_DEFAULTS,
+    FaultedStream,
+    FaultSpecError,
+    apply_fault,
+    parse_faults,
+)
+from flashdrive_ros.ros.harness.stream import read_stream
 from flashdrive_ros.ros.params import DriveParams
 from flashdrive_ros.settings import add_setting_argument
 

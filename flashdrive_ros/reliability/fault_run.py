@@ -6,8 +6,8 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass, field
 
-from flashdrive_ros.harness.stream import NS_PER_S
 from flashdrive_ros.reliability.faults import FaultedStream
+from flashdrive_ros.ros.harness.stream import NS_PER_S
 from flashdrive_ros.ros.input_handler import InputHandler
 from flashdrive_ros.ros.params import DriveParams
 from flashdrive_ros.ros.planner_loop import PlannerLoop
@@ -93,7 +93,7 @@ def run_through_ros(stream: FaultedStream, name: str, parameters: dict, topics: 
                     out_dir, rate: float = 1.0) -> FaultRun:
     """Play the stream into a fresh drive node process and read its diagnostics and
     trajectories."""
-    from flashdrive_ros.harness.node_session import node_session
+    from flashdrive_ros.ros.harness.node_session import node_session
 
     with node_session(name, parameters, topics, out_dir, rate) as session:
         session.player.play(stream.messages)

@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 import cv2
 import numpy as np
 
-from flashdrive_ros.harness.stream import NS_PER_S, StreamMessage
+from flashdrive_ros.ros.harness.stream import NS_PER_S, StreamMessage
 
 IMAGE_TYPES = ("sensor_msgs/msg/CompressedImage",)
 ODOMETRY_TYPE = "nav_msgs/msg/Odometry"

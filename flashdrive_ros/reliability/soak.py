@@ -14,9 +14,9 @@ from pathlib import Path
 
 import numpy as np
 
-from flashdrive_ros.harness.node_process import read_process
-from flashdrive_ros.harness.node_session import node_session
-from flashdrive_ros.harness.stream import NS_PER_S, looped, read_stream
+from flashdrive_ros.ros.harness.node_process import read_process
+from flashdrive_ros.ros.harness.node_session import node_session
+from flashdrive_ros.ros.harness.stream import NS_PER_S, looped, read_stream
 from flashdrive_ros.ros.params import DriveParams
 
 CAMERA_PERIOD_NS = NS_PER_S // 10

@@ -14,11 +14,21 @@ import threading
 from collections.abc import Callable
 
 from flashdrive_ros.ros.camera_slots import slot_mismatch
-from flashdrive_ros.ros.cdr_image import (UnsupportedEncapsulation, image_header,
-                                          read_compressed, read_image)
-from flashdrive_ros.ros.convert import (ConversionError, InvalidOrientation, NonFiniteValue,
-                                        image_msg_to_rgb, odometry_arrays, odometry_to_sample,
-                                        stamped_seconds)
+from flashdrive_ros.ros.cdr_image import (
+    UnsupportedEncapsulation,
+    image_header,
+    read_compressed,
+    read_image,
+)
+from flashdrive_ros.ros.convert import (
+    ConversionError,
+    InvalidOrientation,
+    NonFiniteValue,
+    image_msg_to_rgb,
+    odometry_arrays,
+    odometry_to_sample,
+    stamped_seconds,
+)
 from flashdrive_ros.ros.frame_gate import FrameGate
 from flashdrive_ros.ros.image_reduce import ImageReducer
 from flashdrive_ros.ros.params import DriveParams

@@ -5,16 +5,21 @@ from __future__ import annotations
 
 from nav_msgs.msg import Odometry
 from rclpy.callback_groups import MutuallyExclusiveCallbackGroup
-from rclpy.qos import (DurabilityPolicy, HistoryPolicy, QoSProfile, ReliabilityPolicy,
-                       qos_profile_sensor_data)
+from rclpy.qos import (
+    DurabilityPolicy,
+    HistoryPolicy,
+    QoSProfile,
+    ReliabilityPolicy,
+    qos_profile_sensor_data,
+)
 from rclpy.serialization import deserialize_message
 from sensor_msgs.msg import CameraInfo, CompressedImage, Image
 
 from flashdrive_ros.ros.camera_worker import CameraWorker
 from flashdrive_ros.ros.convert import ConversionError, camera_info_intrinsics
 from flashdrive_ros.ros.events import no_subscription_events
-from flashdrive_ros.ros.params import DriveParams
 from flashdrive_ros.ros.input_handler import InputHandler
+from flashdrive_ros.ros.params import DriveParams
 from flashdrive_ros.ros.planner_loop import ODOMETRY_INPUT, PlannerLoop
 
 ODOMETRY_DEPTH = 250  # 5 s at 50 Hz

@@ -28,8 +28,7 @@ from rclpy.executors import ExternalShutdownException, SingleThreadedExecutor
 from rclpy.lifecycle import LifecycleNode, LifecycleState, TransitionCallbackReturn
 from rclpy.utilities import remove_ros_args
 
-from flashdrive_ros.engine.config import EngineConfig
-from flashdrive_ros.engine.config import SWITCHES
+from flashdrive_ros.engine.config import SWITCHES, EngineConfig
 from flashdrive_ros.engine.dtype_choice import resolve_device, resolve_dtype
 from flashdrive_ros.engine.engine import Engine
 from flashdrive_ros.engine.window import WindowBuilder, WindowLimits
@@ -38,8 +37,13 @@ from flashdrive_ros.ros import names
 from flashdrive_ros.ros.frame_encoder import FrameEncoder
 from flashdrive_ros.ros.inputs import InputSubscriptions
 from flashdrive_ros.ros.outputs import OutputPublishers
-from flashdrive_ros.ros.params import (DriveParams, ParameterError, add_validation_callback,
-                                       declare_parameters, read_parameters)
+from flashdrive_ros.ros.params import (
+    DriveParams,
+    ParameterError,
+    add_validation_callback,
+    declare_parameters,
+    read_parameters,
+)
 from flashdrive_ros.ros.planner_loop import PlannerLoop
 
 ENCODED_FRAMES_KEEP_S = 2.0

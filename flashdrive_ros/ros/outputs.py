@@ -22,8 +22,12 @@ from flashdrive_ros.ros.convert import seconds_to_stamp
 from flashdrive_ros.ros.diagnostics import build_diagnostics
 from flashdrive_ros.ros.events import no_publisher_events
 from flashdrive_ros.ros.params import DriveParams
-from flashdrive_ros.ros.plan_msgs import (plan_to_finished_plan, plan_to_markers, plan_to_path,
-                                          plan_to_reasoning)
+from flashdrive_ros.ros.plan_msgs import (
+    plan_to_finished_plan,
+    plan_to_markers,
+    plan_to_path,
+    plan_to_reasoning,
+)
 from flashdrive_ros.ros.plan_sanity import stop_plan
 from flashdrive_ros.ros.planner_loop import PlannerLoop, PlanRecord
 from flashdrive_ros.ros.viz import PinholeCamera, render_overlay

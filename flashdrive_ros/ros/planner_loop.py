@@ -291,14 +291,12 @@ class PlannerLoop:
             if key[0] <= self._planned_t0 and not self.builder.time_base_reset_pending:
                 return None
             result = self.builder.build(key[0])
-            while isinstance(result, WindowRejection) and result.time_base_reset:
+            while isinstance(result, WindowRejection):
                 self._note_rejection(key[0], result)
-                self._planned_t0 = -np.inf
-                self._latest = None
+                if not result.time_base_reset:
+                    return None
+                self._planned_t0, self._latest = -np.inf, None
                 result = self.builder.build(key[0])
-            if isinstance(result, WindowRejection):
-                self._note_rejection(key[0], result)
-                return None
             if result.time_base_reset:
                 self._time_base += 1
             if self.builder.stand_ins:

@@ -10,8 +10,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from flashdrive_ros.sim.drive import (FUTURE_DT, FUTURE_STEPS, SIM_HZ, SUBSTEPS, DriveLog,
-                                      to_frame)
+from flashdrive_ros.sim.drive import FUTURE_DT, FUTURE_STEPS, SIM_HZ, SUBSTEPS, DriveLog, to_frame
 from flashdrive_ros.sim.ego_world import EgoWorld
 
 HORIZON_STEPS = FUTURE_STEPS * SUBSTEPS

@@ -8,8 +8,13 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from flashdrive_ros.sim.driver import (Obstacle, curve_speed_limit, idm_accel,
-                                       pedestrian_blocks, stop_line_obstacle)
+from flashdrive_ros.sim.driver import (
+    Obstacle,
+    curve_speed_limit,
+    idm_accel,
+    pedestrian_blocks,
+    stop_line_obstacle,
+)
 from flashdrive_ros.sim.vehicle import EGO_LENGTH, EGO_WIDTH, MAX_STEER, WHEELBASE, EgoState
 from flashdrive_ros.sim.world import EGO_LANE_D, SENSE_RANGE, World
 

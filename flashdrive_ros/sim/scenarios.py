@@ -11,8 +11,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from flashdrive_ros.sim.entities import (Crosswalk, Intersection, Pedestrian, TrafficLight,
-                                         Vehicle)
+from flashdrive_ros.sim.entities import Crosswalk, Intersection, Pedestrian, TrafficLight, Vehicle
 from flashdrive_ros.sim.path import Path, integrate_segments, join_paths
 from flashdrive_ros.sim.scenery import add_scenery, make_style, random_car
 from flashdrive_ros.sim.world import EGO_LANE_D, ONCOMING_LANE_D, ScenarioSpan, World

@@ -2,8 +2,14 @@
 
 from __future__ import annotations
 
-from flashdrive_ros.default_names import (BASE_FRAME, CAMERA_NAMES, ODOM_FRAME, ODOMETRY_TOPIC,
-                                          camera_image_topic, camera_info_topic)
+from flashdrive_ros.default_names import (
+    BASE_FRAME,
+    CAMERA_NAMES,
+    ODOM_FRAME,
+    ODOMETRY_TOPIC,
+    camera_image_topic,
+    camera_info_topic,
+)
 
 __all__ = ["BASE_FRAME", "CAMERA_NAMES", "LABELS_TOPIC", "ODOM_FRAME", "ODOMETRY_TOPIC",
            "TF_STATIC_TOPIC", "camera_frame", "camera_image_topic", "camera_info_topic"]

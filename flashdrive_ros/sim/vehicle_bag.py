@@ -21,16 +21,28 @@ import cv2
 import numpy as np
 
 from flashdrive_ros.sim import messages as M
-from flashdrive_ros.sim.bag import (COMPRESSIONS, default_workers, last_odometry_step,
-                                    open_bag, simulate_for_bag)
+from flashdrive_ros.sim.bag import (
+    COMPRESSIONS,
+    default_workers,
+    last_odometry_step,
+    open_bag,
+    simulate_for_bag,
+)
 from flashdrive_ros.sim.cameras import DEFAULT_HEIGHT, DEFAULT_WIDTH, rig
 from flashdrive_ros.sim.clock import stamp_ns
 from flashdrive_ros.sim.drive import FRAME_HZ, DriveLog, SceneSnapshot
 from flashdrive_ros.sim.frames import encode_jpeg, render_scenes
 from flashdrive_ros.sim.raw_pixels import RAW_ENCODINGS, raw_pixels, size_cell
 from flashdrive_ros.sim.render import Renderer
-from flashdrive_ros.sim.topics import (CAMERA_NAMES, LABELS_TOPIC, ODOM_FRAME, ODOMETRY_TOPIC,
-                                       TF_STATIC_TOPIC, camera_image_topic, camera_info_topic)
+from flashdrive_ros.sim.topics import (
+    CAMERA_NAMES,
+    LABELS_TOPIC,
+    ODOM_FRAME,
+    ODOMETRY_TOPIC,
+    TF_STATIC_TOPIC,
+    camera_image_topic,
+    camera_info_topic,
+)
 from flashdrive_ros.sim.vehicle import EgoState
 
 COMPRESSED_ENCODINGS = ("jpeg", "png")

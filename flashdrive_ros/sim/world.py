@@ -6,10 +6,15 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from flashdrive_ros.sim.driver import (IdmParams, Obstacle, curve_speed_limit, idm_accel,
-                                       pedestrian_blocks, stop_line_obstacle)
-from flashdrive_ros.sim.entities import (Crosswalk, Intersection, Pedestrian, StaticBox,
-                                         Vehicle)
+from flashdrive_ros.sim.driver import (
+    IdmParams,
+    Obstacle,
+    curve_speed_limit,
+    idm_accel,
+    pedestrian_blocks,
+    stop_line_obstacle,
+)
+from flashdrive_ros.sim.entities import Crosswalk, Intersection, Pedestrian, StaticBox, Vehicle
 from flashdrive_ros.sim.path import Path
 from flashdrive_ros.sim.vehicle import EGO_LENGTH, EGO_WIDTH, EgoState
 

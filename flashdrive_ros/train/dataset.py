@@ -22,8 +22,12 @@ from flashdrive_ros.model.positions import prompt_positions
 from flashdrive_ros.model.preprocess import normalize, patchify
 from flashdrive_ros.model.prompt import PromptBuilder
 from flashdrive_ros.model.tokenizer import TextTokenizer
-from flashdrive_ros.train.actions import (action_stats, future_controls, history_v0,
-                                          normalize_controls)
+from flashdrive_ros.train.actions import (
+    action_stats,
+    future_controls,
+    history_v0,
+    normalize_controls,
+)
 from flashdrive_ros.train.decision_focus import decisive_lengths
 from flashdrive_ros.train.drive import Drive, to_ego_frame
 

@@ -28,12 +28,22 @@ from flashdrive_ros.train.action_reward import coc_trajectories, trajectory_erro
 from flashdrive_ros.train.dataset import TrainSet
 from flashdrive_ros.train.drafter_data import DraftBatch, DraftCorpus
 from flashdrive_ros.train.drafter_train import draft_batch, draft_logits
-from flashdrive_ros.train.grpo import (ANCHORS, anchor_positions, group_advantages,
-                                       kl_to_reference, policy_loss)
+from flashdrive_ros.train.grpo import (
+    ANCHORS,
+    anchor_positions,
+    group_advantages,
+    kl_to_reference,
+    policy_loss,
+)
 from flashdrive_ros.train.log import TrainLog
-from flashdrive_ros.train.rl_rollouts import (contaminated_cocs, first_rejected,
-                                              rejected_positions, sample_rollouts, token_match,
-                                              wrong_positions)
+from flashdrive_ros.train.rl_rollouts import (
+    contaminated_cocs,
+    first_rejected,
+    rejected_positions,
+    sample_rollouts,
+    token_match,
+    wrong_positions,
+)
 from flashdrive_ros.train.schedule import Progress
 
 Autocast = Callable[[], contextlib.AbstractContextManager]

@@ -39,18 +39,22 @@ from flashdrive_ros.model.drafter import Drafter
 from flashdrive_ros.model.drafter_file import AnyDrafter, build_drafter, load_drafter
 from flashdrive_ros.model.tokenizer import TextTokenizer
 from flashdrive_ros.model.weights import TOKENIZER_FILE
+from flashdrive_ros.sim.seeds import eval_seeds, train_seeds
 from flashdrive_ros.train.attention_budget import attention_budget
 from flashdrive_ros.train.dataset import TrainSet
 from flashdrive_ros.train.draft_corpus import build_draft_corpus
 from flashdrive_ros.train.drafter_data import concat_corpora
 from flashdrive_ros.train.drafter_rl import RLConfig, RLTarget, rl_post_train
 from flashdrive_ros.train.drafter_train import evaluate_drafter, train_drafter
-from flashdrive_ros.train.engine_acceptance import (Setting, heldout_windows, measure_setting,
-                                                    same_cocs)
+from flashdrive_ros.train.engine_acceptance import (
+    Setting,
+    heldout_windows,
+    measure_setting,
+    same_cocs,
+)
 from flashdrive_ros.train.generate import generate_drives
 from flashdrive_ros.train.log import TrainLog
 from flashdrive_ros.train.pipeline import seed_everything
-from flashdrive_ros.sim.seeds import eval_seeds, train_seeds
 from flashdrive_ros.train.study_config import StudyConfig, smoke
 from flashdrive_ros.train.study_report import markdown
 

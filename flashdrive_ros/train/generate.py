@@ -15,8 +15,7 @@ import numpy as np
 from flashdrive_ros.model.config import ModelConfig
 from flashdrive_ros.sim.disturbed_drive import Disturbance
 from flashdrive_ros.train.drive import Drive
-from flashdrive_ros.train.sensor_noise import (NO_NOISE, SensorNoise, camera_effects,
-                                               measured_poses)
+from flashdrive_ros.train.sensor_noise import NO_NOISE, SensorNoise, camera_effects, measured_poses
 
 SIM_IMPORT_ERROR = "the simulator (flashdrive_ros.sim) is needed to generate training drives"
 

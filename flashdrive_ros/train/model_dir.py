@@ -13,8 +13,13 @@ import torch
 from flashdrive_ros.model.alpamayo import AlpamayoModel
 from flashdrive_ros.model.manifest import MANIFEST_FILE, write_manifest
 from flashdrive_ros.model.tokenizer import TextTokenizer
-from flashdrive_ros.model.weights import (CONFIG_FILE, INDEX_FILE, SINGLE_FILE, TOKENIZER_FILE,
-                                          save_model_dir)
+from flashdrive_ros.model.weights import (
+    CONFIG_FILE,
+    INDEX_FILE,
+    SINGLE_FILE,
+    TOKENIZER_FILE,
+    save_model_dir,
+)
 
 REWRITTEN = (CONFIG_FILE, SINGLE_FILE, INDEX_FILE, TOKENIZER_FILE, MANIFEST_FILE)
 

@@ -37,27 +37,35 @@ import torch
 from flashdrive_ros.model.alpamayo import AlpamayoModel
 from flashdrive_ros.model.config import ModelConfig
 from flashdrive_ros.model.drafter import Drafter
-from flashdrive_ros.model.prompt import CAMERA_DISPLAY_NAMES, INSTRUCTION_TEXT, SYSTEM_TEXT
-from flashdrive_ros.model.tokenizer import (ALPAMAYO_SPECIAL_NAMES, QWEN_SPECIALS, TextTokenizer,
-                                            build_tokenizer)
 from flashdrive_ros.model.manifest import write_manifest
+from flashdrive_ros.model.prompt import CAMERA_DISPLAY_NAMES, INSTRUCTION_TEXT, SYSTEM_TEXT
+from flashdrive_ros.model.tokenizer import (
+    ALPAMAYO_SPECIAL_NAMES,
+    QWEN_SPECIALS,
+    TextTokenizer,
+    build_tokenizer,
+)
 from flashdrive_ros.model.weights import save_model_dir
 from flashdrive_ros.sim.labels import DECISIONS
-from flashdrive_ros.train.checkpoint import (RESUME_SUBDIR, load_weights, read_checkpoint,
-                                             save_checkpoint)
-from flashdrive_ros.train.draft_corpus import build_draft_corpus
-from flashdrive_ros.train.drive_cache import load_drives, save_drives
-from flashdrive_ros.train.drafter_data import concat_corpora
+from flashdrive_ros.sim.seeds import eval_seeds, train_seeds
+from flashdrive_ros.train.checkpoint import (
+    RESUME_SUBDIR,
+    load_weights,
+    read_checkpoint,
+    save_checkpoint,
+)
 from flashdrive_ros.train.coverage import check_coverage, coverage, markdown
+from flashdrive_ros.train.dataset import TrainSet
 from flashdrive_ros.train.decision_focus import DecisionFocus, decision_shares
+from flashdrive_ros.train.draft_corpus import build_draft_corpus
+from flashdrive_ros.train.drafter_data import concat_corpora
 from flashdrive_ros.train.drafter_train import train_drafter
+from flashdrive_ros.train.drive_cache import load_drives, save_drives
 from flashdrive_ros.train.generate import generate_drives, is_disturbed
 from flashdrive_ros.train.log import TrainLog
 from flashdrive_ros.train.model_dir import half_copy
 from flashdrive_ros.train.recipe import Recipe, recipe_from_dict, smoke
 from flashdrive_ros.train.rng_state import restore_rng, rng_state
-from flashdrive_ros.train.dataset import TrainSet
-from flashdrive_ros.sim.seeds import eval_seeds, train_seeds
 from flashdrive_ros.train.streaming_backbone import train_backbone_streaming
 from flashdrive_ros.train.streaming_tune import streaming_tune
 from flashdrive_ros.train.target_train import TargetTrainer

@@ -28,8 +28,13 @@ from pathlib import Path
 import torch
 
 from flashdrive_ros.eval.held_out import held_out_drives
-from flashdrive_ros.eval.model_compare import (CompareSettings, comparison_table,
-                                               evaluate_model, gap_table, streaming_gaps)
+from flashdrive_ros.eval.model_compare import (
+    CompareSettings,
+    comparison_table,
+    evaluate_model,
+    gap_table,
+    streaming_gaps,
+)
 from flashdrive_ros.eval.sim_source import SimDriveSource
 from flashdrive_ros.model.alpamayo import AlpamayoModel
 from flashdrive_ros.model.config import ActionConfig, ModelConfig
@@ -37,13 +42,13 @@ from flashdrive_ros.model.manifest import verify_manifest
 from flashdrive_ros.model.tokenizer import TextTokenizer
 from flashdrive_ros.model.weights import CONFIG_FILE, TOKENIZER_FILE
 from flashdrive_ros.paths import default_model_dir
+from flashdrive_ros.sim.seeds import eval_seeds, train_seeds
 from flashdrive_ros.train.dataset import TrainSet
 from flashdrive_ros.train.finetune_recipe import FinetuneRecipe, cpu, smoke
 from flashdrive_ros.train.generate import generate_drives
 from flashdrive_ros.train.log import TrainLog
 from flashdrive_ros.train.model_dir import write_derived_model_dir
 from flashdrive_ros.train.pipeline import seed_everything
-from flashdrive_ros.sim.seeds import eval_seeds, train_seeds
 from flashdrive_ros.train.streaming_backbone import train_backbone_streaming
 from flashdrive_ros.train.streaming_tune import streaming_tune
 

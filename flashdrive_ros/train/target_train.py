@@ -21,13 +21,13 @@ import torch.nn.functional as F
 from flashdrive_ros.model.alpamayo import AlpamayoModel
 from flashdrive_ros.model.flow import interpolate
 from flashdrive_ros.model.kv_cache import KVCache
-from flashdrive_ros.train.batched_expert import batched_velocity
 from flashdrive_ros.sim.labels import DECISIONS
+from flashdrive_ros.train.batched_expert import batched_velocity
 from flashdrive_ros.train.dataset import IGNORE, TrainBatch, TrainSet
 from flashdrive_ros.train.decision_focus import PLAIN, DecisionFocus, row_weights
 from flashdrive_ros.train.grad_cache import GradKVCache
-from flashdrive_ros.train.optimizer_state import load_optimizer_state, optimizer_state
 from flashdrive_ros.train.log import TrainLog
+from flashdrive_ros.train.optimizer_state import load_optimizer_state, optimizer_state
 from flashdrive_ros.train.schedule import Progress
 
 Autocast = Callable[[], contextlib.AbstractContextManager]

@@ -5,8 +5,13 @@ import dataclasses
 
 import torch
 
-from flashdrive_ros.engine.decoding import (StopRule, Target, greedy_decode, prefill,
-                                            required_capacity)
+from flashdrive_ros.engine.decoding import (
+    StopRule,
+    Target,
+    greedy_decode,
+    prefill,
+    required_capacity,
+)
 from flashdrive_ros.engine.speculative import DFlashProposer, speculative_decode
 from flashdrive_ros.model.config import tiny
 from flashdrive_ros.model.drafter import Drafter

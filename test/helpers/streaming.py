@@ -6,8 +6,12 @@ import numpy as np
 import torch
 
 from flashdrive_ros.engine.decoding import Target
-from flashdrive_ros.engine.streaming import (FrameLayout, StreamingKVCache, encode_frames,
-                                             run_prefill)
+from flashdrive_ros.engine.streaming import (
+    FrameLayout,
+    StreamingKVCache,
+    encode_frames,
+    run_prefill,
+)
 from flashdrive_ros.model.config import ModelConfig, TextConfig, tiny
 from flashdrive_ros.model.kv_cache import KVCache
 from flashdrive_ros.model.positions import prompt_positions

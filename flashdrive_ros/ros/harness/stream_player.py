@@ -12,9 +12,9 @@ from rclpy.node import Node
 from rclpy.qos import QoSProfile, ReliabilityPolicy
 from rosgraph_msgs.msg import Clock
 
-from flashdrive_ros.harness.bag_player import message_class, unmatched_after
-from flashdrive_ros.harness.stream import NS_PER_S, StreamMessage
 from flashdrive_ros.ros.convert import seconds_to_stamp
+from flashdrive_ros.ros.harness.bag_player import message_class, unmatched_after
+from flashdrive_ros.ros.harness.stream import NS_PER_S, StreamMessage
 
 PUBLISH_DEPTH = 100
 

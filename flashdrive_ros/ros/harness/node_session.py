@@ -13,10 +13,10 @@ from pathlib import Path
 from rclpy.executors import SingleThreadedExecutor
 from rclpy.node import Node
 
-from flashdrive_ros.harness.loopback import local_context, process_domain_id
-from flashdrive_ros.harness.node_observer import NodeObserver
-from flashdrive_ros.harness.node_process import NodeProcess
-from flashdrive_ros.harness.stream_player import StreamPlayer
+from flashdrive_ros.ros.harness.loopback import local_context, process_domain_id
+from flashdrive_ros.ros.harness.node_observer import NodeObserver
+from flashdrive_ros.ros.harness.node_process import NodeProcess
+from flashdrive_ros.ros.harness.stream_player import StreamPlayer
 
 START_TIMEOUT_S = 300.0
 

@@ -23,12 +23,19 @@ from rosbags.rosbag2 import StoragePlugin, Writer
 from rosbags.typesys import Stores, get_typestore
 from tqdm import tqdm
 
-from flashdrive_ros.harness.bag_player import BagPlayer, PlayStats, message_class
-from flashdrive_ros.harness.lifecycle_client import LifecycleClient, LifecycleError
-from flashdrive_ros.harness.loopback import local_context
-from flashdrive_ros.ros.names import (DIAGNOSTICS_TOPIC, FINISHED_PLANS_TOPIC, NODE_NAME,
-                                      OVERLAY_TOPIC, REASONING_TOPIC, SAMPLES_TOPIC,
-                                      TRAJECTORY_TOPIC, resolved)
+from flashdrive_ros.ros.harness.bag_player import BagPlayer, PlayStats, message_class
+from flashdrive_ros.ros.harness.lifecycle_client import LifecycleClient, LifecycleError
+from flashdrive_ros.ros.harness.loopback import local_context
+from flashdrive_ros.ros.names import (
+    DIAGNOSTICS_TOPIC,
+    FINISHED_PLANS_TOPIC,
+    NODE_NAME,
+    OVERLAY_TOPIC,
+    REASONING_TOPIC,
+    SAMPLES_TOPIC,
+    TRAJECTORY_TOPIC,
+    resolved,
+)
 
 OUTPUT_TYPES = {
     TRAJECTORY_TOPIC: "nav_msgs/msg/Path",
