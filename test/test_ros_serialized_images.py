@@ -114,6 +114,8 @@ def test_serialized_and_deserialized_subscriptions_give_the_same_pixels(transpor
                 else:
                     publisher.publish(compressed_message(stamp, CAMERAS[i], kinds[i],
                                                          *sizes[i]))
+            wait_for(lambda n=k + 1: len(serialized_sets) == len(deserialized_sets) == n,
+                     "one camera set at a time (the camera thread keeps two per camera)")
         wait_for(lambda: len(serialized_sets) == len(deserialized_sets) == 3,
                  "three camera sets on both paths")
         for (stamps, images), (stamps_d, images_d) in zip(serialized_sets, deserialized_sets):
