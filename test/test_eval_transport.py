@@ -97,3 +97,6 @@ def test_swapped_slots_and_node_input_faults_reach_the_console():
     lines = input_lines(ros)
     assert "input odometry: frame: odometry frame_id 'odom' is not 'map'" in lines[1]
     assert lines[2].endswith("odom_frame: map (odom_frame parameter)") and len(lines) == 3
+    assert input_lines({**ros, "playback_max_lateness_s": 0.2}) == lines
+    late = input_lines({**ros, "playback_max_lateness_s": 36.4})
+    assert len(late) == 4 and "player (flashdrive): fell up to 36.4 s behind" in late[3]

@@ -1,5 +1,6 @@
 """Plays a rosbag2 over DDS: every message is published as its stored CDR bytes on its topic
-at its log time (scaled by `rate`), with rosgraph_msgs/Clock on /clock for use_sim_time."""
+at its log time (scaled by `rate`), with rosgraph_msgs/Clock on /clock for use_sim_time. The
+bag is read on a thread of its own up to READ_AHEAD_BYTES ahead of the publishing."""
 
 from __future__ import annotations
 
@@ -17,9 +18,11 @@ from rosbags.typesys import Stores, get_typestore
 from rosgraph_msgs.msg import Clock
 
 from flashdrive_ros.ros.convert import seconds_to_stamp
+from flashdrive_ros.ros.harness.read_ahead import ReadAhead
 
 LATCHED_TOPICS = ("/tf_static",)
 PUBLISH_DEPTH = 100
+READ_AHEAD_BYTES = 256 << 20
 
 
 def message_class(msgtype: str):
@@ -98,31 +101,35 @@ class BagPlayer:
         stats = PlayStats()
         with AnyReader([self.bag], default_typestore=self.typestore) as reader:
             connections = [c for c in reader.connections if c.topic in self.publishers]
-            first_ns = None
             wall_start = time.monotonic()
-            last_clock_ns = -1
-            for conn, log_ns, raw in reader.messages(connections=connections):
-                if stop is not None and stop.is_set():
-                    break
-                if first_ns is None:
-                    first_ns = log_ns
-                target = wall_start + (log_ns - first_ns) * 1e-9 / self.rate
-                delay = target - time.monotonic()
-                if delay > 0:
-                    time.sleep(delay)
-                else:
-                    stats.max_lateness_s = max(stats.max_lateness_s, -delay)
-                if self.clock_publisher is not None and log_ns > last_clock_ns:
-                    self.clock_publisher.publish(Clock(clock=seconds_to_stamp(log_ns * 1e-9)))
-                    last_clock_ns = log_ns
-                self.publishers[conn.topic].publish(bytes(raw))
-                stats.messages += 1
-                stats.bag_seconds = (log_ns - first_ns) * 1e-9
-                if on_message is not None:
-                    on_message(stats.bag_seconds)
+            with ReadAhead(reader.messages(connections=connections),
+                           size=lambda message: len(message[2]),
+                           max_bytes=READ_AHEAD_BYTES) as messages:
+                self._publish(messages, wall_start, stats, stop, on_message)
             stats.wall_seconds = time.monotonic() - wall_start
         return stats
 
-    def publish_clock(self, seconds: float) -> None:
-        if self.clock_publisher is not None:
-            self.clock_publisher.publish(Clock(clock=seconds_to_stamp(seconds)))
+    def _publish(self, messages: ReadAhead, wall_start: float, stats: PlayStats,
+                 stop: threading.Event | None,
+                 on_message: Callable[[float], None] | None) -> None:
+        first_ns = None
+        last_clock_ns = -1
+        for conn, log_ns, raw in messages:
+            if stop is not None and stop.is_set():
+                break
+            if first_ns is None:
+                first_ns = log_ns
+            target = wall_start + (log_ns - first_ns) * 1e-9 / self.rate
+            delay = target - time.monotonic()
+            if delay > 0:
+                time.sleep(delay)
+            else:
+                stats.max_lateness_s = max(stats.max_lateness_s, -delay)
+            if self.clock_publisher is not None and log_ns > last_clock_ns:
+                self.clock_publisher.publish(Clock(clock=seconds_to_stamp(log_ns * 1e-9)))
+                last_clock_ns = log_ns
+            self.publishers[conn.topic].publish(bytes(raw))
+            stats.messages += 1
+            stats.bag_seconds = (log_ns - first_ns) * 1e-9
+            if on_message is not None:
+                on_message(stats.bag_seconds)
