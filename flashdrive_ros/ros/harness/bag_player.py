@@ -133,3 +133,7 @@ class BagPlayer:
             stats.bag_seconds = (log_ns - first_ns) * 1e-9
             if on_message is not None:
                 on_message(stats.bag_seconds)
+
+    def publish_clock(self, seconds: float) -> None:
+        if self.clock_publisher is not None:
+            self.clock_publisher.publish(Clock(clock=seconds_to_stamp(seconds)))
