@@ -32,7 +32,9 @@ ADVICE = {
                         "a wider stand-in reach for dropped frames"),
     "missing_camera": Advice("a camera slot brought no frames", fix=TOPICS_FIX),
     "too_few_frames": Advice("not yet enough frames for a window (start of the bag)"),
-    "odometry_short": Advice("fewer than 2 odometry samples in the history span", None,
+    "odometry_short": Advice("fewer than 2 odometry samples in the history span (expected "
+                             "for the windows of a bag or stream's first history span, 1.5 s "
+                             "for the embedded model; beyond that the odometry is missing)", None,
                              "odom_frame", f"check the odometry topic and frame; {TOPICS_FIX}"),
     "odometry_gap": Advice("a gap in the odometry within the history span"),
     "image_size": Advice("camera images of different sizes in one window"),
