@@ -3,6 +3,7 @@ metrics read from the world (a planner that ignores parked cars hits one, one th
 the light runs it, one that ignores the road leaves it; the expert's own plan does none of
 it), and the runner with the real engine on the tiny model through the CLI."""
 
+import csv
 import json
 from pathlib import Path
 
@@ -14,6 +15,7 @@ from flashdrive_ros.closed_loop.cli import main
 from flashdrive_ros.closed_loop.controller import TrajectoryTracker, WorldPlan
 from flashdrive_ros.closed_loop.expert_planner import ExpertPlanner
 from flashdrive_ros.closed_loop.geometry import overlap, rectangle
+from flashdrive_ros.closed_loop.plan_trace import FIELDS, plan_trace
 from flashdrive_ros.closed_loop.runner import ClosedLoopDrive, DriveSettings
 from flashdrive_ros.engine.types import Plan
 from flashdrive_ros.model.config import tiny
@@ -113,6 +115,25 @@ def test_a_planner_blind_to_the_light_runs_the_red_and_the_expert_stops():
     assert expert["scenarios"][0]["min_speed_mps"] < blind["scenarios"][0]["min_speed_mps"] - 3
 
 
+def test_the_plan_trace_shows_each_followed_plan_against_the_stop_line():
+    settings = DriveSettings(5.0, latency_ms=100.0, width=32, height=24, blocks=("red_light",))
+    result = ClosedLoopDrive(SEED, lambda sim: RoutePlanner(sim, 11.0), MODEL, settings,
+                             "test").run()
+    rows = plan_trace(result)
+    assert len(rows) == len(result.plans) >= 10
+    assert [r["t0"] for r in rows] == sorted(r["t0"] for r in rows)
+    lines = [r["stop_line_ahead_m"] for r in rows if r["stop_line_ahead_m"] != ""]
+    assert len(lines) >= 5 and lines == sorted(lines, reverse=True)
+    assert {r["light"] for r in rows if r["light"]} <= {"green", "yellow", "red"}
+    for r in rows:
+        assert r["plan_speed_1s"] == pytest.approx(11.0, abs=0.05)
+        assert r["plan_distance_m"] == pytest.approx(11.0 * FUTURE_DT * WAYPOINTS, rel=0.01)
+        assert r["coc"] == "" and r["ready_at"] == pytest.approx(r["t0"] + 0.1, abs=0.11)
+    speeds = {round(t, 2): v for t, v in zip(result.rows[:, 0], result.rows[:, 4])}
+    assert rows[-1]["ego_speed_mps"] == pytest.approx(speeds[round(rows[-1]["t0"], 2)],
+                                                      abs=1e-3)
+
+
 def test_a_planner_blind_to_the_road_leaves_it_in_the_turn():
     straight = drive(lambda sim: RoutePlanner(sim, 9.0, straight=True), "turn", 6.0)
     assert straight["off_road_s"] > 0.5 and straight["lane_departure_s"] > 0.5
@@ -145,7 +166,14 @@ def test_cli_compares_baseline_and_flashdrive_on_the_tiny_model(tmp_path, one_th
     assert main(["--model-dir", str(model), "--seconds", "2.5", "--seed", str(SEED),
                  "--out", str(pooled), "--mode", "compare", "--latency-ms", "150",
                  "--width", "64", "--height", "48", "--quiet", "--no-pictures",
-                 "--workers", "2", "--threads", "1"]) == 0
+                 "--workers", "2", "--threads", "1", "--plan-trace"]) == 0
+    pooled_drives = json.loads((pooled / "report.json").read_text())["drives"]
+    with open(pooled / pooled_drives[1]["plan_trace"]) as f:
+        trace = list(csv.DictReader(f))
+    assert pooled_drives[1]["plan_trace"] == f"plans_flashdrive_{SEED}.csv"
+    assert tuple(trace[0]) == FIELDS
+    assert pooled_drives[1]["plans"] - 1 <= len(trace) <= pooled_drives[1]["plans"]
+    assert all(row["coc"] for row in trace)
     same = ("variant", "seed", "plans", "collisions", "off_road_s", "route_completion",
             "red_light_violations", "plan_age_s")
     assert [{k: d[k] for k in same} for d in json.loads(

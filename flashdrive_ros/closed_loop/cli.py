@@ -54,6 +54,10 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--threads", type=int, default=RunOptions.threads_per_worker,
                    help="torch / OpenCV threads per worker process (with --workers > 1)")
     p.add_argument("--no-pictures", action="store_true")
+    p.add_argument("--plan-trace", action="store_true",
+                   help="write plans_VARIANT_SEED.csv per drive: each followed plan with the "
+                   "ego speed, the next stop line and its light, the plan's distance and "
+                   "speeds, and its CoC (in process; through ROS the CoC column is empty)")
     p.add_argument("--quiet", action="store_true", help="no summary table")
     return p
 
@@ -91,7 +95,8 @@ def options_from_args(args: argparse.Namespace) -> RunOptions:
                       num_samples=args.num_samples, device=args.device, dtype=args.dtype,
                       drafter_file=args.drafter_file,
                       node_params=parse_node_params(args.node_param), rate=args.rate,
-                      pictures=not args.no_pictures, variant_latency_ms=variant_latency_ms,
+                      pictures=not args.no_pictures, plan_trace=args.plan_trace,
+                      variant_latency_ms=variant_latency_ms,
                       workers=args.workers, threads_per_worker=args.threads)
 
 

@@ -48,26 +48,34 @@ class TrackingConfig:
 @dataclass(frozen=True)
 class WorldPlan:
     """A plan in the world frame: times [N] (s), xy [N, 2], the t0 pose first; ready_at:
-    when it reaches the controller."""
+    when it reaches the controller; coc: its chain-of-causation ("" when none came)."""
 
     t0: float
     times: np.ndarray
     xy: np.ndarray
     ready_at: float
+    coc: str = ""
 
     @classmethod
     def from_ego_frame(cls, t0: float, dt: float, trajectory: np.ndarray, origin: EgoState,
-                       ready_at: float) -> WorldPlan:
+                       ready_at: float, coc: str = "") -> WorldPlan:
         """trajectory: [N, >=2] (x, y, ...) in the ego frame at t0; origin: the ego at t0."""
         c, s = math.cos(origin.yaw), math.sin(origin.yaw)
         local = np.concatenate([np.zeros((1, 2)), np.asarray(trajectory, np.float64)[:, :2]])
         xy = np.stack([origin.x + c * local[:, 0] - s * local[:, 1],
                        origin.y + s * local[:, 0] + c * local[:, 1]], axis=1)
         times = t0 + dt * np.arange(len(local))
-        return cls(t0, times, xy, ready_at)
+        return cls(t0, times, xy, ready_at, coc)
 
     def arc_length(self) -> np.ndarray:
         return np.concatenate([[0.0], np.cumsum(np.hypot(*np.diff(self.xy, axis=0).T))])
+
+
+def plan_speed(plan: WorldPlan, arc: np.ndarray, t: float) -> float:
+    """Speed along the plan (m/s) at time t; arc: plan.arc_length()."""
+    speeds = np.diff(arc) / np.diff(plan.times)
+    mids = 0.5 * (plan.times[1:] + plan.times[:-1])
+    return float(np.interp(t, mids, speeds))
 
 
 def _nearest_arc(xy: np.ndarray, arc: np.ndarray, point: tuple[float, float]) -> float:
@@ -99,7 +107,7 @@ class TrajectoryTracker:
         cfg = self.cfg
         arc = plan.arc_length()
         s_ego = _nearest_arc(plan.xy, arc, (ego.x, ego.y))
-        v_ref = self._plan_speed(plan, arc, t + cfg.speed_preview_s)
+        v_ref = plan_speed(plan, arc, t + cfg.speed_preview_s)
         s_plan_now = float(np.interp(t, plan.times, arc))
         v_cmd = max(v_ref + cfg.position_gain * (s_plan_now - s_ego), 0.0)
         if v_ref < cfg.stop_speed and arc[-1] - s_ego < 1.0:
@@ -109,12 +117,6 @@ class TrajectoryTracker:
             accel = -cfg.max_decel
         accel = float(np.clip(accel, -cfg.max_decel, cfg.max_accel))
         return accel, self._pure_pursuit(ego, plan, arc, s_ego)
-
-    @staticmethod
-    def _plan_speed(plan: WorldPlan, arc: np.ndarray, t: float) -> float:
-        speeds = np.diff(arc) / np.diff(plan.times)
-        mids = 0.5 * (plan.times[1:] + plan.times[:-1])
-        return float(np.interp(t, mids, speeds))
 
     def _pure_pursuit(self, ego: EgoState, plan: WorldPlan, arc: np.ndarray,
                       s_ego: float) -> float:

@@ -38,6 +38,7 @@ class RunOptions:
     node_params: dict = field(default_factory=dict)
     rate: float = 1.0
     pictures: bool = True
+    plan_trace: bool = False
     variant_latency_ms: dict[str, float] = field(default_factory=dict)
     workers: int = 1  # in process: drives run in this many processes at once
     threads_per_worker: int = 1  # torch / OpenCV threads of each worker process (workers > 1)
@@ -117,7 +118,8 @@ def _drive_in_process(options: RunOptions, model: ModelConfig, variant: str,
 
 
 def drive_metrics(job: tuple[str, int], options: RunOptions, model: ModelConfig) -> dict:
-    """One (variant, seed) drive's metrics; its top-down picture written beside the report."""
+    """One (variant, seed) drive's metrics; its top-down picture and plan trace written beside
+    the report."""
     variant, seed = job
     if options.through_ros:
         from flashdrive_ros.closed_loop.through_ros import drive_through_ros
@@ -132,6 +134,12 @@ def drive_metrics(job: tuple[str, int], options: RunOptions, model: ModelConfig)
         name = f"drive_{variant}_{seed}.png"
         draw_drive(result, options.out_dir / name)
         metrics["picture"] = name
+    if options.plan_trace:
+        from flashdrive_ros.closed_loop.plan_trace import plan_trace, write_plan_trace
+
+        name = f"plans_{variant}_{seed}.csv"
+        write_plan_trace(plan_trace(result), options.out_dir / name)
+        metrics["plan_trace"] = name
     return metrics
 
 

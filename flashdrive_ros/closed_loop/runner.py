@@ -167,7 +167,7 @@ class ClosedLoopDrive:
         self.latencies_ms.append(latency_ms)
         origin = self.poses[int(round(plan.t0 / self.sim.dt))]
         return WorldPlan.from_ego_frame(plan.t0, plan.dt, plan.trajectories[0], origin,
-                                        now + latency_ms / 1000.0)
+                                        now + latency_ms / 1000.0, plan.coc_text)
 
     def _result(self) -> DriveResult:
         progress, end_s = reference_progress(self.seed, self.settings.seconds,

@@ -1,0 +1,53 @@
+"""Each plan the controller followed in a closed-loop drive, next to the state it was made
+from: the ego's speed, the next stop line ahead and its light, how far and how fast the plan
+goes, and its chain-of-causation. Written as CSV (`flashdrive-drive --plan-trace`)."""
+
+from __future__ import annotations
+
+import csv
+from pathlib import Path
+
+import numpy as np
+
+from flashdrive_ros.closed_loop.controller import plan_speed
+from flashdrive_ros.closed_loop.runner import DriveResult
+
+FIELDS = ("t0", "ready_at", "ego_speed_mps", "route_s", "stop_line_ahead_m", "light",
+          "plan_distance_m", "plan_speed_1s", "plan_speed_3s", "plan_speed_end", "coc")
+LIGHT_RANGE_M = 80.0
+LIGHT_BEHIND_M = 10.0
+ROW_T, ROW_SPEED, ROW_ROUTE_S = 0, 4, 7
+
+
+def plan_trace(result: DriveResult) -> list[dict]:
+    """One row per applied plan (FIELDS); the light is the nearest stop line between
+    LIGHT_BEHIND_M behind base_link and LIGHT_RANGE_M ahead, its state at t0 ("" when none)."""
+    rows = result.rows
+    lights = result.world.lights()
+    out = []
+    for plan in result.plans:
+        i = min(int(np.searchsorted(rows[:, ROW_T], plan.t0 - 1e-9)), len(rows) - 1)
+        route_s = float(rows[i, ROW_ROUTE_S])
+        near = sorted(((light.stop_s - route_s, light) for light in lights
+                       if -LIGHT_BEHIND_M < light.stop_s - route_s < LIGHT_RANGE_M),
+                      key=lambda item: abs(item[0]))
+        arc = plan.arc_length()
+        out.append({
+            "t0": round(plan.t0, 3), "ready_at": round(plan.ready_at, 3),
+            "ego_speed_mps": round(float(rows[i, ROW_SPEED]), 3),
+            "route_s": round(route_s, 2),
+            "stop_line_ahead_m": round(float(near[0][0]), 2) if near else "",
+            "light": near[0][1].state(plan.t0) if near else "",
+            "plan_distance_m": round(float(arc[-1]), 2),
+            "plan_speed_1s": round(plan_speed(plan, arc, plan.t0 + 1.0), 3),
+            "plan_speed_3s": round(plan_speed(plan, arc, plan.t0 + 3.0), 3),
+            "plan_speed_end": round(plan_speed(plan, arc, float(plan.times[-1])), 3),
+            "coc": plan.coc})
+    return out
+
+
+def write_plan_trace(rows: list[dict], path: Path) -> None:
+    with open(path, "w", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=FIELDS)
+        writer.writeheader()
+        writer.writerows(rows)
