@@ -5,7 +5,6 @@ activated over DDS."""
 
 import os
 import shutil
-import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -16,7 +15,7 @@ from lifecycle_msgs.msg import Transition
 from flashdrive_ros.ros import names
 from flashdrive_ros.ros.harness.lifecycle_client import LifecycleClient
 from flashdrive_ros.ros.harness.loopback import process_domain_id
-from flashdrive_ros.ros.harness.node_process import STOP_TIMEOUT_S, log_tail
+from flashdrive_ros.ros.harness.node_process import log_tail, stop_process
 
 pytestmark = [pytest.mark.ros, pytest.mark.timeout(300)]
 
@@ -116,11 +115,5 @@ def test_the_installed_drive_node_configures_and_activates(install_tree, vehicle
     except Exception as exc:
         raise AssertionError(f"{exc}\ndrive_node log:\n{log_tail(log_file)}") from exc
     finally:
-        if process.poll() is None:
-            process.send_signal(signal.SIGINT)
-            try:
-                process.wait(STOP_TIMEOUT_S)
-            except subprocess.TimeoutExpired:
-                process.kill()
-                process.wait()
+        stop_process(process)
     assert process.returncode == 0, log_tail(log_file)

@@ -35,7 +35,7 @@ def test_the_oldest_is_dropped_and_counted_when_the_thread_falls_behind():
     worker = CameraWorker(handle, depth=2, on_drop=drops.append,
                           on_error=lambda i, e: pytest.fail(str(e)))
     worker.put(0, "first")
-    while not worker._busy:
+    while not worker.busy:
         threading.Event().wait(0.001)
     for msg in ("a", "b", "c", "d"):
         worker.put(0, msg)

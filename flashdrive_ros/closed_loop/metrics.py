@@ -26,6 +26,7 @@ _CORNERS = np.array([[EGO_LENGTH - REAR_OVERHANG, EGO_WIDTH / 2],
 # rows: t, x, y, yaw, v, accel, steer, route s, route d, plan age (nan: none), off road,
 # lane departure, following a plan
 _COLUMNS = 13
+ROW_T, ROW_SPEED, ROW_ROUTE_S = 0, 4, 7
 
 
 def _quantiles(values: np.ndarray) -> dict[str, float | None]:

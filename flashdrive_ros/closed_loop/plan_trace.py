@@ -10,13 +10,13 @@ from pathlib import Path
 import numpy as np
 
 from flashdrive_ros.closed_loop.controller import plan_speed
+from flashdrive_ros.closed_loop.metrics import ROW_ROUTE_S, ROW_SPEED, ROW_T
 from flashdrive_ros.closed_loop.runner import DriveResult
 
 FIELDS = ("t0", "ready_at", "ego_speed_mps", "route_s", "stop_line_ahead_m", "light",
           "plan_distance_m", "plan_speed_1s", "plan_speed_3s", "plan_speed_end", "coc")
 LIGHT_RANGE_M = 80.0
 LIGHT_BEHIND_M = 10.0
-ROW_T, ROW_SPEED, ROW_ROUTE_S = 0, 4, 7
 
 
 def plan_trace(result: DriveResult) -> list[dict]:

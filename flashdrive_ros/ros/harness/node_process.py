@@ -31,6 +31,17 @@ def read_process(pid: int) -> ProcessSample:
     return ProcessSample(rss_pages * PAGE_KB / 1024.0, threads)
 
 
+def stop_process(process: subprocess.Popen) -> None:
+    """SIGINT a process still running and wait for it; kill it after STOP_TIMEOUT_S."""
+    if process.poll() is None:
+        process.send_signal(signal.SIGINT)
+        try:
+            process.wait(STOP_TIMEOUT_S)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+
+
 class NodeProcess:
     """`with NodeProcess(...) as node:` starts drive_node named `name` (configured and
     activated with `autostart`) and stops it with SIGINT on exit; its parameters go to
@@ -65,14 +76,8 @@ class NodeProcess:
         return self
 
     def __exit__(self, *exc) -> None:
-        process = self.process
-        if process is not None and process.poll() is None:
-            process.send_signal(signal.SIGINT)
-            try:
-                process.wait(STOP_TIMEOUT_S)
-            except subprocess.TimeoutExpired:
-                process.kill()
-                process.wait()
+        if self.process is not None:
+            stop_process(self.process)
 
     @property
     def pid(self) -> int:
