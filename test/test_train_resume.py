@@ -129,6 +129,7 @@ def test_pipeline_target_in_two_calls_equals_one_call_and_resumes_to_a_model(tmp
     AlpamayoModel.from_dir(final / "model")
     stages = {r["stage"] for r in read_log(final / "train_log.jsonl")}
     assert "resume" in stages and "target" not in stages and "drafter_flat" in stages
+    assert (final / "coverage.md").read_text() == (half / "coverage.md").read_text()
 
 
 def test_resume_refuses_recipe_options_and_missing_checkpoints(tmp_path, capsys):

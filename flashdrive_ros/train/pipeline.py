@@ -137,6 +137,7 @@ def run(out: Path, recipe: Recipe, minutes_budget: float, device: torch.device, 
         drives = load_drives(cache)
         train_drives, eval_drives = drives[:meta["train_drives"]], drives[meta["train_drives"]:]
         summary = meta["summary"]
+        (out / "coverage.md").write_text(markdown(summary["coverage"]))
         log.write("resume", int(meta["target"]["step"]), run_dir=str(resume),
                   resumed_stage=meta["stage"], drives=len(drives),
                   seconds=round(time.monotonic() - start, 1))
