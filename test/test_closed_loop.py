@@ -12,7 +12,7 @@ import pytest
 from helpers.tiny_model import make_tiny_model_dir
 
 from flashdrive_ros.closed_loop.cli import main
-from flashdrive_ros.closed_loop.controller import TrajectoryTracker, WorldPlan
+from flashdrive_ros.closed_loop.controller import TrackingConfig, TrajectoryTracker, WorldPlan
 from flashdrive_ros.closed_loop.expert_planner import ExpertPlanner
 from flashdrive_ros.closed_loop.geometry import overlap, rectangle
 from flashdrive_ros.closed_loop.plan_trace import FIELDS, plan_trace
@@ -21,7 +21,7 @@ from flashdrive_ros.engine.types import Plan
 from flashdrive_ros.model.config import tiny
 from flashdrive_ros.sim.drive import FUTURE_DT, simulate, to_frame
 from flashdrive_ros.sim.ego_world import EgoWorld
-from flashdrive_ros.sim.vehicle import EgoState
+from flashdrive_ros.sim.vehicle import EgoState, step_bicycle
 from flashdrive_ros.sim.world import EGO_LANE_D
 
 SEED = 1_000_003
@@ -57,6 +57,51 @@ def test_the_tracker_follows_the_plan_and_brakes_without_one():
     assert abs(accel) < 0.5 and steer < -0.005
     assert tracker.command(ego, 0.1 + tracker.cfg.max_plan_age_s, plan)[0] < -1.0
     assert tracker.command(ego, 0.1, None)[0] == -tracker.cfg.fallback_decel
+
+
+def _stop_and_go_plan(v0: float, decel: float, wait_s: float, dt: float = FUTURE_DT
+                      ) -> np.ndarray:
+    """[N, 2] straight-ahead waypoints: brake at `decel` to a stop, wait, pull away."""
+    t = dt * np.arange(1, 81)
+    t_stop = v0 / decel
+    braking = v0 * np.minimum(t, t_stop) - 0.5 * decel * np.minimum(t, t_stop) ** 2
+    going = np.clip(t - t_stop - wait_s, 0.0, None)
+    return np.stack([braking + 0.5 * decel * going ** 2, np.zeros_like(t)], axis=1)
+
+
+def _track(tracker: TrajectoryTracker, plan: WorldPlan, v0: float, seconds: float
+           ) -> np.ndarray:
+    """[N, 3] (t, x, v) of an ego at v0 tracking `plan` at 50 Hz."""
+    ego, rows = EgoState(0.0, 0.0, 0.0, v0), []
+    for i in range(int(seconds * 50)):
+        t = i / 50
+        rows.append((t, ego.x, ego.v))
+        accel, steer = tracker.command(ego, t, plan)
+        ego = step_bicycle(ego, accel, steer, 1 / 50)
+    return np.asarray(rows)
+
+
+def test_the_tracker_stops_where_the_plan_stops_and_follows_its_braking_closely():
+    v0, decel = 10.0, 2.0
+    ahead = _stop_and_go_plan(v0, decel, wait_s=1.0)
+    plan = WorldPlan.from_ego_frame(0.0, FUTURE_DT, ahead, EgoState(0.0, 0.0, 0.0, v0), 0.0)
+    stop_x = v0 ** 2 / (2 * decel)
+    rows = _track(TrajectoryTracker(TrackingConfig(max_plan_age_s=10.0)), plan, v0, 7.0)
+    stopped = rows[rows[:, 2] < 0.05]
+    assert stopped.size and stop_x - 1.5 < stopped[0, 1] <= stop_x + 0.2
+    assert rows[rows[:, 0] <= v0 / decel + 0.9][-1, 1] <= stop_x + 0.2
+    assert rows[-1, 1] > stop_x + 0.5
+    t = FUTURE_DT * np.arange(1, 81)
+    slowing = np.stack([v0 * t - 0.5 * decel * np.minimum(t, 2.5) ** 2
+                        - decel * 2.5 * np.clip(t - 2.5, 0, None), np.zeros_like(t)], axis=1)
+    plan = WorldPlan.from_ego_frame(0.0, FUTURE_DT, slowing, EgoState(0.0, 0.0, 0.0, v0), 0.0)
+    lag = {}
+    for feedforward in (0.0, 1.0):
+        tracker = TrajectoryTracker(TrackingConfig(accel_feedforward=feedforward,
+                                                   max_plan_age_s=10.0))
+        r = _track(tracker, plan, v0, 2.5)
+        lag[feedforward] = float(np.mean(r[:, 2] - (v0 - decel * r[:, 0])))
+    assert abs(lag[1.0]) < 0.5 * abs(lag[0.0])
 
 
 class RoutePlanner:

@@ -13,6 +13,7 @@ from flashdrive_ros.sim.disturbed_drive import (
 )
 from flashdrive_ros.sim.drive import SUBSTEPS, simulate
 from flashdrive_ros.sim.ego_world import EgoWorld
+from flashdrive_ros.sim.vehicle import EGO_LENGTH, REAR_OVERHANG
 from flashdrive_ros.sim.world import EGO_LANE_D
 from flashdrive_ros.train.generate import generate_drives, is_disturbed
 
@@ -21,7 +22,7 @@ SEED = 4242
 
 def test_without_pulses_the_drive_and_its_futures_are_the_plain_drive():
     plain = simulate(SEED, 3.0)
-    log = simulate_disturbed(SEED, 3.0, Disturbance(first_s=100.0))
+    log = simulate_disturbed(SEED, 3.0, Disturbance(first_s=100.0, approach_kinds=()))
     assert np.array_equal(log.ego, plain.ego)
     assert np.array_equal(np.stack([log.future(k) for k in range(log.frame_count)]),
                           np.stack([plain.future(k) for k in range(plain.frame_count)]))
@@ -72,6 +73,30 @@ def _logged_future(log, k):
     return to_frame(log.ego[i0, 1:4], log.ego[i0 + SUBSTEPS * np.arange(1, 65), 1:4])
 
 
+def test_an_approach_pulse_makes_the_ego_reach_the_red_light_faster_and_the_futures_stop():
+    log = simulate_disturbed(SEED, 16.0, Disturbance(first_s=100.0), blocks=("red_light",))
+    plain = simulate(SEED, 16.0, blocks=("red_light",))
+    light = log.world.lights()[0]
+    front = log.world.route.project
+    gaps, plain_gaps = [], []
+    for rows, out in ((log.ego, gaps), (plain.ego, plain_gaps)):
+        for k in range(16 * 10):
+            x, y = rows[k * SUBSTEPS, 1:3]
+            out.append(light.stop_s - front((x, y))[0])
+    speeds = log.ego[::SUBSTEPS, 4][:len(gaps)]
+    plain_speeds = plain.ego[::SUBSTEPS, 4][:len(plain_gaps)]
+    near = [k for k, g in enumerate(gaps) if 5.0 < g < 15.0]
+    plain_near = [k for k, g in enumerate(plain_gaps) if 5.0 < g < 15.0]
+    assert near and plain_near
+    assert speeds[near].max() > plain_speeds[plain_near].max() + 0.5
+    for k in near:
+        future = log.future(k)
+        crossing = np.flatnonzero(future[:, 0] >= gaps[k] - EGO_LENGTH + REAR_OVERHANG)
+        if crossing.size:
+            assert light.state(k / 10 + 0.1 * (crossing[0] + 1)) != "red", \
+                f"the expert future of frame {k} runs the red light"
+
+
 def test_pulse_schedule_keeps_pulses_apart_and_inside_the_drive():
     d = Disturbance()
     pulses = pulse_schedule(d, 40 * 50 + HORIZON_STEPS, np.random.default_rng(0))
@@ -83,7 +108,9 @@ def test_pulse_schedule_keeps_pulses_apart_and_inside_the_drive():
 
 
 @pytest.mark.parametrize("kwargs", [{"gap_s": (0.0, 1.0)}, {"duration_s": (2.0, 1.0)},
-                                    {"duration_s": (1.0, 6.0)}, {"steer_rad": -0.1}])
+                                    {"duration_s": (1.0, 6.0)}, {"steer_rad": -0.1},
+                                    {"approach_kinds": ("red_light",)},
+                                    {"approach_accel_mps2": (2.0, 1.0)}])
 def test_bad_disturbances_are_refused(kwargs):
     with pytest.raises(ValueError):
         Disturbance(**kwargs)

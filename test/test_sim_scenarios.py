@@ -100,7 +100,7 @@ def test_expert_follows_slower_lead_at_safe_gap():
 
 @pytest.fixture(scope="module")
 def minute_drive():
-    return simulate(8, 60.0)
+    return simulate(10, 60.0)
 
 
 def _corners(x, y, yaw, length, width):

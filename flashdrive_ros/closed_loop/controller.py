@@ -17,16 +17,23 @@ class TrackingConfig:
     """Pure pursuit: lookahead = clip(lookahead_base + lookahead_gain * v, min, max) metres
     along the plan from the point nearest base_link. Speed: the plan's speed `speed_preview_s`
     ahead plus `position_gain` times the along-track lag behind the plan's position now,
-    reached with time constant `speed_time_constant_s`. A plan older than `max_plan_age_s`
-    (or none) is not followed: the car brakes at `fallback_decel` with the wheel held."""
+    reached with time constant `speed_time_constant_s`, plus `accel_feedforward` times the
+    plan's own acceleration there (without it a braking plan is followed with a lag that each
+    new plan starts again from). Where the plan comes to a stop (its speed below `stop_speed`),
+    the car brakes at least as hard as stopping at that point takes once that is more than
+    `stop_point_decel`. A plan older than
+    `max_plan_age_s` (or none) is not followed: the car brakes at `fallback_decel` with the
+    wheel held."""
 
     lookahead_base: float = 3.0
     lookahead_gain: float = 0.5
     lookahead_min: float = 4.0
     lookahead_max: float = 15.0
-    speed_preview_s: float = 0.3
+    speed_preview_s: float = 0.0
     position_gain: float = 0.3
     speed_time_constant_s: float = 0.5
+    accel_feedforward: float = 1.0
+    stop_point_decel: float = 0.5
     max_accel: float = 2.0
     max_decel: float = 6.0
     fallback_decel: float = 3.0
@@ -78,6 +85,24 @@ def plan_speed(plan: WorldPlan, arc: np.ndarray, t: float) -> float:
     return float(np.interp(t, mids, speeds))
 
 
+def plan_accel(plan: WorldPlan, arc: np.ndarray, t: float) -> float:
+    """Acceleration along the plan (m/s^2) at time t; arc: plan.arc_length()."""
+    speeds = np.diff(arc) / np.diff(plan.times)  # speeds: [N - 1] at the segment mid-times
+    if speeds.size < 2:
+        return 0.0
+    mids = 0.5 * (plan.times[1:] + plan.times[:-1])
+    return float(np.interp(t, mids[1:], np.diff(speeds) / np.diff(mids)))
+
+
+def plan_stop_arc(plan: WorldPlan, arc: np.ndarray, t: float, stop_speed: float
+                  ) -> float | None:
+    """Arc length where the plan first slows below `stop_speed` after time t; None when it
+    keeps moving."""
+    speeds = np.diff(arc) / np.diff(plan.times)
+    slow = np.flatnonzero((speeds < stop_speed) & (plan.times[1:] > t))
+    return float(arc[slow[0]]) if slow.size else None
+
+
 def _nearest_arc(xy: np.ndarray, arc: np.ndarray, point: tuple[float, float]) -> float:
     """Arc length of the point on the polyline xy [N, 2] nearest `point`."""
     a, b = xy[:-1], xy[1:]
@@ -113,6 +138,15 @@ class TrajectoryTracker:
         if v_ref < cfg.stop_speed and arc[-1] - s_ego < 1.0:
             v_cmd = 0.0
         accel = (v_cmd - ego.v) / cfg.speed_time_constant_s
+        if v_cmd > 0.0:
+            accel += cfg.accel_feedforward * plan_accel(plan, arc, t + cfg.speed_preview_s)
+        s_stop = plan_stop_arc(plan, arc, t, cfg.stop_speed)
+        if s_stop is not None and s_stop > s_ego:
+            stopping_decel = ego.v ** 2 / (2.0 * (s_stop - s_ego))
+            if stopping_decel > cfg.stop_point_decel:
+                accel = min(accel, -stopping_decel)
+        elif s_stop is not None:
+            v_cmd = 0.0
         if v_cmd == 0.0 and ego.v < cfg.stop_speed:
             accel = -cfg.max_decel
         accel = float(np.clip(accel, -cfg.max_decel, cfg.max_accel))

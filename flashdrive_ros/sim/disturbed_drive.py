@@ -1,6 +1,8 @@
 """A drive whose ego the expert steers with disturbance pulses added to its steering and
 acceleration, so that the ego leaves its lane centre and its speed and the expert brings it
-back. Each 10 Hz frame's future is the expert's undisturbed plan from that frame's state: the
+back. Besides pulses at random times, each red light and pedestrian crossing gets one
+late-braking pulse (acceleration added) while the ego approaches it, so the drive holds the
+ego arriving too fast or creeping towards a stop that it has not made yet. Each 10 Hz frame's future is the expert's undisturbed plan from that frame's state: the
 drive as logged up to the first disturbed step of the frame's horizon, then the expert alone on
 a copy of the world forked at that step."""
 
@@ -12,6 +14,7 @@ import numpy as np
 
 from flashdrive_ros.sim.drive import FUTURE_DT, FUTURE_STEPS, SIM_HZ, SUBSTEPS, DriveLog, to_frame
 from flashdrive_ros.sim.ego_world import EgoWorld
+from flashdrive_ros.sim.labels import SCENARIO_TAGS
 
 HORIZON_STEPS = FUTURE_STEPS * SUBSTEPS
 
@@ -23,9 +26,14 @@ class Disturbance:
     steer_rad: float = 0.2  # largest |steering offset| of a pulse
     accel_mps2: float = 2.0  # largest |acceleration offset| of a pulse
     first_s: float = 2.0  # earliest start of the first pulse
+    approach_kinds: tuple[str, ...] = ("red_light_stop", "pedestrian_yield")
+    approach_before_m: tuple[float, float] = (10.0, 40.0)  # pulse start before the span's end
+    approach_duration_s: tuple[float, float] = (1.0, 2.5)
+    approach_accel_mps2: tuple[float, float] = (0.8, 2.0)
 
     def __post_init__(self) -> None:
-        for name in ("gap_s", "duration_s"):
+        for name in ("gap_s", "duration_s", "approach_before_m", "approach_duration_s",
+                     "approach_accel_mps2"):
             low, high = getattr(self, name)
             if not 0 < low <= high:
                 raise ValueError(f"{name} must be (low, high) with 0 < low <= high, got "
@@ -33,8 +41,21 @@ class Disturbance:
         if self.duration_s[1] >= self.gap_s[0]:
             raise ValueError(f"pulses must not overlap: duration_s {self.duration_s} against "
                              f"gap_s {self.gap_s}")
+        unknown = set(self.approach_kinds) - set(SCENARIO_TAGS)
+        if unknown:
+            raise ValueError(f"approach_kinds {sorted(unknown)} are not scenario kinds "
+                             f"{SCENARIO_TAGS}")
         if self.steer_rad < 0 or self.accel_mps2 < 0 or self.first_s < 0:
             raise ValueError("steer_rad, accel_mps2 and first_s must be >= 0")
+
+
+@dataclass(frozen=True)
+class ApproachPulse:
+    """A late-braking pulse that starts when base_link passes route arc length `start_s`."""
+
+    start_s: float
+    steps: int
+    accel: float
 
 
 @dataclass(frozen=True)
@@ -62,10 +83,24 @@ def pulse_schedule(disturbance: Disturbance, steps: int, rng: np.random.Generato
         t += rng.uniform(*disturbance.gap_s)
 
 
+def approach_pulses(disturbance: Disturbance, spans, rng: np.random.Generator
+                    ) -> list[ApproachPulse]:
+    """One pulse per scenario span of an `approach_kinds` kind, in route order."""
+    pulses = []
+    for span in sorted(spans, key=lambda sp: sp.s_end):
+        if span.kind not in disturbance.approach_kinds:
+            continue
+        pulses.append(ApproachPulse(
+            span.s_end - float(rng.uniform(*disturbance.approach_before_m)),
+            max(1, int(round(rng.uniform(*disturbance.approach_duration_s) * SIM_HZ))),
+            float(rng.uniform(*disturbance.approach_accel_mps2))))
+    return pulses
+
+
 def simulate_disturbed(seed: int, seconds: float, disturbance: Disturbance,
                        blocks: tuple[str, ...] | None = None) -> DriveLog:
-    """Like `drive.simulate`, with the ego disturbed by `pulse_schedule` pulses (seeded by
-    `seed`) and `DriveLog.planned` holding each frame's undisturbed expert future."""
+    """Like `drive.simulate`, with the ego disturbed by `pulse_schedule` and
+    `approach_pulses` pulses (seeded by `seed`) and `DriveLog.planned` holding each frame's undisturbed expert future."""
     if seconds <= 0:
         raise ValueError(f"seconds must be > 0, got {seconds}")
     sim = EgoWorld(seed, seconds, blocks)
@@ -76,12 +111,15 @@ def simulate_disturbed(seed: int, seconds: float, disturbance: Disturbance,
     offsets = np.zeros((n_steps, 2))  # offsets: [n_steps, 2] (accel, steer) added at a step
     for pulse in pulses:
         offsets[pulse.start:pulse.stop] = (pulse.accel, pulse.steer)
-    disturbed = np.flatnonzero(np.abs(offsets).sum(axis=1) > 0)
-    fork_steps = {p.start for p in pulses} | {
-        int(i) for i in disturbed if i % SUBSTEPS == 0 and i < frame_count * SUBSTEPS}
+    approaches = approach_pulses(disturbance, sim.world.spans,
+                                 np.random.default_rng([seed, 29]))
     rows, scenes, infos, forks = [], [], [], {}
     for i in range(n_steps):
-        if i in fork_steps:
+        while approaches and sim.route_position()[0] >= approaches[0].start_s:
+            pulse = approaches.pop(0)
+            offsets[i:i + pulse.steps, 0] = pulse.accel
+        if np.any(offsets[i] != 0) and (np.all(offsets[i - 1] == 0) or (
+                i % SUBSTEPS == 0 and i < frame_count * SUBSTEPS)):
             forks[i] = sim.fork()
         accel, steer, info = sim.expert_control()
         if i % SUBSTEPS == 0:
@@ -90,6 +128,7 @@ def simulate_disturbed(seed: int, seconds: float, disturbance: Disturbance,
         ego = sim.ego
         rows.append((sim.t, ego.x, ego.y, ego.yaw, ego.v, ego.yaw_rate, ego.accel))
         sim.step(accel + offsets[i, 0], steer + offsets[i, 1])
+    disturbed = np.flatnonzero(np.abs(offsets).sum(axis=1) > 0)
     ego_rows = np.asarray(rows, dtype=np.float64)
     branches = {i: _expert_poses(fork) for i, fork in forks.items()}
     planned = np.stack([_planned_future(k * SUBSTEPS, ego_rows, disturbed, branches)

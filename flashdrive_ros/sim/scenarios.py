@@ -129,7 +129,7 @@ class _Builder:
         if mode == "stop":
             light = TrafficLight(stop_s, center + half + STOP_LINE_BACK, "stop",
                                  trigger_distance=float(self.rng.uniform(40, 48)),
-                                 red_time=float(self.rng.uniform(8.0, 10.0)))
+                                 red_time=float(self.rng.uniform(6.5, 14.0)))
         else:
             light = TrafficLight(stop_s, center + half + STOP_LINE_BACK, "go",
                                  trigger_distance=float(self.rng.uniform(25, 40)))

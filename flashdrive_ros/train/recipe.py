@@ -38,7 +38,7 @@ class Recipe:
     drive_seconds: float = 60.0
     min_decision_windows: int = 300
     noise: SensorNoise = field(default_factory=SensorNoise)
-    disturbed_share: float = 0.35
+    disturbed_share: float = 0.5
     disturbance: Disturbance = field(default_factory=Disturbance)
     bpe_tokens: int = 1024
     target_steps: int = 6000
