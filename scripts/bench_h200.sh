@@ -5,8 +5,9 @@
 # HF reference on fewer windows, the baseline and each shortcut alone, 1 and 6 samples.
 # Writes $OUT/bench_h200/bench.json and tables.md and prints the tables last. A variant whose
 # windows would not fit in the budget runs fewer or is skipped with the reason; a hard
-# timeout prints the partial tables. SHAPE / DEVICE / WINDOWS / BUDGET_S override the
-# defaults (e.g. SHAPE=tiny DEVICE=cpu for a check of the whole run on a CPU).
+# timeout (TIMEOUT_S, default 520 s) prints the partial tables. SHAPE / DEVICE / WINDOWS /
+# BUDGET_S override the defaults (e.g. SHAPE=tiny DEVICE=cpu for a check of the whole run on
+# a CPU; BUDGET_S=280 TIMEOUT_S=380 for a call with less device time left).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export PYTHONPATH=.
@@ -15,7 +16,7 @@ device="${DEVICE:-cuda}"
 out="${OUT:-out}/bench_h200"
 mkdir -p "$out"
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader || true
-if ! timeout --signal=INT 520 python3 -m flashdrive_ros.bench.cli \
+if ! timeout --signal=INT "${TIMEOUT_S:-520}" python3 -m flashdrive_ros.bench.cli \
         --shape "$shape" --device "$device" --out "$out" \
         --windows "${WINDOWS:-12}" --warmup 3 --samples 1,6 --coc-tokens 16 \
         --reference-windows 4 --budget-s "${BUDGET_S:-440}" \

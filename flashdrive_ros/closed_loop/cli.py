@@ -12,7 +12,7 @@ from flashdrive_ros.closed_loop.report import markdown
 from flashdrive_ros.closed_loop.run import RunOptions, run
 from flashdrive_ros.closed_loop.runner import DriveSettings
 from flashdrive_ros.closed_loop.variants import MODE_VARIANTS, VARIANT_NAMES, parse_variants
-from flashdrive_ros.eval.cli import parse_node_params
+from flashdrive_ros.eval.replay_options import parse_node_params
 from flashdrive_ros.eval.errors import ReplayError
 from flashdrive_ros.model.config import ConfigError
 from flashdrive_ros.paths import default_model_dir

@@ -10,12 +10,11 @@ import os
 import sys
 from pathlib import Path
 
-import yaml
 
 from flashdrive_ros.eval.errors import ReplayError
 from flashdrive_ros.eval.input_notes import input_lines
 from flashdrive_ros.eval.replay import run_replay
-from flashdrive_ros.eval.replay_options import ReplayOptions
+from flashdrive_ros.eval.replay_options import ReplayOptions, parse_node_params
 from flashdrive_ros.eval.report import print_summary
 from flashdrive_ros.eval.skip_advice import planned_nothing, skip_report
 from flashdrive_ros.eval.topics import TopicMapping
@@ -83,21 +82,6 @@ def options_from_args(args: argparse.Namespace) -> ReplayOptions:
         control_rate_hz=args.control_rate, late_tolerance_s=args.late_tolerance,
         max_windows=args.max_windows, progress=not args.quiet, plots=not args.no_plots,
         node_params=parse_node_params(args.node_param), dds_profile=args.dds_profile)
-
-
-def parse_node_params(items: list[str]) -> dict:
-    """NAME=VALUE strings -> {name: YAML-parsed value}."""
-    params = {}
-    for item in items:
-        name, sep, text = item.partition("=")
-        if not sep or not name.strip():
-            raise ReplayError(f"--node-param wants NAME=VALUE, got {item!r}")
-        try:
-            params[name.strip()] = yaml.safe_load(text)
-        except yaml.YAMLError as exc:
-            raise ReplayError(f"--node-param {name}: {text!r} is not a YAML value ({exc})") \
-                from None
-    return params
 
 
 # read by Fast DDS when a process first starts DDS, so set before the player's first context;

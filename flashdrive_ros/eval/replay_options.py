@@ -7,6 +7,8 @@ import math
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import yaml
+
 from flashdrive_ros.engine.config import MODES, EngineConfig, device_problem
 from flashdrive_ros.engine.dtype_choice import DTYPE_CHOICES, resolve_device
 from flashdrive_ros.eval.errors import ReplayError
@@ -138,3 +140,18 @@ def load_model_config(model_dir: Path) -> ModelConfig:
         return ModelConfig.load(model_dir / "config.json")
     except ConfigError as exc:
         raise ReplayError(str(exc)) from None
+
+
+def parse_node_params(items: list[str]) -> dict:
+    """NAME=VALUE strings -> {name: YAML-parsed value}."""
+    params = {}
+    for item in items:
+        name, sep, text = item.partition("=")
+        if not sep or not name.strip():
+            raise ReplayError(f"--node-param wants NAME=VALUE, got {item!r}")
+        try:
+            params[name.strip()] = yaml.safe_load(text)
+        except yaml.YAMLError as exc:
+            raise ReplayError(f"--node-param {name}: {text!r} is not a YAML value ({exc})") \
+                from None
+    return params

@@ -2,9 +2,10 @@
 acceleration, so that the ego leaves its lane centre and its speed and the expert brings it
 back. Besides pulses at random times, each red light and pedestrian crossing gets one
 late-braking pulse (acceleration added) while the ego approaches it, so the drive holds the
-ego arriving too fast or creeping towards a stop that it has not made yet. Each 10 Hz frame's future is the expert's undisturbed plan from that frame's state: the
-drive as logged up to the first disturbed step of the frame's horizon, then the expert alone on
-a copy of the world forked at that step."""
+ego arriving too fast or creeping towards a stop that it has not made yet. Each 10 Hz
+frame's future is the expert's undisturbed plan from that frame's state: the drive as logged
+up to the first disturbed step of the frame's horizon, then the expert alone on a copy of the
+world forked at that step."""
 
 from __future__ import annotations
 
@@ -100,7 +101,8 @@ def approach_pulses(disturbance: Disturbance, spans, rng: np.random.Generator
 def simulate_disturbed(seed: int, seconds: float, disturbance: Disturbance,
                        blocks: tuple[str, ...] | None = None) -> DriveLog:
     """Like `drive.simulate`, with the ego disturbed by `pulse_schedule` and
-    `approach_pulses` pulses (seeded by `seed`) and `DriveLog.planned` holding each frame's undisturbed expert future."""
+    `approach_pulses` pulses (seeded by `seed`) and `DriveLog.planned` holding each frame's
+    undisturbed expert future."""
     if seconds <= 0:
         raise ValueError(f"seconds must be > 0, got {seconds}")
     sim = EgoWorld(seed, seconds, blocks)
