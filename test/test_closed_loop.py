@@ -91,6 +91,12 @@ def test_the_tracker_stops_where_the_plan_stops_and_follows_its_braking_closely(
     assert stopped.size and stop_x - 1.5 < stopped[0, 1] <= stop_x + 0.2
     assert rows[rows[:, 0] <= v0 / decel + 0.9][-1, 1] <= stop_x + 0.2
     assert rows[-1, 1] > stop_x + 0.5
+    creep = np.stack([np.cumsum(0.5 + 0.3 * np.sin(np.arange(64))) * FUTURE_DT,
+                      np.zeros(64)], axis=1)  # 0.2-0.8 m/s: creeps on, never stops
+    creeping = WorldPlan.from_ego_frame(0.0, FUTURE_DT, creep, EgoState(0.0, 0.0, 0.0, 0.0),
+                                        0.0)
+    patient = TrajectoryTracker(TrackingConfig(max_plan_age_s=10.0))
+    assert _track(patient, creeping, 0.0, 2.0)[-1, 1] > 0.5
     t = FUTURE_DT * np.arange(1, 81)
     slowing = np.stack([v0 * t - 0.5 * decel * np.minimum(t, 2.5) ** 2
                         - decel * 2.5 * np.clip(t - 2.5, 0, None), np.zeros_like(t)], axis=1)

@@ -19,11 +19,11 @@ class TrackingConfig:
     ahead plus `position_gain` times the along-track lag behind the plan's position now,
     reached with time constant `speed_time_constant_s`, plus `accel_feedforward` times the
     plan's own acceleration there (without it a braking plan is followed with a lag that each
-    new plan starts again from). Where the plan comes to a stop (its speed below `stop_speed`),
-    the car brakes at least as hard as stopping at that point takes once that is more than
-    `stop_point_decel`. A plan older than
-    `max_plan_age_s` (or none) is not followed: the car brakes at `fallback_decel` with the
-    wheel held."""
+    new plan starts again from). Where the plan comes to a stop (below `stop_speed` on average
+    over `stop_window_s`, so a plan that creeps on is no stop), the car brakes at least as hard
+    as stopping at that point takes once that is more than `stop_point_decel`. A plan older
+    than `max_plan_age_s` (or none) is not followed: the car brakes at `fallback_decel` with
+    the wheel held."""
 
     lookahead_base: float = 3.0
     lookahead_gain: float = 0.5
@@ -34,6 +34,7 @@ class TrackingConfig:
     speed_time_constant_s: float = 0.5
     accel_feedforward: float = 1.0
     stop_point_decel: float = 0.5
+    stop_window_s: float = 1.0
     max_accel: float = 2.0
     max_decel: float = 6.0
     fallback_decel: float = 3.0
@@ -94,13 +95,18 @@ def plan_accel(plan: WorldPlan, arc: np.ndarray, t: float) -> float:
     return float(np.interp(t, mids[1:], np.diff(speeds) / np.diff(mids)))
 
 
-def plan_stop_arc(plan: WorldPlan, arc: np.ndarray, t: float, stop_speed: float
-                  ) -> float | None:
-    """Arc length where the plan first slows below `stop_speed` after time t; None when it
-    keeps moving."""
-    speeds = np.diff(arc) / np.diff(plan.times)
-    slow = np.flatnonzero((speeds < stop_speed) & (plan.times[1:] > t))
-    return float(arc[slow[0]]) if slow.size else None
+def plan_stop_arc(plan: WorldPlan, arc: np.ndarray, t: float, stop_speed: float,
+                  window_s: float) -> float | None:
+    """Arc length where the plan stops after time t: the first of its points from which it
+    covers less than `stop_speed` * `window_s` in the next `window_s` (a plan that creeps on
+    does not stop); None when it keeps moving."""
+    dt = float(np.mean(np.diff(plan.times)))
+    k = max(1, int(round(window_s / dt)))
+    ahead = arc[np.minimum(np.arange(len(arc)) + k, len(arc) - 1)] - arc  # [N] m in window_s
+    span = np.minimum(k, len(arc) - 1 - np.arange(len(arc))) * dt  # [N] s actually ahead
+    stopped = (ahead < stop_speed * np.maximum(span, dt)) & (plan.times >= t - dt) & (span > 0)
+    first = np.flatnonzero(stopped)
+    return float(arc[first[0]]) if first.size else None
 
 
 def _nearest_arc(xy: np.ndarray, arc: np.ndarray, point: tuple[float, float]) -> float:
@@ -140,7 +146,7 @@ class TrajectoryTracker:
         accel = (v_cmd - ego.v) / cfg.speed_time_constant_s
         if v_cmd > 0.0:
             accel += cfg.accel_feedforward * plan_accel(plan, arc, t + cfg.speed_preview_s)
-        s_stop = plan_stop_arc(plan, arc, t, cfg.stop_speed)
+        s_stop = plan_stop_arc(plan, arc, t, cfg.stop_speed, cfg.stop_window_s)
         if s_stop is not None and s_stop > s_ego:
             stopping_decel = ego.v ** 2 / (2.0 * (s_stop - s_ego))
             if stopping_decel > cfg.stop_point_decel:
