@@ -23,7 +23,7 @@ from flashdrive_ros.model.alpamayo import AlpamayoModel
 from flashdrive_ros.sim.seeds import train_seeds
 from flashdrive_ros.train.dataset import TrainSet
 from flashdrive_ros.train.generate import generate_drives
-from flashdrive_ros.train.pipeline import train_tokenizer
+from flashdrive_ros.train.run_data import train_tokenizer
 from flashdrive_ros.train.recipe import Recipe, smoke
 from flashdrive_ros.train.target_train import target_step
 

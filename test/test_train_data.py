@@ -11,7 +11,7 @@ from flashdrive_ros.sim.labels import DECISIONS, label_drive
 from flashdrive_ros.sim.seeds import EVAL_SEEDS, TRAIN_SEEDS, is_eval_seed
 from flashdrive_ros.train.dataset import IGNORE, TrainSet
 from flashdrive_ros.train.generate import generate_drive
-from flashdrive_ros.train.pipeline import train_tokenizer
+from flashdrive_ros.train.run_data import train_tokenizer
 
 SEED = 11
 SECONDS = 2.0

@@ -17,7 +17,8 @@ from flashdrive_ros.train.decision_focus import (
 )
 from flashdrive_ros.train.generate import generate_drive
 from flashdrive_ros.train.log import TrainLog
-from flashdrive_ros.train.pipeline import main, train_tokenizer
+from flashdrive_ros.train.pipeline import main
+from flashdrive_ros.train.run_data import train_tokenizer
 from flashdrive_ros.train.target_train import (
     coc_loss,
     decision_weights,

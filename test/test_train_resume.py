@@ -15,7 +15,8 @@ from flashdrive_ros.train.decision_focus import DecisionFocus
 from flashdrive_ros.train.drive_cache import load_drives, save_drives
 from flashdrive_ros.train.generate import generate_drive
 from flashdrive_ros.train.log import TrainLog, read_log
-from flashdrive_ros.train.pipeline import main, train_tokenizer
+from flashdrive_ros.train.pipeline import main
+from flashdrive_ros.train.run_data import train_tokenizer
 from flashdrive_ros.train.recipe import Recipe, recipe_from_dict, smoke
 from flashdrive_ros.train.sensor_noise import SensorNoise
 from flashdrive_ros.train.target_train import TargetTrainer

@@ -10,7 +10,7 @@ from flashdrive_ros.model.config import tiny
 from flashdrive_ros.train.batched_expert import batched_velocity
 from flashdrive_ros.train.dataset import TrainSet
 from flashdrive_ros.train.generate import generate_drive
-from flashdrive_ros.train.pipeline import train_tokenizer
+from flashdrive_ros.train.run_data import train_tokenizer
 from flashdrive_ros.train.streaming_backbone import (
     BackboneStreamingConfig,
     SequenceSampler,

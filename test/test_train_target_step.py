@@ -13,7 +13,7 @@ from flashdrive_ros.train.batched_expert import batched_velocity
 from flashdrive_ros.train.dataset import TrainSet
 from flashdrive_ros.train.generate import generate_drive
 from flashdrive_ros.train.grad_cache import GradKVCache
-from flashdrive_ros.train.pipeline import train_tokenizer
+from flashdrive_ros.train.run_data import train_tokenizer
 from flashdrive_ros.train.target_train import (
     coc_loss,
     decision_hits,

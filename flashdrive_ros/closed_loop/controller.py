@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from functools import cached_property
 
 import numpy as np
 
@@ -75,36 +76,46 @@ class WorldPlan:
         times = t0 + dt * np.arange(len(local))
         return cls(t0, times, xy, ready_at, coc)
 
-    def arc_length(self) -> np.ndarray:
+    @cached_property
+    def arc(self) -> np.ndarray:
+        """[N] arc length (m) along xy."""
         return np.concatenate([[0.0], np.cumsum(np.hypot(*np.diff(self.xy, axis=0).T))])
 
+    @cached_property
+    def mids(self) -> np.ndarray:
+        """[N - 1] mid-times of the segments (s)."""
+        return 0.5 * (self.times[1:] + self.times[:-1])
 
-def plan_speed(plan: WorldPlan, arc: np.ndarray, t: float) -> float:
-    """Speed along the plan (m/s) at time t; arc: plan.arc_length()."""
-    speeds = np.diff(arc) / np.diff(plan.times)
-    mids = 0.5 * (plan.times[1:] + plan.times[:-1])
-    return float(np.interp(t, mids, speeds))
+    @cached_property
+    def speeds(self) -> np.ndarray:
+        """[N - 1] speed (m/s) on each segment, at its mid-time."""
+        return np.diff(self.arc) / np.diff(self.times)
 
 
-def plan_accel(plan: WorldPlan, arc: np.ndarray, t: float) -> float:
-    """Acceleration along the plan (m/s^2) at time t; arc: plan.arc_length()."""
-    speeds = np.diff(arc) / np.diff(plan.times)  # speeds: [N - 1] at the segment mid-times
-    if speeds.size < 2:
+def plan_speed(plan: WorldPlan, t: float) -> float:
+    """Speed along the plan (m/s) at time t."""
+    return float(np.interp(t, plan.mids, plan.speeds))
+
+
+def plan_accel(plan: WorldPlan, t: float) -> float:
+    """Acceleration along the plan (m/s^2) at time t."""
+    if plan.speeds.size < 2:
         return 0.0
-    mids = 0.5 * (plan.times[1:] + plan.times[:-1])
-    return float(np.interp(t, mids[1:], np.diff(speeds) / np.diff(mids)))
+    return float(np.interp(t, plan.mids[1:], np.diff(plan.speeds) / np.diff(plan.mids)))
 
 
-def plan_stop_arc(plan: WorldPlan, arc: np.ndarray, t: float, stop_speed: float,
-                  window_s: float) -> float | None:
+def plan_stop_arc(plan: WorldPlan, t: float, stop_speed: float, window_s: float
+                  ) -> float | None:
     """Arc length where the plan stops after time t: the first of its points from which it
     covers less than `stop_speed` * `window_s` in the next `window_s` (a plan that creeps on
     does not stop); None when it keeps moving."""
+    arc = plan.arc
     dt = float(np.mean(np.diff(plan.times)))
     k = max(1, int(round(window_s / dt)))
-    ahead = arc[np.minimum(np.arange(len(arc)) + k, len(arc) - 1)] - arc  # [N] m in window_s
-    span = np.minimum(k, len(arc) - 1 - np.arange(len(arc))) * dt  # [N] s actually ahead
-    stopped = (ahead < stop_speed * np.maximum(span, dt)) & (plan.times >= t - dt) & (span > 0)
+    index = np.arange(len(arc))
+    ahead = arc[np.minimum(index + k, len(arc) - 1)] - arc  # [N] m in the next window_s
+    span = np.minimum(k, len(arc) - 1 - index) * dt  # [N] s of plan actually ahead
+    stopped = (span > 0) & (ahead < stop_speed * span) & (plan.times >= t - dt)
     first = np.flatnonzero(stopped)
     return float(arc[first[0]]) if first.size else None
 
@@ -136,17 +147,17 @@ class TrajectoryTracker:
         if not self.usable(plan, t):
             return self.fallback(ego)
         cfg = self.cfg
-        arc = plan.arc_length()
+        arc = plan.arc
         s_ego = _nearest_arc(plan.xy, arc, (ego.x, ego.y))
-        v_ref = plan_speed(plan, arc, t + cfg.speed_preview_s)
+        v_ref = plan_speed(plan, t + cfg.speed_preview_s)
         s_plan_now = float(np.interp(t, plan.times, arc))
         v_cmd = max(v_ref + cfg.position_gain * (s_plan_now - s_ego), 0.0)
         if v_ref < cfg.stop_speed and arc[-1] - s_ego < 1.0:
             v_cmd = 0.0
         accel = (v_cmd - ego.v) / cfg.speed_time_constant_s
         if v_cmd > 0.0:
-            accel += cfg.accel_feedforward * plan_accel(plan, arc, t + cfg.speed_preview_s)
-        s_stop = plan_stop_arc(plan, arc, t, cfg.stop_speed, cfg.stop_window_s)
+            accel += cfg.accel_feedforward * plan_accel(plan, t + cfg.speed_preview_s)
+        s_stop = plan_stop_arc(plan, t, cfg.stop_speed, cfg.stop_window_s)
         if s_stop is not None and s_stop > s_ego:
             stopping_decel = ego.v ** 2 / (2.0 * (s_stop - s_ego))
             if stopping_decel > cfg.stop_point_decel:

@@ -28,20 +28,19 @@ def plan_trace(result: DriveResult) -> list[dict]:
     for plan in result.plans:
         i = min(int(np.searchsorted(rows[:, ROW_T], plan.t0 - 1e-9)), len(rows) - 1)
         route_s = float(rows[i, ROW_ROUTE_S])
-        near = sorted(((light.stop_s - route_s, light) for light in lights
-                       if -LIGHT_BEHIND_M < light.stop_s - route_s < LIGHT_RANGE_M),
-                      key=lambda item: abs(item[0]))
-        arc = plan.arc_length()
+        near = min(((light.stop_s - route_s, light) for light in lights
+                    if -LIGHT_BEHIND_M < light.stop_s - route_s < LIGHT_RANGE_M),
+                   key=lambda item: abs(item[0]), default=None)
         out.append({
             "t0": round(plan.t0, 3), "ready_at": round(plan.ready_at, 3),
             "ego_speed_mps": round(float(rows[i, ROW_SPEED]), 3),
             "route_s": round(route_s, 2),
-            "stop_line_ahead_m": round(float(near[0][0]), 2) if near else "",
-            "light": near[0][1].state(plan.t0) if near else "",
-            "plan_distance_m": round(float(arc[-1]), 2),
-            "plan_speed_1s": round(plan_speed(plan, arc, plan.t0 + 1.0), 3),
-            "plan_speed_3s": round(plan_speed(plan, arc, plan.t0 + 3.0), 3),
-            "plan_speed_end": round(plan_speed(plan, arc, float(plan.times[-1])), 3),
+            "stop_line_ahead_m": round(float(near[0]), 2) if near else "",
+            "light": near[1].state(plan.t0) if near else "",
+            "plan_distance_m": round(float(plan.arc[-1]), 2),
+            "plan_speed_1s": round(plan_speed(plan, plan.t0 + 1.0), 3),
+            "plan_speed_3s": round(plan_speed(plan, plan.t0 + 3.0), 3),
+            "plan_speed_end": round(plan_speed(plan, float(plan.times[-1])), 3),
             "coc": plan.coc})
     return out
 

@@ -120,8 +120,9 @@ def simulate_disturbed(seed: int, seconds: float, disturbance: Disturbance,
         while approaches and sim.route_position()[0] >= approaches[0].start_s:
             pulse = approaches.pop(0)
             offsets[i:i + pulse.steps, 0] = pulse.accel
-        if np.any(offsets[i] != 0) and (np.all(offsets[i - 1] == 0) or (
-                i % SUBSTEPS == 0 and i < frame_count * SUBSTEPS)):
+        run_starts = i == 0 or not offsets[i - 1].any()
+        on_frame = i % SUBSTEPS == 0 and i < frame_count * SUBSTEPS
+        if offsets[i].any() and (run_starts or on_frame):
             forks[i] = sim.fork()
         accel, steer, info = sim.expert_control()
         if i % SUBSTEPS == 0:
@@ -130,7 +131,7 @@ def simulate_disturbed(seed: int, seconds: float, disturbance: Disturbance,
         ego = sim.ego
         rows.append((sim.t, ego.x, ego.y, ego.yaw, ego.v, ego.yaw_rate, ego.accel))
         sim.step(accel + offsets[i, 0], steer + offsets[i, 1])
-    disturbed = np.flatnonzero(np.abs(offsets).sum(axis=1) > 0)
+    disturbed = np.flatnonzero(offsets.any(axis=1))
     ego_rows = np.asarray(rows, dtype=np.float64)
     branches = {i: _expert_poses(fork) for i, fork in forks.items()}
     planned = np.stack([_planned_future(k * SUBSTEPS, ego_rows, disturbed, branches)

@@ -38,34 +38,29 @@ from flashdrive_ros.model.alpamayo import AlpamayoModel
 from flashdrive_ros.model.config import ModelConfig
 from flashdrive_ros.model.drafter import Drafter
 from flashdrive_ros.model.manifest import write_manifest
-from flashdrive_ros.model.prompt import CAMERA_DISPLAY_NAMES, INSTRUCTION_TEXT, SYSTEM_TEXT
 from flashdrive_ros.model.tokenizer import (
-    ALPAMAYO_SPECIAL_NAMES,
-    QWEN_SPECIALS,
     TextTokenizer,
-    build_tokenizer,
 )
 from flashdrive_ros.model.weights import save_model_dir
 from flashdrive_ros.sim.labels import DECISIONS
-from flashdrive_ros.sim.seeds import eval_seeds, train_seeds
 from flashdrive_ros.train.checkpoint import (
     RESUME_SUBDIR,
     load_weights,
     read_checkpoint,
     save_checkpoint,
 )
-from flashdrive_ros.train.coverage import check_coverage, coverage, markdown
+from flashdrive_ros.train.coverage import markdown
 from flashdrive_ros.train.dataset import TrainSet
 from flashdrive_ros.train.decision_focus import DecisionFocus, decision_shares
 from flashdrive_ros.train.draft_corpus import build_draft_corpus
 from flashdrive_ros.train.drafter_data import concat_corpora
 from flashdrive_ros.train.drafter_train import train_drafter
-from flashdrive_ros.train.drive_cache import load_drives, save_drives
-from flashdrive_ros.train.generate import generate_drives, is_disturbed
+from flashdrive_ros.train.drive_cache import load_drives
 from flashdrive_ros.train.log import TrainLog
 from flashdrive_ros.train.model_dir import half_copy
 from flashdrive_ros.train.recipe import Recipe, recipe_from_dict, smoke
 from flashdrive_ros.train.rng_state import restore_rng, rng_state
+from flashdrive_ros.train.run_data import fresh_data
 from flashdrive_ros.train.streaming_backbone import train_backbone_streaming
 from flashdrive_ros.train.streaming_tune import streaming_tune
 from flashdrive_ros.train.target_train import TargetTrainer
@@ -74,19 +69,6 @@ MODEL_SUBDIR = "model"
 MROPE_DRAFTER_FILE = "drafter_mrope.safetensors"
 DRIVES_SUBDIR = "drives"
 STAGES = ("all", "target")
-
-
-def tokenizer_corpus(cocs: list[str]) -> list[str]:
-    """CoC sentences plus the fixed prompt texts, so both compress to few tokens."""
-    prompt_texts = [SYSTEM_TEXT, INSTRUCTION_TEXT, "system\n", "user\n", "assistant\n"]
-    prompt_texts += [f"{name}: frame 0 " for name in CAMERA_DISPLAY_NAMES.values()]
-    prompt_texts += [f"frame {i} " for i in range(8)]
-    return cocs + prompt_texts * max(1, len(cocs) // 50)
-
-
-def train_tokenizer(cocs: list[str], bpe_tokens: int, num_traj_tokens: int) -> TextTokenizer:
-    added = len(QWEN_SPECIALS) + num_traj_tokens + len(ALPAMAYO_SPECIAL_NAMES) - 1
-    return build_tokenizer(tokenizer_corpus(cocs), added + 256 + bpe_tokens, num_traj_tokens)
 
 
 def seed_everything(seed: int) -> None:
@@ -125,7 +107,7 @@ def run(out: Path, recipe: Recipe, minutes_budget: float, device: torch.device, 
         seed_everything(seed)
         cache = (out / RESUME_SUBDIR / DRIVES_SUBDIR
                  if stages == "target" or recipe.target_minutes is not None else None)
-        tokenizer, train_drives, eval_drives, summary = _fresh_data(
+        tokenizer, train_drives, eval_drives, summary = fresh_data(
             out, recipe, workers, log, start, cache)
         cfg = recipe.model_config(tokenizer.vocab_size)
     else:
@@ -249,44 +231,6 @@ def run(out: Path, recipe: Recipe, minutes_budget: float, device: torch.device, 
     return _close(out, log, summary, start)
 
 
-def _fresh_data(out: Path, recipe: Recipe, workers: int | None, log: TrainLog, start: float,
-                cache: Path | None):
-    """Drives, coverage and tokenizer of a new run -> (tokenizer, train drives, eval drives,
-    summary); the drives are also written to `cache` when given."""
-    probe = recipe.model_config(4096)
-    train_list = train_seeds(recipe.train_drives)
-    eval_list = eval_seeds(recipe.eval_drives)
-    train_drives = generate_drives(train_list, recipe.drive_seconds, probe, workers,
-                                   recipe.noise, recipe.disturbance, recipe.disturbed_share)
-    eval_drives = generate_drives(eval_list, recipe.drive_seconds, probe, workers)
-    drives = train_drives + eval_drives
-    frames = sum(d.num_steps for d in drives)
-    log.write("data", 0, drives=len(drives), frames=frames,
-              seconds=round(time.monotonic() - start, 1),
-              scenarios=len({s for d in drives for s in d.scenario.split(",")}))
-    if cache is not None:
-        written = time.monotonic()
-        save_drives(drives, cache)
-        log.write("drive_cache", 0, folder=str(cache),
-                  bytes=sum(f.stat().st_size for f in cache.iterdir()),
-                  seconds=round(time.monotonic() - written, 1))
-    table = coverage(train_drives, probe.prompt.num_frames, probe.action.num_history)
-    (out / "coverage.md").write_text(markdown(table))
-    log.write("coverage", 0, windows=table["windows"],
-              **{k: v["windows"] for k, v in table["decision"].items()})
-    check_coverage(table, recipe.min_decision_windows)
-
-    cocs = [c for d in train_drives for c in d.coc]
-    tokenizer = train_tokenizer(cocs, recipe.bpe_tokens, probe.action.num_traj_tokens)
-    summary: dict = {"train_seeds": [train_list[0], train_list[-1]],
-                     "eval_seeds": [eval_list[0], eval_list[-1]],
-                     "drive_seconds": recipe.drive_seconds,
-                     "noise": dataclasses.asdict(recipe.noise),
-                     "disturbance": dataclasses.asdict(recipe.disturbance),
-                     "disturbed_drives": sum(is_disturbed(seed, recipe.disturbed_share)
-                                             for seed in train_list),
-                     "coverage": table}
-    return tokenizer, train_drives, eval_drives, summary
 def _pause(out: Path, model: AlpamayoModel, tokenizer: TextTokenizer, trainer: TargetTrainer,
            recipe: Recipe, cfg: ModelConfig, seed: int, stage: str, cache: Path,
            summary: dict, device: torch.device) -> None:

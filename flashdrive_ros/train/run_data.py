@@ -1,0 +1,76 @@
+"""The data of a new training run: simulator drives (noisy, some disturbed), their coverage
+table (DIR/coverage.md, checked against the recipe's minimum per decision) and the BPE
+tokenizer trained on their CoC sentences and the fixed prompt texts."""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from pathlib import Path
+
+from flashdrive_ros.model.prompt import CAMERA_DISPLAY_NAMES, INSTRUCTION_TEXT, SYSTEM_TEXT
+from flashdrive_ros.model.tokenizer import (
+    ALPAMAYO_SPECIAL_NAMES,
+    QWEN_SPECIALS,
+    TextTokenizer,
+    build_tokenizer,
+)
+from flashdrive_ros.sim.seeds import eval_seeds, train_seeds
+from flashdrive_ros.train.coverage import check_coverage, coverage, markdown
+from flashdrive_ros.train.drive_cache import save_drives
+from flashdrive_ros.train.generate import generate_drives, is_disturbed
+from flashdrive_ros.train.log import TrainLog
+from flashdrive_ros.train.recipe import Recipe
+
+
+def tokenizer_corpus(cocs: list[str]) -> list[str]:
+    """CoC sentences plus the fixed prompt texts, so both compress to few tokens."""
+    prompt_texts = [SYSTEM_TEXT, INSTRUCTION_TEXT, "system\n", "user\n", "assistant\n"]
+    prompt_texts += [f"{name}: frame 0 " for name in CAMERA_DISPLAY_NAMES.values()]
+    prompt_texts += [f"frame {i} " for i in range(8)]
+    return cocs + prompt_texts * max(1, len(cocs) // 50)
+
+
+def train_tokenizer(cocs: list[str], bpe_tokens: int, num_traj_tokens: int) -> TextTokenizer:
+    added = len(QWEN_SPECIALS) + num_traj_tokens + len(ALPAMAYO_SPECIAL_NAMES) - 1
+    return build_tokenizer(tokenizer_corpus(cocs), added + 256 + bpe_tokens, num_traj_tokens)
+
+
+def fresh_data(out: Path, recipe: Recipe, workers: int | None, log: TrainLog, start: float,
+                cache: Path | None):
+    """Drives, coverage and tokenizer of a new run -> (tokenizer, train drives, eval drives,
+    summary); the drives are also written to `cache` when given."""
+    probe = recipe.model_config(4096)
+    train_list = train_seeds(recipe.train_drives)
+    eval_list = eval_seeds(recipe.eval_drives)
+    train_drives = generate_drives(train_list, recipe.drive_seconds, probe, workers,
+                                   recipe.noise, recipe.disturbance, recipe.disturbed_share)
+    eval_drives = generate_drives(eval_list, recipe.drive_seconds, probe, workers)
+    drives = train_drives + eval_drives
+    frames = sum(d.num_steps for d in drives)
+    log.write("data", 0, drives=len(drives), frames=frames,
+              seconds=round(time.monotonic() - start, 1),
+              scenarios=len({s for d in drives for s in d.scenario.split(",")}))
+    if cache is not None:
+        written = time.monotonic()
+        save_drives(drives, cache)
+        log.write("drive_cache", 0, folder=str(cache),
+                  bytes=sum(f.stat().st_size for f in cache.iterdir()),
+                  seconds=round(time.monotonic() - written, 1))
+    table = coverage(train_drives, probe.prompt.num_frames, probe.action.num_history)
+    (out / "coverage.md").write_text(markdown(table))
+    log.write("coverage", 0, windows=table["windows"],
+              **{k: v["windows"] for k, v in table["decision"].items()})
+    check_coverage(table, recipe.min_decision_windows)
+
+    cocs = [c for d in train_drives for c in d.coc]
+    tokenizer = train_tokenizer(cocs, recipe.bpe_tokens, probe.action.num_traj_tokens)
+    summary: dict = {"train_seeds": [train_list[0], train_list[-1]],
+                     "eval_seeds": [eval_list[0], eval_list[-1]],
+                     "drive_seconds": recipe.drive_seconds,
+                     "noise": dataclasses.asdict(recipe.noise),
+                     "disturbance": dataclasses.asdict(recipe.disturbance),
+                     "disturbed_drives": sum(is_disturbed(seed, recipe.disturbed_share)
+                                             for seed in train_list),
+                     "coverage": table}
+    return tokenizer, train_drives, eval_drives, summary
