@@ -41,7 +41,7 @@ def test_shard_round_trip_matches_a_fresh_simulation(dataset):
     index = read_index(out)
     shard = load_shard(out / index["shards"][0]["file"])
     log = simulate(3, SECONDS)
-    labels = label_drive(log.infos, 3, log.frame_count)
+    labels = label_drive(log.infos, log.frame_count)
     frames = np.stack([np.stack(f) for f in render_frames(log, W, H)])
     ks = np.arange(15, log.frame_count, 2)
     n = len(ks)

@@ -13,6 +13,7 @@ from flashdrive_ros.sim.disturbed_drive import (
 )
 from flashdrive_ros.sim.drive import SUBSTEPS, simulate
 from flashdrive_ros.sim.ego_world import EgoWorld
+from flashdrive_ros.sim.labels import label_drive
 from flashdrive_ros.sim.vehicle import EGO_LENGTH, REAR_OVERHANG
 from flashdrive_ros.sim.world import EGO_LANE_D
 from flashdrive_ros.train.generate import generate_drives, is_disturbed
@@ -74,7 +75,9 @@ def _logged_future(log, k):
 
 
 def test_an_approach_pulse_makes_the_ego_reach_the_red_light_faster_and_the_futures_stop():
-    log = simulate_disturbed(SEED, 16.0, Disturbance(first_s=100.0), blocks=("red_light",))
+    late = Disturbance(first_s=100.0, stop_short_share=0.0, approach_before_m=(20.0, 30.0),
+                       approach_accel_mps2=(2.0, 2.0), approach_duration_s=(2.0, 2.5))
+    log = simulate_disturbed(SEED, 16.0, late, blocks=("red_light",))
     plain = simulate(SEED, 16.0, blocks=("red_light",))
     light = log.world.lights()[0]
     front = log.world.route.project
@@ -97,6 +100,36 @@ def test_an_approach_pulse_makes_the_ego_reach_the_red_light_faster_and_the_futu
                 f"the expert future of frame {k} runs the red light"
 
 
+@pytest.mark.parametrize("seed", [3, SEED])
+def test_an_early_stop_holds_the_ego_short_of_the_red_light_and_the_futures_go_on(seed):
+    log = simulate_disturbed(seed, 24.0, Disturbance(first_s=100.0, stop_short_share=1.0),
+                             blocks=("red_light",))
+    plain = simulate(seed, 24.0, blocks=("red_light",))
+    light = log.world.lights()[0]
+    labels = label_drive(log.infos, log.frame_count)
+    route = log.world.route
+
+    def line_gaps(rows):
+        return np.array([light.stop_s - route.project(tuple(rows[k * SUBSTEPS, 1:3]))[0]
+                         for k in range(24 * 10)])
+
+    gaps, plain_gaps = line_gaps(log.ego), line_gaps(plain.ego)
+    speeds = log.ego[::SUBSTEPS, 4][:len(gaps)]
+    plain_rest = plain_gaps[plain.ego[::SUBSTEPS, 4][:len(plain_gaps)] < 0.05]
+    held = np.flatnonzero((speeds < 0.05) & (gaps > plain_rest.min() + 3.0))
+    assert held.size >= 3, "the ego never stood short of the expert's stop"
+    for k in held:
+        future = log.future(k)
+        assert future[-1, 0] > 1.0, f"frame {k}: the expert future stays where it stands"
+        crossing = np.flatnonzero(future[:, 0] >= gaps[k] - EGO_LENGTH + REAR_OVERHANG)
+        if crossing.size:
+            assert light.state(k / 10 + 0.1 * (crossing[0] + 1)) != "red", \
+                f"the expert future of frame {k} runs the red light"
+        red = light.state(k / 10) == "red"
+        assert labels[k].decision == ("stop" if red else "keep_lane"), (k, labels[k])
+    assert gaps.min() < -5.0, "the ego never went on through the intersection"
+
+
 def test_pulse_schedule_keeps_pulses_apart_and_inside_the_drive():
     d = Disturbance()
     pulses = pulse_schedule(d, 40 * 50 + HORIZON_STEPS, np.random.default_rng(0))
@@ -110,7 +143,10 @@ def test_pulse_schedule_keeps_pulses_apart_and_inside_the_drive():
 @pytest.mark.parametrize("kwargs", [{"gap_s": (0.0, 1.0)}, {"duration_s": (2.0, 1.0)},
                                     {"duration_s": (1.0, 6.0)}, {"steer_rad": -0.1},
                                     {"approach_kinds": ("red_light",)},
-                                    {"approach_accel_mps2": (2.0, 1.0)}])
+                                    {"approach_accel_mps2": (2.0, 1.0)},
+                                    {"stop_short_share": 1.5},
+                                    {"stop_short_hold_s": (0.0, 1.0)},
+                                    {"stop_short_decel_mps2": 0.0}])
 def test_bad_disturbances_are_refused(kwargs):
     with pytest.raises(ValueError):
         Disturbance(**kwargs)

@@ -24,7 +24,7 @@ def _footprint_gap(ego, box) -> float:
 @pytest.fixture(scope="module")
 def red_drive():
     log = simulate(11, 17.0, blocks=("red_light",))
-    return log, label_drive(log.infos, 11)
+    return log, label_drive(log.infos)
 
 
 def test_expert_stops_at_red_light_and_goes_on_green(red_drive):
@@ -47,7 +47,7 @@ def test_expert_stops_at_red_light_and_goes_on_green(red_drive):
 
 def test_expert_yields_to_crossing_pedestrian():
     log = simulate(5, 15.0, blocks=("pedestrian",))
-    labels = label_drive(log.infos, 5)
+    labels = label_drive(log.infos)
     ped = log.world.pedestrians[0]
     assert ped.walked == pytest.approx(ped.route_length), "pedestrian did not finish crossing"
     gaps = [min(_footprint_gap(sc.ego, b) for b in sc.boxes if b.kind == "pedestrian")
@@ -63,7 +63,7 @@ def test_expert_yields_to_crossing_pedestrian():
 
 def test_expert_nudges_around_parked_car():
     log = simulate(2, 12.0, blocks=("parked",))
-    labels = label_drive(log.infos, 2)
+    labels = label_drive(log.infos)
     parked = [v for v in log.world.vehicles if v.kind == "parked"]
     blocker = min(parked, key=lambda v: abs(log.world.route.project((v.x, v.y))[1]))
     s_block, _ = log.world.route.project((blocker.x, blocker.y))
@@ -89,7 +89,7 @@ def _box_gap(ego, veh) -> float:
 
 def test_expert_follows_slower_lead_at_safe_gap():
     log = simulate(4, 14.0, blocks=("lead",))
-    labels = label_drive(log.infos, 4)
+    labels = label_drive(log.infos)
     following = [i for i in log.infos if i.reason == "lead"]
     assert len(following) > 30, "ego never followed the lead vehicle"
     gaps = [min((_footprint_gap(sc.ego, b) for b in sc.boxes
@@ -142,7 +142,7 @@ def test_nobody_collides_during_a_minute(minute_drive):
 
 def test_sixty_second_drive_covers_every_scenario(minute_drive):
     log = minute_drive
-    labels = label_drive(log.infos, 8, log.frame_count)
+    labels = label_drive(log.infos, log.frame_count)
     assert len(labels) == 601
     tags = {t for lab in labels for t in lab.tags}
     assert set(SCENARIO_TAGS) <= tags, f"missing {set(SCENARIO_TAGS) - tags}"

@@ -37,7 +37,7 @@ def test_seed_ranges_are_disjoint():
 
 def test_drive_matches_the_simulator(drive):
     log = simulate(SEED, SECONDS)
-    labels = label_drive(log.infos, SEED, log.frame_count)
+    labels = label_drive(log.infos, log.frame_count)
     assert drive.num_steps == log.frame_count
     assert drive.coc == [label.coc for label in labels]
     assert [DECISIONS[i] for i in drive.decision] == [label.decision for label in labels]

@@ -29,7 +29,7 @@ class SimDriveSource:
         self.topics = topics or TopicMapping()
         self.seed = seed
         log = simulate(seed, seconds)
-        labels = label_drive(log.infos, seed, log.frame_count)
+        labels = label_drive(log.infos, log.frame_count)
         slots = {i: self.topics.cameras.index(camera_image_topic(spec.name))
                  for i, spec in enumerate(rig())
                  if camera_image_topic(spec.name) in self.topics.cameras}

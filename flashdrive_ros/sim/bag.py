@@ -215,7 +215,7 @@ def simulate_for_bag(out: Path, fmt: str, seconds: float, seed: int, width: int,
         raise ValueError(f"seconds must be > 0, got {seconds}")
     Renderer.check_size(width, height)
     log = simulate(seed, seconds)
-    return log, label_drive(log.infos, seed, log.frame_count)
+    return log, label_drive(log.infos, log.frame_count)
 
 
 def write_bag(out: str | Path, seconds: float, seed: int, fmt: str = "mcap",

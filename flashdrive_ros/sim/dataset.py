@@ -80,7 +80,7 @@ def write_dataset(out_dir: str | Path, seeds, seconds: float, width: int = 128,
     save = np.savez_compressed if compress else np.savez
     for seed in seeds:
         log = simulate(seed, seconds)
-        labels = label_drive(log.infos, seed, log.frame_count)
+        labels = label_drive(log.infos, log.frame_count)
         frames = np.stack([np.stack(imgs) for imgs in
                            render_frames(log, width, height, workers=workers)])
         ks = np.arange(first_k, log.frame_count, stride)

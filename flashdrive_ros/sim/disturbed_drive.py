@@ -1,8 +1,10 @@
 """A drive whose ego the expert steers with disturbance pulses added to its steering and
 acceleration, so that the ego leaves its lane centre and its speed and the expert brings it
-back. Besides pulses at random times, each red light and pedestrian crossing gets one
-late-braking pulse (acceleration added) while the ego approaches it, so the drive holds the
-ego arriving too fast or creeping towards a stop that it has not made yet. Each 10 Hz
+back. Besides pulses at random times, each red light and pedestrian crossing gets one approach
+pulse: late braking (acceleration added), so the drive holds the ego arriving too fast or
+creeping towards a stop that it has not made yet, or an early stop (braking to rest short of
+the stop and held there a while), so it holds the ego standing short of the line, through
+red and green. Each 10 Hz
 frame's future is the expert's undisturbed plan from that frame's state: the drive as logged
 up to the first disturbed step of the frame's horizon, then the expert alone on a copy of the
 world forked at that step."""
@@ -31,10 +33,14 @@ class Disturbance:
     approach_before_m: tuple[float, float] = (10.0, 40.0)  # pulse start before the span's end
     approach_duration_s: tuple[float, float] = (1.0, 2.5)
     approach_accel_mps2: tuple[float, float] = (0.8, 2.0)
+    stop_short_share: float = 0.5  # share of approach pulses that are early stops
+    stop_short_before_m: tuple[float, float] = (16.0, 40.0)  # base_link rest before span end
+    stop_short_hold_s: tuple[float, float] = (0.5, 4.0)  # standstill held after the stop
+    stop_short_decel_mps2: float = 3.0
 
     def __post_init__(self) -> None:
         for name in ("gap_s", "duration_s", "approach_before_m", "approach_duration_s",
-                     "approach_accel_mps2"):
+                     "approach_accel_mps2", "stop_short_before_m", "stop_short_hold_s"):
             low, high = getattr(self, name)
             if not 0 < low <= high:
                 raise ValueError(f"{name} must be (low, high) with 0 < low <= high, got "
@@ -48,6 +54,11 @@ class Disturbance:
                              f"{SCENARIO_TAGS}")
         if self.steer_rad < 0 or self.accel_mps2 < 0 or self.first_s < 0:
             raise ValueError("steer_rad, accel_mps2 and first_s must be >= 0")
+        if not 0.0 <= self.stop_short_share <= 1.0:
+            raise ValueError(f"stop_short_share must be in [0, 1], got {self.stop_short_share}")
+        if self.stop_short_decel_mps2 <= 0:
+            raise ValueError(f"stop_short_decel_mps2 must be > 0, got "
+                             f"{self.stop_short_decel_mps2}")
 
 
 @dataclass(frozen=True)
@@ -57,6 +68,29 @@ class ApproachPulse:
     start_s: float
     steps: int
     accel: float
+
+    def due(self, s: float, v: float) -> bool:
+        return s >= self.start_s
+
+    def run(self, v: float) -> tuple[int, float]:
+        """(steps, acceleration offset) of the pulse started at speed v."""
+        return self.steps, self.accel
+
+
+@dataclass(frozen=True)
+class StopShortPulse:
+    """An early stop: braking by `decel` from where that brings base_link to rest at route arc
+    length `rest_s`, then `hold_steps` of standstill."""
+
+    rest_s: float
+    hold_steps: int
+    decel: float
+
+    def due(self, s: float, v: float) -> bool:
+        return s + v * v / (2.0 * self.decel) >= self.rest_s
+
+    def run(self, v: float) -> tuple[int, float]:
+        return int(np.ceil(v / self.decel * SIM_HZ)) + self.hold_steps, -self.decel
 
 
 @dataclass(frozen=True)
@@ -85,11 +119,18 @@ def pulse_schedule(disturbance: Disturbance, steps: int, rng: np.random.Generato
 
 
 def approach_pulses(disturbance: Disturbance, spans, rng: np.random.Generator
-                    ) -> list[ApproachPulse]:
-    """One pulse per scenario span of an `approach_kinds` kind, in route order."""
-    pulses = []
+                    ) -> list[ApproachPulse | StopShortPulse]:
+    """One pulse per scenario span of an `approach_kinds` kind, in route order: an early stop
+    for `stop_short_share` of them, late braking for the rest."""
+    pulses: list[ApproachPulse | StopShortPulse] = []
     for span in sorted(spans, key=lambda sp: sp.s_end):
         if span.kind not in disturbance.approach_kinds:
+            continue
+        if rng.random() < disturbance.stop_short_share:
+            pulses.append(StopShortPulse(
+                span.s_end - float(rng.uniform(*disturbance.stop_short_before_m)),
+                int(round(rng.uniform(*disturbance.stop_short_hold_s) * SIM_HZ)),
+                disturbance.stop_short_decel_mps2))
             continue
         pulses.append(ApproachPulse(
             span.s_end - float(rng.uniform(*disturbance.approach_before_m)),
@@ -117,9 +158,9 @@ def simulate_disturbed(seed: int, seconds: float, disturbance: Disturbance,
                                  np.random.default_rng([seed, 29]))
     rows, scenes, infos, forks = [], [], [], {}
     for i in range(n_steps):
-        while approaches and sim.route_position()[0] >= approaches[0].start_s:
-            pulse = approaches.pop(0)
-            offsets[i:i + pulse.steps, 0] = pulse.accel
+        while approaches and approaches[0].due(sim.route_position()[0], sim.ego.v):
+            steps, accel = approaches.pop(0).run(sim.ego.v)
+            offsets[i:i + steps, 0] = accel
         run_starts = i == 0 or not offsets[i - 1].any()
         on_frame = i % SUBSTEPS == 0 and i < frame_count * SUBSTEPS
         if offsets[i].any() and (run_starts or on_frame):

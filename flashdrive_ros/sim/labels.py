@@ -14,6 +14,8 @@ SCENARIO_TAGS = ("keep_lane", "follow_lead", "red_light_stop", "green_light_go",
 SHARP_CURVATURE = 1.0 / 50.0
 GREEN_GO_WINDOW = 5.0
 RESTART_LOOKBACK = 60
+CREEP_SPEED = 3.0  # below this, a red light or crossing pedestrian ahead is the reason to stop
+WORDING_SPEED_BANDS = (4.0, 9.0)  # m/s; the ego's speed band picks a situation's wording
 
 # Every sentence opens with the word of its decision (DECISION_WORDS) and no other decision's
 # sentence does, so the first CoC token names the decision.
@@ -23,8 +25,7 @@ _TEMPLATES: dict[str, tuple[str, ...]] = {
     "red_approach": (
         "Stop smoothly at the line because the traffic light ahead turns {color}",
         "Stop at the line and brake smoothly since the signal ahead is {color}",
-        "Stop and decelerate because the light at the intersection is {color}",
-        "Stop before the crosswalk because the traffic signal ahead has turned {color}"),
+        "Stop and decelerate because the light at the intersection is {color}"),
     "red_wait": (
         "Stop and stay at the stop line because the traffic light is still red",
         "Stop and remain stationary until the red light at the intersection turns green",
@@ -40,8 +41,7 @@ _TEMPLATES: dict[str, tuple[str, ...]] = {
     "ped": (
         "Stop and wait because a pedestrian is crossing the road ahead",
         "Stop and yield to the pedestrian walking across the crosswalk in front",
-        "Stop to let the crossing pedestrian reach the other side safely",
-        "Stop before the crosswalk because a person is walking into our lane"),
+        "Stop to let the crossing pedestrian reach the other side safely"),
     "follow": (
         "Follow the slower {obj} ahead and keep a safe distance in the lane",
         "Follow the {obj} in front at a safe gap since it drives slowly",
@@ -65,8 +65,7 @@ _TEMPLATES: dict[str, tuple[str, ...]] = {
     "keep": (
         "Keep lane and maintain speed since the road ahead is clear",
         "Keep straight in the current lane because there are no obstacles ahead",
-        "Keep the lane at a steady speed as the road is free",
-        "Keep driving at the speed limit because no vehicle or pedestrian blocks the lane"),
+        "Keep the lane at a steady speed as the road is free"),
     "keep_curve": (
         "Keep lane and follow the road as it curves gently to the {side}",
         "Keep centered in the lane through the gentle {side} curve at steady speed"),
@@ -106,10 +105,13 @@ class Label:
 def _situation(infos: list[ExpertInfo], k: int) -> tuple[str, list[str]]:
     """(template key, scenario tags) of frame k; TEMPLATE_DECISIONS gives the decision."""
     info = infos[k]
-    if info.reason in ("red_light", "yellow_light"):
+    creeping = info.v < CREEP_SPEED
+    red_ahead = (info.light_state == "red" and info.light_gap is not None
+                 and info.light_gap >= -0.5)
+    if info.reason in ("red_light", "yellow_light") or (creeping and red_ahead):
         waiting = info.v < 0.3 and info.light_state == "red"
         return ("red_wait" if waiting else "red_approach"), ["red_light_stop"]
-    if info.reason == "pedestrian":
+    if info.reason == "pedestrian" or (creeping and info.ped_gap is not None):
         return "ped", ["pedestrian_yield"]
     green_at = info.light_green_at
     if (info.light_state == "green" and green_at is not None
@@ -130,8 +132,14 @@ def _situation(infos: list[ExpertInfo], k: int) -> tuple[str, list[str]]:
     return "keep", ["keep_lane"]
 
 
-def label_frame(infos: list[ExpertInfo], k: int, seed: int) -> Label:
-    """The label of 10 Hz frame k; the wording is drawn deterministically from (seed, k)."""
+def wording_index(info: ExpertInfo) -> int:
+    """The ego's speed band (0, 1, 2 by WORDING_SPEED_BANDS): what picks a situation's
+    sentence and object noun, so that the wording follows from what the model sees."""
+    return int(np.searchsorted(WORDING_SPEED_BANDS, info.v, side="right"))
+
+
+def label_frame(infos: list[ExpertInfo], k: int) -> Label:
+    """The label of 10 Hz frame k."""
     info = infos[k]
     key, tags = _situation(infos, k)
     decision = TEMPLATE_DECISIONS[key]
@@ -139,16 +147,16 @@ def label_frame(infos: list[ExpertInfo], k: int, seed: int) -> Label:
         tags.append("oncoming_traffic")
     if info.light_gap is not None and info.light_gap < 40.0:
         tags.append("intersection")
-    rng = np.random.default_rng([seed, k])
+    band = wording_index(info)
     options = _TEMPLATES[key]
-    text = options[int(rng.integers(len(options)))]
+    text = options[band % len(options)]
     side = "left" if info.curvature_ahead > 0 else "right"
     color = "yellow" if info.light_state == "yellow" else "red"
-    obj = ("car", "vehicle")[int(rng.integers(2))]
+    obj = FILLS["obj"][band % 2]
     coc = text.format(obj=obj, side=side, color=color)
     return Label(info.t, coc, decision, tuple(tags))
 
 
-def label_drive(infos: list[ExpertInfo], seed: int, count: int | None = None) -> list[Label]:
+def label_drive(infos: list[ExpertInfo], count: int | None = None) -> list[Label]:
     n = len(infos) if count is None else count
-    return [label_frame(infos, k, seed) for k in range(n)]
+    return [label_frame(infos, k) for k in range(n)]

@@ -46,7 +46,7 @@ def generate_drive(seed: int, seconds: float, image_size: tuple[int, int],
            else simulate_disturbed(seed, seconds, disturbance))
     count = log.frame_count
     renderer = Renderer(log.world)
-    labels = label_drive(log.infos, seed, count)
+    labels = label_drive(log.infos, count)
     frames = np.empty((count, len(renderer.cameras), *image_size, 3), dtype=np.uint8)
     for k in range(count):
         views = np.stack(renderer.render(log.scenes[k]))  # views: [N_cam, H_cam, W_cam, 3]

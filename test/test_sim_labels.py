@@ -1,0 +1,50 @@
+"""Label rules: the wording is set by what the model sees (the ego's speed band), creeping
+towards a red line or a crossing pedestrian is a stop, a slower lead is followed."""
+
+from dataclasses import replace
+
+
+from flashdrive_ros.sim.expert import ExpertInfo
+from flashdrive_ros.sim.labels import (
+    WORDING_SPEED_BANDS,
+    label_frame,
+)
+
+FREE = ExpertInfo(t=10.0, route_s=100.0, route_d=-1.75, front_s=104.0, v=10.0, v_des=12.0,
+                  accel=0.0, reason="free", nudge_now=0.0, nudge_ahead=0.0, light_state=None,
+                  light_gap=None, light_green_at=None, lead_speed=None,
+                  ped_gap=None, heading_change_ahead=0.0, curvature_ahead=0.0,
+                  oncoming_near=False)
+
+
+def _label(**fields):
+    return label_frame([replace(FREE, **fields)], 0)
+
+
+def test_a_braking_lead_is_a_slow_down_and_a_slower_one_is_followed():
+    slow = _label(reason="lead", lead_speed=6.0, accel=-2.0)
+    follow = _label(reason="lead", lead_speed=6.0, accel=-0.5)
+    assert slow.decision == "slow" and follow.decision == "follow"
+    assert "follow_lead" in slow.tags and "follow_lead" in follow.tags
+
+
+def test_the_wording_follows_the_speed_band_and_nothing_else():
+    for key_fields in ({}, {"reason": "lead", "lead_speed": 2.0}):
+        by_band = {}
+        for v in (1.0, 2.0, 3.9, 4.1, 6.0, 8.9, 9.1, 11.0, 14.0):
+            band = sum(v >= edge for edge in WORDING_SPEED_BANDS)
+            texts = {_label(v=v, t=t, **key_fields).coc for t in (1.0, 7.3, 40.0)}
+            assert len(texts) == 1, "the wording changes with time at one speed"
+            by_band.setdefault(band, set()).update(texts)
+        assert all(len(texts) == 1 for texts in by_band.values())
+        assert len(set.union(*by_band.values())) == len(WORDING_SPEED_BANDS) + 1
+
+
+def test_creeping_towards_a_red_line_or_a_crossing_pedestrian_is_a_stop():
+    red = _label(v=1.5, light_state="red", light_gap=12.0)
+    ped = _label(v=1.5, ped_gap=9.0)
+    fast_red = _label(v=10.0, light_state="red", light_gap=80.0)
+    past = _label(v=1.5, light_state="red", light_gap=-1.5)
+    assert red.decision == "stop" and "red_light_stop" in red.tags
+    assert ped.decision == "stop" and "pedestrian_yield" in ped.tags
+    assert fast_red.decision == "keep_lane" and past.decision == "keep_lane"
