@@ -2,7 +2,7 @@
 # Retrain the embedded model on one H200 (training pipeline with the recipe's decision focus)
 # and evaluate it on the 16 held-out 60 s drives 1000100..1000115 on the host's CPU cores.
 #
-#   bash scripts/retrain_h200.sh [all|train|target|resume|eval]
+#   bash scripts/retrain_h200.sh [all|train|target|resume|eval|drive]
 #
 # all    (default; one call, <= 9.5 min): pipeline with a TRAIN_MINUTES (5.5) budget, then the
 #        16 drives with streaming only (the full-prefill replay does not fit in the same call).
@@ -18,6 +18,10 @@
 #        it goes on from out/retrain).
 # eval   (the next call on the same warm machine, about 7 min): the 16 drives with streaming
 #        and full prefill on the model of the last train or resume call.
+# drive  (a call on the same warm machine): the closed-loop benchmark on that model,
+#        DRIVES drives of SECONDS_PER_DRIVE from seed DRIVE_SEED (1000000) in flashdrive mode
+#        at 128 ms latency (flashdrive-drive); run it beside `eval` with WORKERS splitting the
+#        cores between them.
 # The run directories (out/retrain, out/retrain_target) are ignored by git, so they stay on
 # the machine between calls of one session.
 # Comes back under $OUT: retrain_<phase>.tar.gz (summary.json, coverage.md, train_log.jsonl,
@@ -44,7 +48,7 @@ device="${DEVICE:-cuda}"
 drives="${DRIVES:-16}"
 seconds="${SECONDS_PER_DRIVE:-60}"
 read -r -a train_args <<< "${TRAIN_ARGS:-}"
-workers=$(( $(nproc) < drives ? $(nproc) : drives ))
+workers="${WORKERS:-$(( $(nproc) < drives ? $(nproc) : drives ))}"
 
 left() { echo $(( start + total_s - $(date +%s) - ${1:-0} )); }
 
@@ -80,11 +84,30 @@ evaluate() {
     return "${status}"
 }
 
+closed_loop() {
+    if [ ! -f "${run_dir}/model/config.json" ]; then
+        echo "no trained model in ${run_dir}/model (run the train phase first)"
+        return 2
+    fi
+    mkdir -p "${logs}"
+    rm -rf "${run_dir}/closed_loop"
+    timeout --signal=INT "$(left 15)" "${python}" -m flashdrive_ros.closed_loop.cli \
+        --model-dir "${run_dir}/model" --seconds "${seconds}" --seed "${DRIVE_SEED:-1000000}" \
+        --drives "${drives}" --variants flashdrive --latency-ms 128 --workers "${workers}" \
+        --threads 1 --no-pictures --plan-trace --out "${run_dir}/closed_loop" \
+        > "${logs}/closed_loop.log" 2>&1
+    local status=$?
+    tail -n 60 "${logs}/closed_loop.log"
+    echo "closed loop exit ${status} after $(( $(date +%s) - start )) s"
+    return "${status}"
+}
+
 pack() {
     mkdir -p "${out}"
     local files=()
     for f in summary.json coverage.md train_log.jsonl logs held_out/held_out.json \
-             held_out/held_out.md model/config.json model/tokenizer.json model/manifest.json \
+             held_out/held_out.md closed_loop/report.json closed_loop/report.md \
+             model/config.json model/tokenizer.json model/manifest.json \
              model/drafter.safetensors model/drafter_mrope.safetensors; do
         [ -e "${run_dir}/${f}" ] && files+=("${f}")
     done
@@ -121,10 +144,13 @@ case "${phase}" in
         ;;
     eval)
         rm -rf "${run_dir}/held_out"
-        evaluate || status=$?
+        evaluate ${EVAL_ARGS:-} || status=$?
+        ;;
+    drive)
+        closed_loop || status=$?
         ;;
     *)
-        echo "usage: $0 [all|train|target|resume|eval]"
+        echo "usage: $0 [all|train|target|resume|eval|drive]"
         exit 2
         ;;
 esac
