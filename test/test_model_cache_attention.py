@@ -166,4 +166,4 @@ def test_engine_with_flex_verify_under_cuda_graphs_plans_like_the_masked_engine(
     for got, want in zip(plans["flex"], plans["masked"], strict=True):
         assert got.coc_token_ids == want.coc_token_ids
         assert got.accepted_lengths == want.accepted_lengths
-        np.testing.assert_allclose(got.trajectories, want.trajectories, atol=1e-3)
+        np.testing.assert_allclose(got.trajectories, want.trajectories, rtol=2e-4, atol=1e-3)

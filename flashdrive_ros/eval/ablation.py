@@ -21,6 +21,7 @@ from flashdrive_ros.eval.held_out import replay_planners
 from flashdrive_ros.eval.topics import TopicMapping
 from flashdrive_ros.model.alpamayo import AlpamayoModel
 from flashdrive_ros.model.drafter import Drafter
+from flashdrive_ros.model.drafter_name import MROPE_DRAFTER_FILE
 from flashdrive_ros.model.tokenizer import TextTokenizer
 from flashdrive_ros.model.weights import TOKENIZER_FILE
 from flashdrive_ros.paths import default_model_dir
@@ -28,7 +29,6 @@ from flashdrive_ros.settings import add_setting_argument
 from flashdrive_ros.sim.bag import write_bag
 from flashdrive_ros.sim.seeds import eval_seeds
 
-MROPE_DRAFTER_FILE = "drafter_mrope.safetensors"
 VARIANTS = {
     "baseline": dict(mode="baseline"),
     "flashdrive": dict(),

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 DRAFTER_FILE = "drafter.safetensors"
+MROPE_DRAFTER_FILE = "drafter_mrope.safetensors"  # the M-RoPE drafter shipped for comparison
 
 
 def drafter_name_problem(name: str) -> str:

@@ -37,6 +37,7 @@ import torch
 from flashdrive_ros.model.alpamayo import AlpamayoModel
 from flashdrive_ros.model.config import ModelConfig
 from flashdrive_ros.model.drafter import Drafter
+from flashdrive_ros.model.drafter_name import DRAFTER_FILE, MROPE_DRAFTER_FILE
 from flashdrive_ros.model.manifest import write_manifest
 from flashdrive_ros.model.tokenizer import (
     TextTokenizer,
@@ -66,7 +67,6 @@ from flashdrive_ros.train.streaming_tune import streaming_tune
 from flashdrive_ros.train.target_train import TargetTrainer
 
 MODEL_SUBDIR = "model"
-MROPE_DRAFTER_FILE = "drafter_mrope.safetensors"
 DRIVES_SUBDIR = "drives"
 STAGES = ("all", "target")
 
@@ -221,7 +221,7 @@ def run(out: Path, recipe: Recipe, minutes_budget: float, device: torch.device, 
     model_dir = out / MODEL_SUBDIR
     cfg.drafter = dataclasses.replace(cfg.drafter, rotary="flat")
     save_model_dir(half_copy(model), cfg, tokenizer, model_dir)
-    half_copy(drafters["flat"]).save_safetensors(model_dir / "drafter.safetensors")
+    half_copy(drafters["flat"]).save_safetensors(model_dir / DRAFTER_FILE)
     half_copy(drafters["mrope"]).save_safetensors(model_dir / MROPE_DRAFTER_FILE)
     write_manifest(model_dir)
     sizes = {f.name: f.stat().st_size for f in sorted(model_dir.iterdir()) if f.is_file()}
