@@ -2,7 +2,7 @@
 # Retrain the embedded model on one H200 (training pipeline with the recipe's decision focus)
 # and evaluate it on the 16 held-out 60 s drives 1000100..1000115 on the host's CPU cores.
 #
-#   bash scripts/retrain_h200.sh [all|train|target|resume|eval|drive]
+#   bash scripts/retrain_h200.sh [all|train|target|resume|eval|drive|policy]
 #
 # all    (default; one call, <= 9.5 min): pipeline with a TRAIN_MINUTES (5.5) budget, then the
 #        16 drives with streaming only (the full-prefill replay does not fit in the same call).
@@ -18,6 +18,10 @@
 #        it goes on from out/retrain).
 # eval   (the next call on the same warm machine, about 7 min): the 16 drives with streaming
 #        and full prefill on the model of the last train or resume call.
+# policy (a call before `target`, <= 9.5 min): closed-loop drives of POLICY_MODEL
+#        (models/default) labelled by the expert, DRIVES of SECONDS_PER_DRIVE, written to
+#        out/policy_drives; then `TRAIN_ARGS="--extra-drives out/policy_drives" ... target`
+#        trains on them besides the recipe's drives (DAgger-style data).
 # drive  (a call on the same warm machine): the closed-loop benchmark on that model,
 #        DRIVES drives of SECONDS_PER_DRIVE from seed DRIVE_SEED (1000000) in flashdrive mode
 #        at 128 ms latency (flashdrive-drive); run it beside `eval` with WORKERS splitting the
@@ -102,11 +106,26 @@ closed_loop() {
     return "${status}"
 }
 
+policy_drives() {
+    mkdir -p "${logs}"
+    rm -rf out/policy_drives
+    timeout --signal=INT "$(left 15)" "${python}" -m flashdrive_ros.train.policy_drives \
+        --model-dir "${POLICY_MODEL:-models/default}" --out out/policy_drives \
+        --drives "${drives}" --seconds "${seconds}" --workers "${workers}" \
+        > "${logs}/policy_drives.log" 2>&1
+    local status=$?
+    tail -n 40 "${logs}/policy_drives.log"
+    cp out/policy_drives/coverage.md "${run_dir}/policy_coverage.md" 2>/dev/null
+    echo "policy drives exit ${status} after $(( $(date +%s) - start )) s"
+    return "${status}"
+}
+
 pack() {
     mkdir -p "${out}"
     local files=()
     for f in summary.json coverage.md train_log.jsonl logs held_out/held_out.json \
              held_out/held_out.md closed_loop/report.json closed_loop/report.md \
+             policy_coverage.md \
              model/config.json model/tokenizer.json model/manifest.json \
              model/drafter.safetensors model/drafter_mrope.safetensors; do
         [ -e "${run_dir}/${f}" ] && files+=("${f}")
@@ -149,8 +168,11 @@ case "${phase}" in
     drive)
         closed_loop || status=$?
         ;;
+    policy)
+        policy_drives || status=$?
+        ;;
     *)
-        echo "usage: $0 [all|train|target|resume|eval|drive]"
+        echo "usage: $0 [all|train|target|resume|eval|drive|policy]"
         exit 2
         ;;
 esac

@@ -93,11 +93,14 @@ def _quaternion(yaw: float) -> np.ndarray:
 
 class ClosedLoopDrive:
     """make_planner: the planner of this drive, given its simulator (an engine ignores it;
-    a reference planner reads the world)."""
+    a reference planner reads the world). on_step(i, sim): called at every 50 Hz step i with
+    the simulator before it moves on (what a data recorder reads)."""
 
     def __init__(self, seed: int, make_planner: Callable[[EgoWorld], Planner],
-                 model: ModelConfig, settings: DriveSettings, variant: str = "") -> None:
+                 model: ModelConfig, settings: DriveSettings, variant: str = "",
+                 on_step: Callable[[int, EgoWorld], None] | None = None) -> None:
         self.seed, self.settings, self.variant = seed, settings, variant
+        self.on_step = on_step
         self.sim = EgoWorld(seed, settings.seconds, settings.blocks)
         self.planner = make_planner(self.sim)
         prompt, action = model.prompt, model.action
@@ -149,6 +152,8 @@ class ClosedLoopDrive:
             age = None if current is None else t - current.t0
             self.monitor.record(t, ego, s, d, age,
                                 expert or self.tracker.usable(current, t))
+            if self.on_step is not None:
+                self.on_step(i, sim)
             if i < steps:
                 sim.step(accel, steer)
         return self._result()

@@ -174,13 +174,13 @@ def simulate_disturbed(seed: int, seconds: float, disturbance: Disturbance,
         sim.step(accel + offsets[i, 0], steer + offsets[i, 1])
     disturbed = np.flatnonzero(offsets.any(axis=1))
     ego_rows = np.asarray(rows, dtype=np.float64)
-    branches = {i: _expert_poses(fork) for i, fork in forks.items()}
+    branches = {i: expert_poses(fork) for i, fork in forks.items()}
     planned = np.stack([_planned_future(k * SUBSTEPS, ego_rows, disturbed, branches)
                         for k in range(frame_count)])
     return DriveLog(sim.world, float(seconds), ego_rows, scenes, infos, planned=planned)
 
 
-def _expert_poses(sim: EgoWorld) -> np.ndarray:
+def expert_poses(sim: EgoWorld) -> np.ndarray:
     """float64 [HORIZON_STEPS + 1, 3] (x, y, yaw) of the undisturbed expert from the fork."""
     poses = [(sim.ego.x, sim.ego.y, sim.ego.yaw)]
     for _ in range(HORIZON_STEPS):

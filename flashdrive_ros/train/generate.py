@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import multiprocessing as mp
 import os
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -16,6 +17,9 @@ from flashdrive_ros.model.config import ModelConfig
 from flashdrive_ros.sim.disturbed_drive import Disturbance
 from flashdrive_ros.train.drive import Drive
 from flashdrive_ros.train.sensor_noise import NO_NOISE, SensorNoise, camera_effects, measured_poses
+
+if TYPE_CHECKING:
+    from flashdrive_ros.train.policy_drive import PolicySpec
 
 SIM_IMPORT_ERROR = "the simulator (flashdrive_ros.sim) is needed to generate training drives"
 
@@ -27,23 +31,42 @@ def is_disturbed(seed: int, share: float) -> bool:
 
 
 def generate_drive(seed: int, seconds: float, image_size: tuple[int, int],
-                   noise: SensorNoise = NO_NOISE, disturbance: Disturbance | None = None
-                   ) -> Drive:
+                   noise: SensorNoise = NO_NOISE, disturbance: Disturbance | None = None,
+                   policy: PolicySpec | None = None) -> Drive:
     """image_size: (height, width) of the model input; noise: what the odometry and the
     cameras add to the simulated truth (the expert's future stays exact); disturbance: the
     ego is pushed off its course and the expert's future is its way back
-    (sim/disturbed_drive.py)."""
+    (sim/disturbed_drive.py); policy: the ego is driven by that planner in closed loop and the
+    expert labels each frame from where it is (train/policy_drive.py)."""
+    import torch
+
+    from flashdrive_ros.sim.disturbed_drive import simulate_disturbed
+    from flashdrive_ros.sim.drive import simulate
+
+    if disturbance is not None and policy is not None:
+        raise ValueError("a drive is disturbed or driven by a policy, not both")
+    torch.set_num_threads(1)
+    if policy is not None:
+        from flashdrive_ros.train.policy_drive import policy_log
+
+        log = policy_log(seed, seconds, policy)
+    elif disturbance is not None:
+        log = simulate_disturbed(seed, seconds, disturbance)
+    else:
+        log = simulate(seed, seconds)
+    return drive_from_log(log, seed, image_size, noise)
+
+
+def drive_from_log(log, seed: int, image_size: tuple[int, int], noise: SensorNoise) -> Drive:
+    """A simulated drive (sim.drive.DriveLog) rendered, resized to image_size, labelled and
+    given the sensor noise drawn from its seed."""
     import torch
 
     from flashdrive_ros.model.preprocess import resize_images
-    from flashdrive_ros.sim.disturbed_drive import simulate_disturbed
-    from flashdrive_ros.sim.drive import FRAME_HZ, SUBSTEPS, simulate
+    from flashdrive_ros.sim.drive import FRAME_HZ, SUBSTEPS
     from flashdrive_ros.sim.labels import DECISIONS, label_drive
     from flashdrive_ros.sim.render import Renderer
 
-    torch.set_num_threads(1)
-    log = (simulate(seed, seconds) if disturbance is None
-           else simulate_disturbed(seed, seconds, disturbance))
     count = log.frame_count
     renderer = Renderer(log.world)
     labels = label_drive(log.infos, count)
@@ -65,22 +88,25 @@ def generate_drive(seed: int, seconds: float, image_size: tuple[int, int],
                  [",".join(label.tags) for label in labels])
 
 
-def _worker(args: tuple[int, float, tuple[int, int], SensorNoise, Disturbance | None]
-            ) -> Drive:
+def _worker(args: tuple[int, float, tuple[int, int], SensorNoise, Disturbance | None,
+                         PolicySpec | None]) -> Drive:
     return generate_drive(*args)
 
 
 def generate_drives(seeds: list[int], seconds: float, cfg: ModelConfig,
                     workers: int | None = None, noise: SensorNoise = NO_NOISE,
                     disturbance: Disturbance | None = None,
-                    disturbed_share: float = 0.0) -> list[Drive]:
+                    disturbed_share: float = 0.0, policy: PolicySpec | None = None
+                    ) -> list[Drive]:
     """Drives for `seeds` in seed order, `workers` processes (default: all cores); the
-    `is_disturbed` share of them driven with `disturbance`."""
+    `is_disturbed` share of them driven with `disturbance`, or all of them by `policy`."""
     if disturbed_share > 0 and disturbance is None:
         raise ValueError("disturbed_share > 0 needs a disturbance")
+    if policy is not None and disturbed_share > 0:
+        raise ValueError("policy drives are not disturbed: disturbed_share must be 0")
     size = (cfg.prompt.image_height, cfg.prompt.image_width)
     jobs = [(int(seed), float(seconds), size, noise,
-             disturbance if is_disturbed(int(seed), disturbed_share) else None)
+             disturbance if is_disturbed(int(seed), disturbed_share) else None, policy)
             for seed in seeds]
     workers = min(workers or os.cpu_count() or 1, len(jobs))
     if workers <= 1:

@@ -240,7 +240,8 @@ def _pause(out: Path, model: AlpamayoModel, tokenizer: TextTokenizer, trainer: T
     rng_tensors, rng = rng_state(device)
     meta = {"stage": stage, "seed": seed, "recipe": dataclasses.asdict(recipe),
             "config": cfg.to_dict(), "drive_cache": str(cache.resolve()),
-            "train_drives": recipe.train_drives, "target": target, "rng": rng,
+            "train_drives": summary.get("train_drive_count", recipe.train_drives),
+            "target": target, "rng": rng,
             "summary": summary}
     save_checkpoint(out / RESUME_SUBDIR, model, tokenizer, {**tensors, **rng_tensors}, meta)
 
@@ -276,6 +277,9 @@ def main(argv: list[str] | None = None) -> int:
                         help="tiny model, two short drives, a few steps (CPU test)")
     parser.add_argument("--train-drives", type=int, default=None)
     parser.add_argument("--drive-seconds", type=float, default=None)
+    parser.add_argument("--extra-drives", default=None,
+                        help="drive cache whose drives join the training drives (closed-loop "
+                             "drives labelled by the expert: train/policy_drives.py)")
     parser.add_argument("--disturbed-share", type=float, default=None,
                         help=f"share of training drives driven with disturbances (default "
                              f"{Recipe.disturbed_share})")
@@ -307,7 +311,8 @@ def main(argv: list[str] | None = None) -> int:
     overrides = {name: value for name, value in (
         ("train_drives", args.train_drives), ("drive_seconds", args.drive_seconds),
         ("disturbed_share", args.disturbed_share), ("flow_draws", args.flow_draws),
-        ("target_minutes", args.target_minutes), ("later_minutes", args.later_minutes))
+        ("target_minutes", args.target_minutes), ("later_minutes", args.later_minutes),
+        ("extra_drives", args.extra_drives))
         if value is not None}
     focus = {name: value for name, value in (
         ("token_weight", args.decision_token_weight),

@@ -19,7 +19,9 @@ class Recipe:
 
     Drives last `drive_seconds` (60 s holds every scenario block in a seeded order); training
     drives carry `noise`, and `disturbed_share` of them are driven with `disturbance` (the
-    expert's way back to its course as the label); held-out drives are exact. A decision
+    expert's way back to its course as the label); held-out drives are exact. `extra_drives`
+    names a drive cache (closed-loop drives of a model labelled by the expert,
+    `train/policy_drives.py`) whose drives join the training drives. A decision
     class with fewer than `min_decision_windows` training windows stops the run. `decision`
     weighs the CoC tokens that decide the decision and draws rare decisions more often
     (target stage; the streaming-aware stage takes its token weight). `flow_draws` (noise,
@@ -40,6 +42,7 @@ class Recipe:
     noise: SensorNoise = field(default_factory=SensorNoise)
     disturbed_share: float = 0.5
     disturbance: Disturbance = field(default_factory=Disturbance)
+    extra_drives: str | None = None
     bpe_tokens: int = 1024
     target_steps: int = 6000
     target_batch: int = 32

@@ -1,4 +1,5 @@
-"""The data of a new training run: simulator drives (noisy, some disturbed), their coverage
+"""The data of a new training run: simulator drives (noisy, some disturbed, plus the recipe's
+extra drives), their coverage
 table (DIR/coverage.md, checked against the recipe's minimum per decision) and the BPE
 tokenizer trained on their CoC sentences and the fixed prompt texts."""
 
@@ -8,6 +9,7 @@ import dataclasses
 import time
 from pathlib import Path
 
+from flashdrive_ros.model.config import ModelConfig
 from flashdrive_ros.model.prompt import CAMERA_DISPLAY_NAMES, INSTRUCTION_TEXT, SYSTEM_TEXT
 from flashdrive_ros.model.tokenizer import (
     ALPAMAYO_SPECIAL_NAMES,
@@ -15,9 +17,10 @@ from flashdrive_ros.model.tokenizer import (
     TextTokenizer,
     build_tokenizer,
 )
-from flashdrive_ros.sim.seeds import eval_seeds, train_seeds
+from flashdrive_ros.sim.seeds import eval_seeds, is_eval_seed, train_seeds
 from flashdrive_ros.train.coverage import check_coverage, coverage, markdown
-from flashdrive_ros.train.drive_cache import save_drives
+from flashdrive_ros.train.drive import Drive
+from flashdrive_ros.train.drive_cache import load_drives, save_drives
 from flashdrive_ros.train.generate import generate_drives, is_disturbed
 from flashdrive_ros.train.log import TrainLog
 from flashdrive_ros.train.recipe import Recipe
@@ -36,6 +39,22 @@ def train_tokenizer(cocs: list[str], bpe_tokens: int, num_traj_tokens: int) -> T
     return build_tokenizer(tokenizer_corpus(cocs), added + 256 + bpe_tokens, num_traj_tokens)
 
 
+def load_extra_drives(folder: Path, cfg: ModelConfig) -> list[Drive]:
+    """The drives of a drive cache, checked against the model's inputs and the training seed
+    range."""
+    drives = load_drives(folder)
+    size = (cfg.prompt.image_height, cfg.prompt.image_width)
+    for drive in drives:
+        if tuple(drive.frames.shape[2:4]) != size or drive.frames.shape[1] != len(
+                cfg.prompt.camera_names):
+            raise ValueError(f"{folder}: drive of seed {drive.seed} has frames "
+                             f"{tuple(drive.frames.shape[1:4])}, the model takes "
+                             f"{len(cfg.prompt.camera_names)} cameras at {size}")
+        if is_eval_seed(drive.seed):
+            raise ValueError(f"{folder}: seed {drive.seed} is a held-out seed")
+    return drives
+
+
 def fresh_data(out: Path, recipe: Recipe, workers: int | None, log: TrainLog, start: float,
                 cache: Path | None):
     """Drives, coverage and tokenizer of a new run -> (tokenizer, train drives, eval drives,
@@ -46,6 +65,9 @@ def fresh_data(out: Path, recipe: Recipe, workers: int | None, log: TrainLog, st
     train_drives = generate_drives(train_list, recipe.drive_seconds, probe, workers,
                                    recipe.noise, recipe.disturbance, recipe.disturbed_share)
     eval_drives = generate_drives(eval_list, recipe.drive_seconds, probe, workers)
+    extra = [] if recipe.extra_drives is None else load_extra_drives(Path(recipe.extra_drives),
+                                                                      probe)
+    train_drives += extra
     drives = train_drives + eval_drives
     frames = sum(d.num_steps for d in drives)
     log.write("data", 0, drives=len(drives), frames=frames,
@@ -72,5 +94,6 @@ def fresh_data(out: Path, recipe: Recipe, workers: int | None, log: TrainLog, st
                      "disturbance": dataclasses.asdict(recipe.disturbance),
                      "disturbed_drives": sum(is_disturbed(seed, recipe.disturbed_share)
                                              for seed in train_list),
+                     "extra_drives": len(extra), "train_drive_count": len(train_drives),
                      "coverage": table}
     return tokenizer, train_drives, eval_drives, summary
