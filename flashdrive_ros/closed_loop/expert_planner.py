@@ -4,9 +4,9 @@ controller and the latency alone cost, and is the known-good planner of the test
 
 from __future__ import annotations
 
-import numpy as np
 
 from flashdrive_ros.engine.types import Plan, Window
+from flashdrive_ros.sim.disturbed_drive import expert_poses
 from flashdrive_ros.sim.drive import FUTURE_DT, FUTURE_STEPS, SUBSTEPS, to_frame
 from flashdrive_ros.sim.ego_world import EgoWorld
 
@@ -23,14 +23,7 @@ class ExpertPlanner:
         return None
 
     def step(self, window: Window) -> Plan:
-        ahead = self.sim.fork()
-        origin = np.array([ahead.ego.x, ahead.ego.y, ahead.ego.yaw])
-        poses = []
-        for i in range(self.num_waypoints * SUBSTEPS):
-            accel, steer, _ = ahead.expert_control()
-            ahead.step(accel, steer)
-            if (i + 1) % SUBSTEPS == 0:
-                poses.append((ahead.ego.x, ahead.ego.y, ahead.ego.yaw))
-        trajectory = to_frame(origin, np.asarray(poses))  # [N_wp, 3]
+        poses = expert_poses(self.sim.fork(), self.num_waypoints * SUBSTEPS)  # [steps + 1, 3]
+        trajectory = to_frame(poses[0], poses[SUBSTEPS::SUBSTEPS])  # [N_wp, 3]
         return Plan(t0=self.sim.t, trajectories=trajectory[None], dt=FUTURE_DT,
                     coc_text="expert", mode="expert")

@@ -180,10 +180,10 @@ def simulate_disturbed(seed: int, seconds: float, disturbance: Disturbance,
     return DriveLog(sim.world, float(seconds), ego_rows, scenes, infos, planned=planned)
 
 
-def expert_poses(sim: EgoWorld) -> np.ndarray:
-    """float64 [HORIZON_STEPS + 1, 3] (x, y, yaw) of the undisturbed expert from the fork."""
+def expert_poses(sim: EgoWorld, steps: int = HORIZON_STEPS) -> np.ndarray:
+    """float64 [steps + 1, 3] (x, y, yaw) of the expert driving `sim` (a fork) on alone."""
     poses = [(sim.ego.x, sim.ego.y, sim.ego.yaw)]
-    for _ in range(HORIZON_STEPS):
+    for _ in range(steps):
         accel, steer, _ = sim.expert_control()
         sim.step(accel, steer)
         poses.append((sim.ego.x, sim.ego.y, sim.ego.yaw))

@@ -1,7 +1,6 @@
-"""The data of a new training run: simulator drives (noisy, some disturbed, plus the recipe's
-extra drives), their coverage
-table (DIR/coverage.md, checked against the recipe's minimum per decision) and the BPE
-tokenizer trained on their CoC sentences and the fixed prompt texts."""
+"""The data of a new training run: simulator drives (noisy, some disturbed) and the recipe's
+extra drives, their coverage table (DIR/coverage.md, checked against the recipe's minimum per
+decision) and the BPE tokenizer trained on their CoC sentences and the fixed prompt texts."""
 
 from __future__ import annotations
 
