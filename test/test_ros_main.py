@@ -9,6 +9,7 @@ import time
 from pathlib import Path
 
 import pytest
+import rclpy
 import yaml
 from helpers.tiny_model import make_tiny_model_dir
 from lifecycle_msgs.msg import Transition
@@ -16,6 +17,7 @@ from rcl_interfaces.srv import GetParameters
 
 from flashdrive_ros.ros.harness.lifecycle_client import LifecycleClient, LifecycleError
 from flashdrive_ros.ros.harness.loopback import process_domain_id
+from flashdrive_ros.ros.node import spin_until_shutdown
 
 pytestmark = [pytest.mark.ros, pytest.mark.timeout(180)]
 CONSOLE_SCRIPT = Path(sys.executable).with_name("drive_node")
@@ -110,3 +112,32 @@ def test_autostart_activates_and_a_bad_model_exits_with_an_error(client_node, tm
         assert process.wait(timeout=30) == 0
     finally:
         stop(process)
+
+
+class _SpinThat:
+    """An executor whose spin does what the test says (the signal-handler race of a real
+    executor cannot be timed from a test)."""
+
+    def __init__(self, spin):
+        self.spin = spin
+
+
+def test_a_shutdown_that_breaks_spin_is_a_clean_exit_and_other_errors_are_raised():
+    context = rclpy.Context()
+    context.init()
+
+    def interrupted():
+        context.try_shutdown()
+        raise RuntimeError("failed to initialize wait set: the given context is not valid")
+
+    spin_until_shutdown(_SpinThat(interrupted), context)
+    live = rclpy.Context()
+    live.init()
+    try:
+        def broken():
+            raise RuntimeError("a callback failed")
+
+        with pytest.raises(RuntimeError, match="a callback failed"):
+            spin_until_shutdown(_SpinThat(broken), live)
+    finally:
+        live.try_shutdown()

@@ -279,6 +279,20 @@ def parse_arguments(argv: list[str]) -> argparse.Namespace:
     return parser.parse_args(argv)
 
 
+def spin_until_shutdown(executor, context) -> None:
+    """executor.spin() until the context shuts down (Ctrl-C, SIGTERM, rclpy.shutdown). A
+    shutdown from the signal handler can land while spin builds its wait set, which then fails
+    on the invalid context: that is a shutdown too; any error with the context still valid is
+    raised."""
+    try:
+        executor.spin()
+    except (KeyboardInterrupt, ExternalShutdownException):
+        return
+    except RuntimeError:
+        if context.ok():
+            raise
+
+
 def main(args: list[str] | None = None) -> None:
     argv = sys.argv if args is None else args
     options = parse_arguments(remove_ros_args(argv)[1:])
@@ -289,8 +303,8 @@ def main(args: list[str] | None = None) -> None:
     try:
         if options.autostart and not autostart(node):
             raise SystemExit(1)
-        executor.spin()
-    except (KeyboardInterrupt, ExternalShutdownException):
+        spin_until_shutdown(executor, node.context)
+    except KeyboardInterrupt:
         pass
     finally:
         node.release_all()
