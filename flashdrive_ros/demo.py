@@ -5,15 +5,20 @@ constant velocity, decision match).
 
 `python -m flashdrive_ros.demo [--out DIR] [--seconds S] [--seed N] [--num-samples K]
 [--offline] [--compare]`
+
+The sample drive is written once and kept in DIR; each run replaces the replay of the run
+before it (DIR/replay_through_ros or DIR/replay_offline).
 """
 
 from __future__ import annotations
 
 import argparse
 import os
+import shutil
 import sys
 from pathlib import Path
 
+from flashdrive_ros.eval.cli import outcome
 from flashdrive_ros.eval.errors import ReplayError
 from flashdrive_ros.eval.replay import ReplayOptions, run_replay
 from flashdrive_ros.eval.report import print_summary
@@ -62,6 +67,9 @@ def main(argv: list[str] | None = None) -> int:
         out_dir=out / ("replay_through_ros" if through_ros else "replay_offline"),
         mode="compare" if args.compare else "flashdrive", through_ros=through_ros,
         num_samples=args.num_samples)
+    if options.out_dir.exists():
+        print(f"replacing the previous demo replay in {options.out_dir}", flush=True)
+        shutil.rmtree(options.out_dir)
     try:
         report = run_replay(options)
     except ReplayError as exc:
@@ -69,7 +77,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     print_summary(report)
     print(f"report: {options.out_dir / 'report.md'}")
-    return 0
+    return outcome(report, options.out_dir, "flashdrive-demo")
 
 
 if __name__ == "__main__":

@@ -1,5 +1,6 @@
 """The README quick start: two make commands over a pinned virtualenv, and CI runs the second."""
 
+import json
 import re
 from pathlib import Path
 
@@ -80,3 +81,22 @@ def test_every_requirement_is_pinned_and_the_required_ones_are_present():
     assert REQUIRED_PACKAGES <= set(found), REQUIRED_PACKAGES - set(found)
     assert found["torch"] == TORCH_VERSION
     assert "-r requirements.txt" in ROOT.joinpath("requirements-test.txt").read_text()
+
+
+def test_the_demo_runs_again_over_its_own_output(tmp_path, capsys):
+    from flashdrive_ros.demo import main
+
+    args = ["--out", str(tmp_path), "--seconds", "9", "--offline"]
+    assert main(args) == 0
+    first = json.loads((tmp_path / "replay_offline" / "report.json").read_text())
+    assert main(args) == 0
+    assert "replacing the previous demo replay" in capsys.readouterr().out
+    second = json.loads((tmp_path / "replay_offline" / "report.json").read_text())
+    assert first["windows"] == second["windows"] > 0
+
+
+def test_a_demo_drive_too_short_for_a_window_exits_non_zero(tmp_path, capsys):
+    from flashdrive_ros.demo import main
+
+    assert main(["--out", str(tmp_path), "--seconds", "3", "--offline"]) == 1
+    assert "flashdrive-demo: planned no window" in capsys.readouterr().err

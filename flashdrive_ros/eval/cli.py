@@ -101,14 +101,20 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     if not args.quiet:
         print_summary(report)
+    return outcome(report, args.out, "flashdrive-replay", args.quiet)
+
+
+def outcome(report: dict, out, prog: str, quiet: bool = False) -> int:
+    """Exit status of a replay (1 when no window was planned, else 0), with the main skip
+    reasons and input notes printed (to stderr when nothing was planned)."""
     lines = skip_report(report) + input_lines(report)
     if empty := planned_nothing(report):
-        print(f"flashdrive-replay: planned no window ({', '.join(empty)}); report in "
-              f"{args.out}", file=sys.stderr)
+        print(f"{prog}: planned no window ({', '.join(empty)}); report in {out}",
+              file=sys.stderr)
         print("\n".join(lines or ["  no window was due: the bag is shorter than one "
                                   "window's history and future"]), file=sys.stderr)
         return 1
-    if lines and not args.quiet:
+    if lines and not quiet:
         print("\n".join(lines))
     return 0
 
