@@ -70,13 +70,17 @@ train() {
     return "${status}"
 }
 
-evaluate() {
-    local extra=("$@")
+have_model() {
     if [ ! -f "${run_dir}/model/config.json" ]; then
         echo "no trained model in ${run_dir}/model (run the train phase first)"
         return 2
     fi
     mkdir -p "${logs}"
+}
+
+evaluate() {
+    local extra=("$@")
+    have_model || return 2
     timeout --signal=INT "$(left 15)" "${python}" -m flashdrive_ros.eval.held_out_drives \
         --model-dir "${run_dir}/model" --out "${run_dir}/held_out" --drives "${drives}" \
         --seconds "${seconds}" \
@@ -89,11 +93,7 @@ evaluate() {
 }
 
 closed_loop() {
-    if [ ! -f "${run_dir}/model/config.json" ]; then
-        echo "no trained model in ${run_dir}/model (run the train phase first)"
-        return 2
-    fi
-    mkdir -p "${logs}"
+    have_model || return 2
     rm -rf "${run_dir}/closed_loop"
     timeout --signal=INT "$(left 15)" "${python}" -m flashdrive_ros.closed_loop.cli \
         --model-dir "${run_dir}/model" --seconds "${seconds}" --seed "${DRIVE_SEED:-1000000}" \
