@@ -56,14 +56,21 @@ workers="${WORKERS:-$(( $(nproc) < drives ? $(nproc) : drives ))}"
 
 left() { echo $(( start + total_s - $(date +%s) - ${1:-0} )); }
 
+# run_module LOG MARGIN_S MODULE ARGS...: python -m MODULE under the call's deadline less
+# MARGIN_S, output to LOG; its exit status
+run_module() {
+    local log="$1" margin="$2"
+    shift 2
+    timeout --signal=INT "$(left "${margin}")" "${python}" -m "$@" > "${log}" 2>&1
+}
+
 train() {
     local minutes="$1"
     shift
     rm -rf "${run_dir}"
     mkdir -p "${logs}"
-    timeout --signal=INT "$(left 20)" "${python}" -m flashdrive_ros.train.pipeline \
-        --out "${run_dir}" --minutes-budget "${minutes}" --device "${device}" "$@" \
-        > "${logs}/train.log" 2>&1
+    run_module "${logs}/train.log" 20 flashdrive_ros.train.pipeline \
+        --out "${run_dir}" --minutes-budget "${minutes}" --device "${device}" "$@"
     local status=$?
     tail -n 40 "${logs}/train.log"
     echo "pipeline exit ${status} after $(( $(date +%s) - start )) s"
@@ -81,11 +88,10 @@ have_model() {
 evaluate() {
     local extra=("$@")
     have_model || return 2
-    timeout --signal=INT "$(left 15)" "${python}" -m flashdrive_ros.eval.held_out_drives \
+    run_module "${logs}/held_out_${phase}.log" 15 flashdrive_ros.eval.held_out_drives \
         --model-dir "${run_dir}/model" --out "${run_dir}/held_out" --drives "${drives}" \
         --seconds "${seconds}" \
-        --first-seed 1000100 --workers "${workers}" --threads 1 --device cpu "${extra[@]}" \
-        > "${logs}/held_out_${phase}.log" 2>&1
+        --first-seed 1000100 --workers "${workers}" --threads 1 --device cpu "${extra[@]}"
     local status=$?
     cat "${run_dir}/held_out/held_out.md" 2>/dev/null || tail -n 40 "${logs}/held_out_${phase}.log"
     echo "held-out evaluation exit ${status} after $(( $(date +%s) - start )) s"
@@ -95,11 +101,10 @@ evaluate() {
 closed_loop() {
     have_model || return 2
     rm -rf "${run_dir}/closed_loop"
-    timeout --signal=INT "$(left 15)" "${python}" -m flashdrive_ros.closed_loop.cli \
+    run_module "${logs}/closed_loop.log" 15 flashdrive_ros.closed_loop.cli \
         --model-dir "${run_dir}/model" --seconds "${seconds}" --seed "${DRIVE_SEED:-1000000}" \
         --drives "${drives}" --variants flashdrive --latency-ms 128 --workers "${workers}" \
-        --threads 1 --no-pictures --plan-trace --out "${run_dir}/closed_loop" \
-        > "${logs}/closed_loop.log" 2>&1
+        --threads 1 --no-pictures --plan-trace --out "${run_dir}/closed_loop"
     local status=$?
     tail -n 60 "${logs}/closed_loop.log"
     echo "closed loop exit ${status} after $(( $(date +%s) - start )) s"
@@ -109,10 +114,9 @@ closed_loop() {
 policy_drives() {
     mkdir -p "${logs}"
     rm -rf out/policy_drives
-    timeout --signal=INT "$(left 15)" "${python}" -m flashdrive_ros.train.policy_drives \
+    run_module "${logs}/policy_drives.log" 15 flashdrive_ros.train.policy_drives \
         --model-dir "${POLICY_MODEL:-models/default}" --out out/policy_drives \
-        --drives "${drives}" --seconds "${seconds}" --workers "${workers}" \
-        > "${logs}/policy_drives.log" 2>&1
+        --drives "${drives}" --seconds "${seconds}" --workers "${workers}"
     local status=$?
     tail -n 40 "${logs}/policy_drives.log"
     cp out/policy_drives/coverage.md "${run_dir}/policy_coverage.md" 2>/dev/null

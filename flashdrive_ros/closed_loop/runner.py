@@ -21,7 +21,7 @@ from flashdrive_ros.engine.types import Plan, Window
 from flashdrive_ros.engine.window import WindowBuilder
 from flashdrive_ros.model.config import ModelConfig
 from flashdrive_ros.sim.cameras import DEFAULT_HEIGHT, DEFAULT_WIDTH, rig
-from flashdrive_ros.sim.drive import FRAME_HZ, SUBSTEPS
+from flashdrive_ros.sim.drive import FRAME_HZ, SUBSTEPS, SceneSnapshot
 from flashdrive_ros.sim.ego_world import EgoWorld
 from flashdrive_ros.sim.render import Renderer
 from flashdrive_ros.sim.vehicle import EgoState
@@ -93,12 +93,14 @@ def _quaternion(yaw: float) -> np.ndarray:
 
 class ClosedLoopDrive:
     """make_planner: the planner of this drive, given its simulator (an engine ignores it;
-    a reference planner reads the world). on_step(i, sim): called at every 50 Hz step i with
-    the simulator before it moves on (what a data recorder reads)."""
+    a reference planner reads the world). on_step(i, sim, scene): called at every 50 Hz step i
+    with the simulator before it moves on and, on camera frames, the scene snapshot the
+    cameras were rendered from (None between frames; what a data recorder reads)."""
 
     def __init__(self, seed: int, make_planner: Callable[[EgoWorld], Planner],
                  model: ModelConfig, settings: DriveSettings, variant: str = "",
-                 on_step: Callable[[int, EgoWorld], None] | None = None) -> None:
+                 on_step: Callable[[int, EgoWorld, SceneSnapshot | None], None] | None = None
+                 ) -> None:
         self.seed, self.settings, self.variant = seed, settings, variant
         self.on_step = on_step
         self.sim = EgoWorld(seed, settings.seconds, settings.blocks)
@@ -130,8 +132,9 @@ class ClosedLoopDrive:
             self.poses[i] = ego
             self.builder.add_odometry(t, [ego.x, ego.y, 0.0], _quaternion(ego.yaw),
                                       [ego.v, 0.0, 0.0])
-            if i % SUBSTEPS == 0:
-                for camera, image in enumerate(self.renderer.render(sim.snapshot())):
+            scene = sim.snapshot() if i % SUBSTEPS == 0 else None
+            if scene is not None:
+                for camera, image in enumerate(self.renderer.render(scene)):
                     self.builder.add_image(camera, t, image)
             t_frame = (i // SUBSTEPS) * SUBSTEPS * sim.dt
             if pending is None and t >= max(busy_until, self.handover) - 1e-9 \
@@ -153,7 +156,7 @@ class ClosedLoopDrive:
             self.monitor.record(t, ego, s, d, age,
                                 expert or self.tracker.usable(current, t))
             if self.on_step is not None:
-                self.on_step(i, sim)
+                self.on_step(i, sim, scene)
             if i < steps:
                 sim.step(accel, steer)
         return self._result()

@@ -53,9 +53,15 @@ def read_drafter_file(path: str | Path) -> tuple[dict[str, torch.Tensor], Drafte
 
 def save_drafter_file(module: nn.Module, cfg: DrafterConfig, path: str | Path,
                       prefix: str = WEIGHT_PREFIX) -> None:
+    save_drafter_tensors({prefix + name: t.detach().contiguous()
+                          for name, t in module.state_dict().items()}, cfg, path)
+
+
+def save_drafter_tensors(tensors: Mapping[str, torch.Tensor], cfg: DrafterConfig,
+                         path: str | Path) -> None:
+    """Named tensors (already prefixed) and `cfg` in the file's metadata."""
     from safetensors.torch import save_file
-    save_file({prefix + name: t.detach().contiguous() for name, t in module.state_dict().items()},
-              str(path), metadata={CONFIG_KEY: json.dumps(dataclasses.asdict(cfg))})
+    save_file(dict(tensors), str(path), metadata={CONFIG_KEY: json.dumps(dataclasses.asdict(cfg))})
 
 
 class DrafterWeights(nn.Module):

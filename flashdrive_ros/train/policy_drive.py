@@ -19,7 +19,7 @@ import numpy as np
 from flashdrive_ros.closed_loop.runner import ClosedLoopDrive, DriveSettings, Planner
 from flashdrive_ros.model.config import ModelConfig
 from flashdrive_ros.sim.disturbed_drive import expert_poses
-from flashdrive_ros.sim.drive import SUBSTEPS, DriveLog, to_frame
+from flashdrive_ros.sim.drive import SUBSTEPS, DriveLog, SceneSnapshot, to_frame
 from flashdrive_ros.sim.ego_world import EgoWorld
 
 
@@ -48,11 +48,11 @@ def simulate_policy(seed: int, seconds: float, make_planner: Callable[[EgoWorld]
     settings = DriveSettings(seconds=seconds, latency_ms=latency_ms, blocks=blocks)
     rows, scenes, infos, planned = [], [], [], []
 
-    def record(i: int, sim: EgoWorld) -> None:
+    def record(i: int, sim: EgoWorld, scene: SceneSnapshot | None) -> None:
         ego = sim.ego
         rows.append((sim.t, ego.x, ego.y, ego.yaw, ego.v, ego.yaw_rate, ego.accel))
-        if i % SUBSTEPS == 0:
-            scenes.append(sim.snapshot())
+        if scene is not None:
+            scenes.append(scene)
             infos.append(sim.expert_control()[2])
             poses = expert_poses(sim.fork())  # poses: [HORIZON_STEPS + 1, 3]
             planned.append(to_frame(poses[0], poses[SUBSTEPS::SUBSTEPS]))
@@ -76,6 +76,6 @@ def policy_log(seed: int, seconds: float, policy: PolicySpec) -> DriveLog:
         _ENGINES[policy] = load_engine(Path(policy.model_dir), policy.variant, policy.device,
                                        resolve_dtype("auto", policy.device), 1)
     engine = _ENGINES[policy]
-    model = ModelConfig.load(Path(policy.model_dir) / "config.json")
-    log, _ = simulate_policy(seed, seconds, lambda sim: engine, model, policy.latency_ms)
+    log, _ = simulate_policy(seed, seconds, lambda sim: engine, engine.model.cfg,
+                             policy.latency_ms)
     return log

@@ -9,12 +9,11 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import json
 import shutil
 from pathlib import Path
 
 from flashdrive_ros.model.drafter_name import DRAFTER_FILE, MROPE_DRAFTER_FILE
-from flashdrive_ros.model.drafter_weights import CONFIG_KEY, read_drafter_file
+from flashdrive_ros.model.drafter_weights import read_drafter_file, save_drafter_tensors
 from flashdrive_ros.model.manifest import MANIFEST_FILE, write_manifest
 
 SUMMARY_FILE = "train_summary.json"
@@ -24,13 +23,10 @@ SIZE_LIMIT_BYTES = 24_000_000  # the model files without the comparison drafter
 
 def set_drafter_block(path: Path, block_size: int) -> None:
     """Rewrite the block size stored in a drafter file's config (weights unchanged)."""
-    from safetensors.torch import save_file
-
     tensors, cfg = read_drafter_file(path)
     if cfg is None:
         raise ValueError(f"{path} holds no drafter config to change")
-    cfg = dataclasses.replace(cfg, block_size=block_size)
-    save_file(tensors, str(path), metadata={CONFIG_KEY: json.dumps(dataclasses.asdict(cfg))})
+    save_drafter_tensors(tensors, dataclasses.replace(cfg, block_size=block_size), path)
 
 
 def ship(run_dir: Path, target: Path, drafter_block: int = DRAFTER_BLOCK) -> dict:
