@@ -10,6 +10,7 @@ from flashdrive_ros.sim.disturbed_drive import (
     Disturbance,
     pulse_schedule,
     simulate_disturbed,
+    start_hold_steps,
 )
 from flashdrive_ros.sim.drive import SUBSTEPS, simulate
 from flashdrive_ros.sim.ego_world import EgoWorld
@@ -23,7 +24,8 @@ SEED = 4242
 
 def test_without_pulses_the_drive_and_its_futures_are_the_plain_drive():
     plain = simulate(SEED, 3.0)
-    log = simulate_disturbed(SEED, 3.0, Disturbance(first_s=100.0, approach_kinds=()))
+    log = simulate_disturbed(SEED, 3.0, Disturbance(first_s=100.0, approach_kinds=(),
+                                                    start_hold_share=0.0))
     assert np.array_equal(log.ego, plain.ego)
     assert np.array_equal(np.stack([log.future(k) for k in range(log.frame_count)]),
                           np.stack([plain.future(k) for k in range(plain.frame_count)]))
@@ -47,7 +49,7 @@ def test_a_fork_continues_the_drive_through_a_red_light_exactly():
 
 
 def test_pulses_push_the_ego_off_its_course_and_the_futures_lead_back():
-    log = simulate_disturbed(SEED, 20.0, Disturbance())
+    log = simulate_disturbed(SEED, 20.0, Disturbance(start_hold_share=0.0))
     plain = simulate(SEED, 20.0)
     offset = np.array([info.route_d for info in log.infos[:log.frame_count]]) - EGO_LANE_D
     assert np.abs(log.ego[:, 1:3] - plain.ego[:, 1:3]).max() > 1.0
@@ -146,7 +148,9 @@ def test_pulse_schedule_keeps_pulses_apart_and_inside_the_drive():
                                     {"approach_accel_mps2": (2.0, 1.0)},
                                     {"stop_short_share": 1.5},
                                     {"stop_short_hold_s": (0.0, 1.0)},
-                                    {"stop_short_decel_mps2": 0.0}])
+                                    {"stop_short_decel_mps2": 0.0},
+                                    {"start_hold_share": -0.1},
+                                    {"start_hold_s": (2.0, 1.0)}])
 def test_bad_disturbances_are_refused(kwargs):
     with pytest.raises(ValueError):
         Disturbance(**kwargs)
@@ -160,3 +164,35 @@ def test_the_disturbed_share_of_training_drives_is_drawn_per_seed():
     assert not any(is_disturbed(s, 0.0) for s in seeds)
     with pytest.raises(ValueError, match="needs a disturbance"):
         generate_drives([1], 1.0, None, disturbed_share=0.5)
+
+
+@pytest.mark.parametrize("seed", [3, SEED])
+def test_a_held_start_stands_at_the_green_light_and_the_futures_go_at_once(seed):
+    hold = Disturbance(first_s=100.0, approach_kinds=(), start_hold_share=1.0,
+                       start_hold_s=(3.0, 3.0))
+    log = simulate_disturbed(seed, 30.0, hold, blocks=("red_light",))
+    plain = simulate(seed, 30.0, blocks=("red_light",))
+    light = log.world.lights()[0]
+    labels = label_drive(log.infos, log.frame_count)
+
+    def standing_at_green(drive):
+        return [k for k in range(15, drive.frame_count)
+                if np.hypot(*drive.history(k)[0, :2]) < 0.05 and light.state(k / 10) == "green"]
+
+    held = standing_at_green(log)
+    assert len(standing_at_green(plain)) <= 5
+    assert len(held) >= 25, "the start was not held back"
+    for k in held:
+        future = log.future(k)
+        assert future[9, 0] > 0.5, f"frame {k}: the expert future does not start at once"
+        assert labels[k].decision == "keep_lane", (k, labels[k])
+        assert labels[k].coc.startswith("Keep going"), (k, labels[k])
+
+
+def test_start_holds_are_drawn_by_their_share():
+    rng = np.random.default_rng(0)
+    steps = [start_hold_steps(Disturbance(start_hold_share=0.5), rng) for _ in range(400)]
+    held = [s for s in steps if s]
+    assert 0.4 < len(held) / len(steps) < 0.6
+    assert min(held) >= 0.5 * 50 and max(held) <= 4.0 * 50
+    assert not any(start_hold_steps(Disturbance(start_hold_share=0.0), rng) for _ in range(50))

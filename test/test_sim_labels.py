@@ -4,6 +4,7 @@ towards a red line or a crossing pedestrian is a stop, a slower lead is followed
 from dataclasses import replace
 
 
+from flashdrive_ros.sim.drive import simulate
 from flashdrive_ros.sim.expert import ExpertInfo
 from flashdrive_ros.sim.labels import (
     WORDING_SPEED_BANDS,
@@ -48,3 +49,14 @@ def test_creeping_towards_a_red_line_or_a_crossing_pedestrian_is_a_stop():
     assert red.decision == "stop" and "red_light_stop" in red.tags
     assert ped.decision == "stop" and "pedestrian_yield" in ped.tags
     assert fast_red.decision == "keep_lane" and past.decision == "keep_lane"
+
+
+def test_a_standing_ego_that_starts_names_no_obstacle_as_its_reason():
+    log = simulate(4242, 30.0, blocks=("red_light", "red_light"))
+    starting = [info for info in log.infos
+                if info.v < 0.5 and info.accel > 0.3 and info.t > 1.0]
+    held = [info for info in log.infos if info.v < 0.1 and info.light_state == "red"]
+    assert starting and held
+    assert all(info.reason in ("free", "curve") for info in starting), \
+        {info.reason for info in starting}
+    assert all(info.reason == "red_light" for info in held)

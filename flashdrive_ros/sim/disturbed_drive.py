@@ -4,7 +4,9 @@ back. Besides pulses at random times, each red light and pedestrian crossing get
 pulse: late braking (acceleration added), so the drive holds the ego arriving too fast or
 creeping towards a stop that it has not made yet, or an early stop (braking to rest short of
 the stop and held there a while), so it holds the ego standing short of the line, through
-red and green. Each 10 Hz
+red and green. A start from standstill (the light turned green, the pedestrian crossed) is
+held back a while for `start_hold_share` of the starts, a driver's reaction time, so the drive
+holds the ego standing still with nothing left to wait for. Each 10 Hz
 frame's future is the expert's undisturbed plan from that frame's state: the drive as logged
 up to the first disturbed step of the frame's horizon, then the expert alone on a copy of the
 world forked at that step."""
@@ -20,6 +22,9 @@ from flashdrive_ros.sim.ego_world import EgoWorld
 from flashdrive_ros.sim.labels import SCENARIO_TAGS
 
 HORIZON_STEPS = FUTURE_STEPS * SUBSTEPS
+START_SPEED = 0.3  # m/s; below it the ego stands, and an expert acceleration above
+START_ACCEL = 0.3  # m/s^2 is a start
+HOLD_BRAKE = 3.0  # m/s^2 offset that keeps a standing ego at rest against the expert's start
 
 
 @dataclass(frozen=True)
@@ -37,10 +42,13 @@ class Disturbance:
     stop_short_before_m: tuple[float, float] = (16.0, 40.0)  # base_link rest before span end
     stop_short_hold_s: tuple[float, float] = (0.5, 4.0)  # standstill held after the stop
     stop_short_decel_mps2: float = 3.0
+    start_hold_share: float = 0.7  # share of starts from standstill held back
+    start_hold_s: tuple[float, float] = (0.5, 4.0)  # how long a start is held back
 
     def __post_init__(self) -> None:
         for name in ("gap_s", "duration_s", "approach_before_m", "approach_duration_s",
-                     "approach_accel_mps2", "stop_short_before_m", "stop_short_hold_s"):
+                     "approach_accel_mps2", "stop_short_before_m", "stop_short_hold_s",
+                     "start_hold_s"):
             low, high = getattr(self, name)
             if not 0 < low <= high:
                 raise ValueError(f"{name} must be (low, high) with 0 < low <= high, got "
@@ -54,8 +62,9 @@ class Disturbance:
                              f"{SCENARIO_TAGS}")
         if self.steer_rad < 0 or self.accel_mps2 < 0 or self.first_s < 0:
             raise ValueError("steer_rad, accel_mps2 and first_s must be >= 0")
-        if not 0.0 <= self.stop_short_share <= 1.0:
-            raise ValueError(f"stop_short_share must be in [0, 1], got {self.stop_short_share}")
+        for name in ("stop_short_share", "start_hold_share"):
+            if not 0.0 <= getattr(self, name) <= 1.0:
+                raise ValueError(f"{name} must be in [0, 1], got {getattr(self, name)}")
         if self.stop_short_decel_mps2 <= 0:
             raise ValueError(f"stop_short_decel_mps2 must be > 0, got "
                              f"{self.stop_short_decel_mps2}")
@@ -139,6 +148,14 @@ def approach_pulses(disturbance: Disturbance, spans, rng: np.random.Generator
     return pulses
 
 
+def start_hold_steps(disturbance: Disturbance, rng: np.random.Generator) -> int:
+    """50 Hz steps by which a start from standstill is held back: 0 for the starts outside
+    `start_hold_share`."""
+    if rng.random() >= disturbance.start_hold_share:
+        return 0
+    return int(round(rng.uniform(*disturbance.start_hold_s) * SIM_HZ))
+
+
 def simulate_disturbed(seed: int, seconds: float, disturbance: Disturbance,
                        blocks: tuple[str, ...] | None = None) -> DriveLog:
     """Like `drive.simulate`, with the ego disturbed by `pulse_schedule` and
@@ -156,16 +173,26 @@ def simulate_disturbed(seed: int, seconds: float, disturbance: Disturbance,
         offsets[pulse.start:pulse.stop] = (pulse.accel, pulse.steer)
     approaches = approach_pulses(disturbance, sim.world.spans,
                                  np.random.default_rng([seed, 29]))
+    start_rng = np.random.default_rng([seed, 31])
     rows, scenes, infos, forks = [], [], [], {}
+    expert_accel, start_decided = 0.0, False
     for i in range(n_steps):
         while approaches and approaches[0].due(sim.route_position()[0], sim.ego.v):
             steps, accel = approaches.pop(0).run(sim.ego.v)
             offsets[i:i + steps, 0] = accel
+        if sim.ego.v >= 1.0:
+            start_decided = False
+        elif sim.ego.v < START_SPEED and offsets[i].any():
+            start_decided = True
+        elif sim.ego.v < START_SPEED and expert_accel > START_ACCEL and not start_decided:
+            start_decided = True
+            offsets[i:i + start_hold_steps(disturbance, start_rng), 0] = -HOLD_BRAKE
         run_starts = i == 0 or not offsets[i - 1].any()
         on_frame = i % SUBSTEPS == 0 and i < frame_count * SUBSTEPS
         if offsets[i].any() and (run_starts or on_frame):
             forks[i] = sim.fork()
         accel, steer, info = sim.expert_control()
+        expert_accel = accel
         if i % SUBSTEPS == 0:
             scenes.append(sim.snapshot())
             infos.append(info)

@@ -23,6 +23,7 @@ NUDGE_MAX = 1.3
 NUDGE_RAMP_IN = 18.0
 NUDGE_RAMP_OUT = 10.0
 LIGHT_RANGE = 90.0
+HOLDS_BACK = 0.3  # m/s^2 an obstacle takes off the free-road acceleration to be the reason
 
 
 @dataclass(frozen=True)
@@ -140,7 +141,7 @@ class Expert:
                 self._committed.add(id(light))
                 obstacles.append(ob)
         accel, binding, free = idm_accel(ego.v, v_des, obstacles, p)
-        if binding is not None and (free - accel > 0.3 or ego.v < 0.5):
+        if binding is not None and free - accel > HOLDS_BACK:
             reason = binding.reason
             if reason == "lead":
                 lead_speed = binding.ref.v
