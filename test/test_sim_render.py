@@ -7,10 +7,13 @@ import numpy as np
 import pytest
 
 from flashdrive_ros.sim.cameras import rig
-from flashdrive_ros.sim.drive import BoxSnapshot, simulate
+from flashdrive_ros.model.preprocess import resize_images
+from flashdrive_ros.sim.drive import BoxSnapshot, SceneSnapshot, simulate
 from flashdrive_ros.sim.raster import NEAR, CameraRaster
 from flashdrive_ros.sim.render import Renderer
 from flashdrive_ros.sim.topics import CAMERA_NAMES
+from flashdrive_ros.sim.vehicle import EgoState
+from flashdrive_ros.sim.world import EGO_LANE_D
 
 
 @pytest.fixture(scope="module")
@@ -111,6 +114,27 @@ def test_traffic_light_state_is_visible_in_the_tele_camera(red_log):
     assert red > 0 and green == 0
     red, green = lamp_pixels(renderer.render(red_log.scenes[frame_where("green")])[tele])
     assert green > 0 and red == 0
+
+
+@pytest.mark.parametrize("front_gap, least", [(1.5, 20), (4.0, 12)])
+def test_the_light_state_shows_at_the_model_input_where_a_car_stands_at_the_line(
+        red_log, front_gap, least):
+    world = red_log.world
+    light_index = next(i for i, light in enumerate(world.lights()) if light.mode == "stop")
+    light = world.lights()[light_index]
+    s = light.stop_s - front_gap - red_log.scenes[0].ego.front_offset
+    x, y = world.route.offset_point(s, EGO_LANE_D)
+    ego = EgoState(float(x), float(y), float(world.route.pose_at(s)[2]), 0.0)
+    renderer = Renderer(world, 480, 272)
+    views = {}
+    for state in ("red", "green"):
+        states = tuple(state if i == light_index else "green"
+                       for i in range(len(world.lights())))
+        rendered = np.stack(renderer.render(SceneSnapshot(5.0, ego, s, (), states)))
+        views[state] = resize_images(rendered, (80, 128)).numpy()  # [N_cam, 3, 80, 128]
+    changed = (np.abs(views["red"] - views["green"]).max(axis=1) > 40).sum(axis=(1, 2))
+    wide = CAMERA_NAMES.index("camera_front_wide_120fov")
+    assert changed[wide] >= least, dict(zip(CAMERA_NAMES, changed.tolist()))
 
 
 def test_rig_matches_alpamayo_layout():
