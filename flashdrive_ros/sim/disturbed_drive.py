@@ -22,8 +22,9 @@ from flashdrive_ros.sim.ego_world import EgoWorld
 from flashdrive_ros.sim.labels import SCENARIO_TAGS
 
 HORIZON_STEPS = FUTURE_STEPS * SUBSTEPS
-START_SPEED = 0.3  # m/s; below it the ego stands, and an expert acceleration above
-START_ACCEL = 0.3  # m/s^2 is a start
+START_SPEED = 0.3  # m/s: below it the ego stands
+START_ACCEL = 0.3  # m/s^2: an expert acceleration above it while the ego stands is a start
+MOVING_SPEED = 1.0  # m/s: above it, the next standstill's start is drawn afresh
 HOLD_BRAKE = 3.0  # m/s^2 offset that keeps a standing ego at rest against the expert's start
 
 
@@ -180,7 +181,7 @@ def simulate_disturbed(seed: int, seconds: float, disturbance: Disturbance,
         while approaches and approaches[0].due(sim.route_position()[0], sim.ego.v):
             steps, accel = approaches.pop(0).run(sim.ego.v)
             offsets[i:i + steps, 0] = accel
-        if sim.ego.v >= 1.0:
+        if sim.ego.v >= MOVING_SPEED:
             start_decided = False
         elif sim.ego.v < START_SPEED and offsets[i].any():
             start_decided = True
