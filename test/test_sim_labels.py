@@ -3,7 +3,6 @@ towards a red line or a crossing pedestrian is a stop, a slower lead is followed
 
 from dataclasses import replace
 
-
 from flashdrive_ros.sim.drive import simulate
 from flashdrive_ros.sim.expert import ExpertInfo
 from flashdrive_ros.sim.labels import (

@@ -157,6 +157,28 @@ def start_hold_steps(disturbance: Disturbance, rng: np.random.Generator) -> int:
     return int(round(rng.uniform(*disturbance.start_hold_s) * SIM_HZ))
 
 
+@dataclass
+class StartHolds:
+    """Decides once per standstill whether the ego's start is held back: a standstill that a
+    pulse already holds counts as decided; moving on at MOVING_SPEED ends it."""
+
+    disturbance: Disturbance
+    rng: np.random.Generator
+    decided: bool = False
+
+    def steps(self, v: float, expert_accel: float, disturbed: bool) -> int:
+        """Steps to hold from now, given the ego's speed, the expert's last acceleration and
+        whether a pulse disturbs this step."""
+        if v >= MOVING_SPEED:
+            self.decided = False
+        elif v < START_SPEED and not self.decided and (disturbed
+                                                        or expert_accel > START_ACCEL):
+            self.decided = True
+            if not disturbed:
+                return start_hold_steps(self.disturbance, self.rng)
+        return 0
+
+
 def simulate_disturbed(seed: int, seconds: float, disturbance: Disturbance,
                        blocks: tuple[str, ...] | None = None) -> DriveLog:
     """Like `drive.simulate`, with the ego disturbed by `pulse_schedule` and
@@ -174,20 +196,15 @@ def simulate_disturbed(seed: int, seconds: float, disturbance: Disturbance,
         offsets[pulse.start:pulse.stop] = (pulse.accel, pulse.steer)
     approaches = approach_pulses(disturbance, sim.world.spans,
                                  np.random.default_rng([seed, 29]))
-    start_rng = np.random.default_rng([seed, 31])
+    holds = StartHolds(disturbance, np.random.default_rng([seed, 31]))
     rows, scenes, infos, forks = [], [], [], {}
-    expert_accel, start_decided = 0.0, False
+    expert_accel = 0.0
     for i in range(n_steps):
         while approaches and approaches[0].due(sim.route_position()[0], sim.ego.v):
             steps, accel = approaches.pop(0).run(sim.ego.v)
             offsets[i:i + steps, 0] = accel
-        if sim.ego.v >= MOVING_SPEED:
-            start_decided = False
-        elif sim.ego.v < START_SPEED and offsets[i].any():
-            start_decided = True
-        elif sim.ego.v < START_SPEED and expert_accel > START_ACCEL and not start_decided:
-            start_decided = True
-            offsets[i:i + start_hold_steps(disturbance, start_rng), 0] = -HOLD_BRAKE
+        hold = holds.steps(sim.ego.v, expert_accel, bool(offsets[i].any()))
+        offsets[i:i + hold, 0] = -HOLD_BRAKE
         run_starts = i == 0 or not offsets[i - 1].any()
         on_frame = i % SUBSTEPS == 0 and i < frame_count * SUBSTEPS
         if offsets[i].any() and (run_starts or on_frame):
