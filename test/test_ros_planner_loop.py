@@ -13,6 +13,7 @@ from helpers.tiny_model import make_tiny_model_dir
 from flashdrive_ros.engine.config import EngineConfig
 from flashdrive_ros.engine.engine import Engine
 from flashdrive_ros.engine.window import WindowBuilder
+from flashdrive_ros.ros import planner_loop
 from flashdrive_ros.ros.planner_loop import IDLE_WAIT_S, ODOMETRY_INPUT, PlannerLoop
 
 
@@ -289,6 +290,33 @@ def test_actions_apart_give_the_plans_of_plain_steps(engine):
         assert got.full_prefill == want.full_prefill
         np.testing.assert_array_equal(got.trajectories, want.trajectories)
     assert not all(p.full_prefill for p in recording.plans)
+
+
+def test_the_first_window_is_acted_on_the_actor_thread_however_slowly_it_is_set_up(
+        engine, monkeypatch):
+    """A window waiting when the loop starts goes to the actor even when building the actor
+    takes longer than the worker's first reasoning."""
+
+    class SlowActor(planner_loop.PlanActor):
+        def __init__(self, *args, **kwargs):
+            time.sleep(0.5)
+            super().__init__(*args, **kwargs)
+
+    monkeypatch.setattr(planner_loop, "PlanActor", SlowActor)
+    engine.reset()
+    recording = RecordingEngine(engine)
+    loop = PlannerLoop(recording, WindowBuilder(len(CAMERAS)), CAMERAS, act_apart=True)
+    feed(loop, 60.0, 61.5)
+    loop.start()
+    try:
+        deadline = time.monotonic() + 30
+        while not recording.plans and time.monotonic() < deadline:
+            time.sleep(0.01)
+    finally:
+        loop.stop()
+    assert [p.t0 for p in recording.plans] == [pytest.approx(61.5)]
+    reasoned, acted = recording.threads["reason"], recording.threads["act"]
+    assert len(reasoned) == len(acted) == 1 and reasoned != acted
 
 
 class GatedEngine(RecordingEngine):

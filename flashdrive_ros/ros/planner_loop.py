@@ -213,11 +213,11 @@ class PlannerLoop:
             raise RuntimeError("planner loop already started")
         self._stop.clear()
         self.set_extra("act_apart", self.act_apart)
-        self._thread = threading.Thread(target=self._run, name="planner", daemon=True)
-        self._thread.start()
         if self.act_apart:
             self._actor = PlanActor(self.engine.act, self._act_done, self.worker_setup)
             self._actor.start()
+        self._thread = threading.Thread(target=self._run, name="planner", daemon=True)
+        self._thread.start()
 
     def stop(self, timeout_s: float = 30.0) -> None:
         """Stop the worker after its current step (waits up to `timeout_s`)."""
