@@ -12,7 +12,7 @@ import torch
 from diagnostic_msgs.msg import DiagnosticArray
 from helpers.tiny_model import make_tiny_model_dir
 from nav_msgs.msg import Odometry, Path
-from rclpy.executors import MultiThreadedExecutor
+from rclpy.executors import SingleThreadedExecutor
 from rclpy.lifecycle import TransitionCallbackReturn
 from rclpy.node import Node
 from rclpy.parameter import Parameter
@@ -22,7 +22,7 @@ from std_msgs.msg import Header
 
 from flashdrive_ros.engine.window import WindowBuilder
 from flashdrive_ros.ros import names
-from flashdrive_ros.ros.convert import seconds_to_stamp
+from flashdrive_ros.ros.convert import seconds_to_stamp, stamp_to_seconds
 from flashdrive_ros.ros.harness.loopback import local_context
 from flashdrive_ros.ros.input_handler import GATE_EXTRA, OFF_GRID_EXTRA
 from flashdrive_ros.ros.inputs import InputSubscriptions
@@ -160,7 +160,8 @@ def test_cameras_at_30_hz_are_gated_before_decoding_and_truncated_cdr_is_named(
     """Every frame off the 0.1 s grid carries truncated CDR: decoded, each would be a
     truncated_message fault. The node plans, counts them as dropped off the grid, and names
     a frame on the grid cut inside its pixel data and an extra frame cut inside its header
-    (no stamp to gate it on)."""
+    (no stamp to gate it on). Every frame is whole until the first plan, whose t0 shows
+    the grid the node's gate took."""
     context = local_context()
     topics = [f"/gate_test/{name}/image_raw" for name in CAMERAS]
     node = DriveNode(context=context, namespace="/gate_test", parameter_overrides=[
@@ -171,11 +172,12 @@ def test_cameras_at_30_hz_are_gated_before_decoding_and_truncated_cdr_is_named(
         Parameter("odom_topic", value="/gate_test/odometry"),
         Parameter("max_plan_age_s", value=3.0)])
     client = Node("gate_feeder", context=context)
-    executor = MultiThreadedExecutor(num_threads=4, context=context)
-    executor.add_node(node)
-    executor.add_node(client)
-    spinner = threading.Thread(target=executor.spin, daemon=True)
-    spinner.start()
+    executors = [SingleThreadedExecutor(context=context) for _ in range(2)]
+    executors[0].add_node(node)
+    executors[1].add_node(client)
+    spinners = [threading.Thread(target=e.spin, daemon=True) for e in executors]
+    for spinner in spinners:
+        spinner.start()
     paths, diagnostics = [], []
     try:
         client.create_subscription(Path, "/gate_test/drive_node/trajectory",
@@ -202,20 +204,27 @@ def test_cameras_at_30_hz_are_gated_before_decoding_and_truncated_cdr_is_named(
             buffer[4:12] = serialize_message(Header(stamp=seconds_to_stamp(stamp)))[4:12]
             return bytes(buffer) if whole else bytes(buffer[:len(buffer) - 100])
 
+        def node_grid(k):
+            """Whether frame time k is on the node's frame grid, which its gate took from the
+            first frame of camera 0 to arrive: a plan's t0 lies on it."""
+            t0 = stamp_to_seconds(paths[0].header.stamp)
+            return (k - round((t0 - start) * 30)) % 3 == 0
+
         k = 0
+        whole_until = None
         deadline = time.monotonic() + 2 * WAIT_S
         while time.monotonic() < deadline:
             stamp = round(start + k / 30, 6)
             while clock.now().nanoseconds * 1e-9 < stamp:
                 time.sleep(0.002)
-            if k % 3 == 0:
-                for j in range(5):
-                    msg = Odometry()
-                    msg.header.stamp = seconds_to_stamp(stamp - 0.08 + 0.02 * j)
-                    msg.header.frame_id = "odom"
-                    msg.pose.pose.orientation.w = 1.0
-                    odom.publish(msg)
-            on_grid = k % 3 == 0 or k < 3
+            msg = Odometry()
+            msg.header.stamp = seconds_to_stamp(stamp)
+            msg.header.frame_id = "odom"
+            msg.pose.pose.orientation.w = 1.0
+            odom.publish(msg)
+            if whole_until is None and paths:
+                whole_until = k
+            on_grid = whole_until is None or node_grid(k)
             for i, publisher in enumerate(images):
                 if i == 2 and truncate.get(i) == k:
                     publisher.publish(frame(i, stamp, False))
@@ -226,16 +235,22 @@ def test_cameras_at_30_hz_are_gated_before_decoding_and_truncated_cdr_is_named(
                 off_grid_sent += not on_grid
             k += 1
             if len(paths) >= 3 and not truncate:
-                truncate = {2: k + 3 - k % 3, 1: k + 6 - k % 3}
+                next_on_grid = next(j for j in range(k, k + 3) if node_grid(j))
+                truncate = {2: next_on_grid + 3, 1: next_on_grid + 6}
                 paths_before = len(paths)
             if truncate and k > max(truncate.values()) + 30 and len(paths) > paths_before:
                 break
+        published_by = len(diagnostics)
+        wait_for(lambda: len(diagnostics) >= published_by + 2,
+                 "diagnostics published after the last frame")
+        off_grid_whole = sum(not node_grid(j) for j in range(whole_until)) * len(CAMERAS)
         values = planner_values(diagnostics)
         assert len(paths) >= 3, f"no plans; planner: {values}"
         assert truncate and len(paths) > paths_before, "no plan after the truncated frames"
         assert values.get(GATE_EXTRA) == "on"
         dropped = int(values.get(OFF_GRID_EXTRA, 0))
-        assert dropped >= 0.8 * off_grid_sent - 8, (dropped, off_grid_sent)
+        assert dropped >= 0.8 * (off_grid_whole + off_grid_sent) - 8, \
+            (dropped, off_grid_whole, off_grid_sent)
         inputs = input_statuses(diagnostics)
         faults = {name: int(v.get("faults_total", 0)) for name, (_, v) in inputs.items()}
         seen = {name: v.get("last_fault", "") for name, (_, v) in inputs.items()}
@@ -244,8 +259,10 @@ def test_cameras_at_30_hz_are_gated_before_decoding_and_truncated_cdr_is_named(
         assert faults[CAMERAS[0]] + faults[CAMERAS[3]] <= 0.1 * off_grid_sent / 2, faults
     finally:
         node.release_all()
-        executor.shutdown()
+        for executor in executors:
+            executor.shutdown()
         node.destroy_node()
         client.destroy_node()
-        spinner.join(10)
+        for spinner in spinners:
+            spinner.join(10)
         context.shutdown()
