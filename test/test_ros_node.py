@@ -10,11 +10,11 @@ import numpy as np
 import pytest
 import torch
 from diagnostic_msgs.msg import DiagnosticArray
+from helpers.spinning import SpinningApart
 from helpers.tiny_model import make_tiny_model_dir
 from lifecycle_msgs.msg import State, Transition
 from lifecycle_msgs.srv import ChangeState, GetState
 from nav_msgs.msg import Odometry, Path
-from rclpy.executors import MultiThreadedExecutor
 from rclpy.lifecycle import TransitionCallbackReturn
 from rclpy.node import Node
 from rclpy.parameter import Parameter
@@ -252,8 +252,9 @@ def tiny_model_dir(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def graph(tiny_model_dir):
-    """The node and the feeder in this process, on one executor, so the node gets one planner
-    thread and act_apart off: a second OpenMP thread or the actor thread keeps the two cores
+    """The node and the feeder in this process, each on an executor thread of its own
+    (SpinningApart); the node with one planner thread and act_apart off: a second OpenMP
+    thread or the actor thread keeps the two cores
     of a CI machine busy, and then the feeder's publishing stalls by seconds (stamps jump,
     inputs fall silent), which is not the node's doing. The node with act_apart on and
     the default thread count runs in its own process in test_eval_through_ros.py and
@@ -269,18 +270,13 @@ def graph(tiny_model_dir):
         Parameter("overlay_intrinsics", value=[50.0, 50.0, 32.0, 24.0]),
         Parameter("overlay_extrinsic", value=[1.5, 0.0, 1.5, 0.0, 0.15, 0.0])])
     feeder = Feeder(context)
-    executor = MultiThreadedExecutor(num_threads=6, context=context)
-    executor.add_node(node)
-    executor.add_node(feeder.node)
-    spinner = threading.Thread(target=executor.spin, daemon=True)
-    spinner.start()
+    spinning = SpinningApart(context, node, feeder.node)
     yield node, feeder
     node.release_all()
-    executor.shutdown()
+    spinning.stop()
     node.destroy_node()
     feeder.node.destroy_node()
     context.shutdown()
-    spinner.join(10)
 
 
 def test_configure_activate_plan_and_recover_from_faults(graph):
@@ -489,11 +485,7 @@ def test_raw_images_with_row_padding_are_planned(tiny_model_dir):
         Parameter("odom_topic", value="/raw_test/odometry"), Parameter("max_plan_age_s",
                                                                         value=3.0)])
     client = Node("raw_feeder", context=context)
-    executor = MultiThreadedExecutor(num_threads=4, context=context)
-    executor.add_node(node)
-    executor.add_node(client)
-    spinner = threading.Thread(target=executor.spin, daemon=True)
-    spinner.start()
+    spinning = SpinningApart(context, node, client)
     paths = []
     try:
         client.create_subscription(Path, "/raw_test/drive_node/trajectory",
@@ -532,8 +524,7 @@ def test_raw_images_with_row_padding_are_planned(tiny_model_dir):
         assert len(paths[-1].poses) == 64
     finally:
         node.release_all()
-        executor.shutdown()
+        spinning.stop()
         node.destroy_node()
         client.destroy_node()
-        spinner.join(10)
         context.shutdown()

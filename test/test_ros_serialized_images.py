@@ -2,7 +2,6 @@
 on loopback: the same reduced pixels as rclpy's deserialized messages, frames off the frame
 grid dropped before they are decoded, truncated CDR named on /diagnostics."""
 
-import threading
 import time
 
 import cv2
@@ -10,9 +9,9 @@ import numpy as np
 import pytest
 import torch
 from diagnostic_msgs.msg import DiagnosticArray
+from helpers.spinning import SpinningApart
 from helpers.tiny_model import make_tiny_model_dir
 from nav_msgs.msg import Odometry, Path
-from rclpy.executors import SingleThreadedExecutor
 from rclpy.lifecycle import TransitionCallbackReturn
 from rclpy.node import Node
 from rclpy.parameter import Parameter
@@ -172,12 +171,7 @@ def test_cameras_at_30_hz_are_gated_before_decoding_and_truncated_cdr_is_named(
         Parameter("odom_topic", value="/gate_test/odometry"),
         Parameter("max_plan_age_s", value=3.0)])
     client = Node("gate_feeder", context=context)
-    executors = [SingleThreadedExecutor(context=context) for _ in range(2)]
-    executors[0].add_node(node)
-    executors[1].add_node(client)
-    spinners = [threading.Thread(target=e.spin, daemon=True) for e in executors]
-    for spinner in spinners:
-        spinner.start()
+    spinning = SpinningApart(context, node, client)
     paths, diagnostics = [], []
     try:
         client.create_subscription(Path, "/gate_test/drive_node/trajectory",
@@ -259,10 +253,7 @@ def test_cameras_at_30_hz_are_gated_before_decoding_and_truncated_cdr_is_named(
         assert faults[CAMERAS[0]] + faults[CAMERAS[3]] <= 0.1 * off_grid_sent / 2, faults
     finally:
         node.release_all()
-        for executor in executors:
-            executor.shutdown()
+        spinning.stop()
         node.destroy_node()
         client.destroy_node()
-        for spinner in spinners:
-            spinner.join(10)
         context.shutdown()
