@@ -200,12 +200,11 @@ def test_cameras_at_30_hz_are_gated_before_decoding_and_truncated_cdr_is_named(
 
         def node_grid(k):
             """Whether frame time k is on the node's frame grid, which its gate took from the
-            first frame of camera 0 to arrive: a plan's t0 lies on it."""
-            t0 = stamp_to_seconds(paths[0].header.stamp)
-            return (k - round((t0 - start) * 30)) % 3 == 0
+            first frame of camera 0 to arrive: the first plan's t0 lies on it."""
+            return (k - grid_frame) % 3 == 0
 
         k = 0
-        whole_until = None
+        whole_until = grid_frame = None
         deadline = time.monotonic() + 2 * WAIT_S
         while time.monotonic() < deadline:
             stamp = round(start + k / 30, 6)
@@ -218,6 +217,7 @@ def test_cameras_at_30_hz_are_gated_before_decoding_and_truncated_cdr_is_named(
             odom.publish(msg)
             if whole_until is None and paths:
                 whole_until = k
+                grid_frame = round((stamp_to_seconds(paths[0].header.stamp) - start) * 30)
             on_grid = whole_until is None or node_grid(k)
             for i, publisher in enumerate(images):
                 if i == 2 and truncate.get(i) == k:
