@@ -201,6 +201,9 @@ def test_a_dds_profile_applies_to_player_and_node_through_ros(tmp_path, model):
     assert report["finished_plans"] >= 1
     assert sum(report["node_inputs_received"][k] for k in report["node_inputs_received"]
                if k != "odometry") == sum(bag.camera_frames)
+    assert report["dds_profile"] == str(LARGE_IMAGES_PROFILE)
+    assert [(c["played"], c["received"]) for c in report["camera_transport"].values()] == [
+        (frames, frames) for frames in bag.camera_frames]
     with pytest.raises(ReplayError, match="through ROS only"):
         ReplayOptions(bag.path, model, out, dds_profile=LARGE_IMAGES_PROFILE)
     with pytest.raises(ReplayError, match="is not a file"):

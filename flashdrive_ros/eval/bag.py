@@ -219,6 +219,19 @@ class BagReader:
         except (AnyReaderError, OSError) as exc:
             raise CorruptBag(f"bag {self.path} is unreadable past some point: {exc}") from None
 
+    def largest_first_camera_message(self) -> int:
+        """Serialized bytes of the largest of the camera topics' first messages (0: none)."""
+        reader = self.reader
+        largest = 0
+        try:
+            for conn in reader.connections:
+                if conn.topic in self.topics.cameras:
+                    first = next(iter(reader.messages(connections=[conn])), None)
+                    largest = max(largest, len(first[2]) if first is not None else 0)
+        except (AnyReaderError, OSError) as exc:
+            raise CorruptBag(f"bag {self.path} is unreadable: {exc}") from None
+        return largest
+
     def odometry(self) -> list[OdometryRecord]:
         return [r for r in self.records([self.topics.odometry])
                 if isinstance(r, OdometryRecord)]

@@ -6,11 +6,10 @@ planned (the main reasons on stderr), 2 when the replay cannot run."""
 from __future__ import annotations
 
 import argparse
-import os
 import sys
-from pathlib import Path
 
 
+from flashdrive_ros.eval.dds_profile import AUTO
 from flashdrive_ros.eval.errors import ReplayError
 from flashdrive_ros.eval.input_notes import input_lines
 from flashdrive_ros.eval.replay import run_replay
@@ -53,10 +52,12 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--node-param", action="append", default=[], metavar="NAME=VALUE",
                    help="a drive_node parameter for --through-ros (YAML value, repeatable), "
                         "e.g. --node-param act_apart=true")
-    p.add_argument("--dds-profile", type=Path, default=None, metavar="XML",
-                   help="through ROS: Fast DDS profile for the player and the node, e.g. "
-                        "config/fastdds_large_images.xml for full-size raw cameras "
-                        "(default: the environment's DDS configuration)")
+    p.add_argument("--dds-profile", default=AUTO, metavar="XML|auto|environment",
+                   help="through ROS: Fast DDS profile for the player and the node. auto "
+                        "(default): config/fastdds_large_images.xml when the bag's camera "
+                        "messages do not fit Fast DDS's default 512 KiB shared-memory segment "
+                        "and no profile is set in the environment; environment: the "
+                        "environment's DDS configuration")
     p.add_argument("--no-plots", action="store_true")
     p.add_argument("--quiet", action="store_true", help="no progress bar, no summary table")
     return p
@@ -84,17 +85,10 @@ def options_from_args(args: argparse.Namespace) -> ReplayOptions:
         node_params=parse_node_params(args.node_param), dds_profile=args.dds_profile)
 
 
-# read by Fast DDS when a process first starts DDS, so set before the player's first context;
-# the node process inherits it
-DDS_PROFILE_VARIABLE = "FASTRTPS_DEFAULT_PROFILES_FILE"
-
-
 def main(argv: list[str] | None = None) -> int:
     args = parser().parse_args(argv)
     try:
         options = options_from_args(args)
-        if options.dds_profile is not None:
-            os.environ[DDS_PROFILE_VARIABLE] = str(options.dds_profile)
         report = run_replay(options)
     except ReplayError as exc:
         print(f"flashdrive-replay: error: {exc}", file=sys.stderr)

@@ -113,8 +113,9 @@ def build_report(options: ReplayOptions, replay: ReplayResults,
               "late_tolerance_s": options.late_tolerance_s,
               "topics": {"cameras": list(options.topics.cameras),
                          "odometry": options.topics.odometry, "labels": options.topics.labels}}
+    header["input_notes"] = replay.input_notes
     if node_stats is None:
-        header.update(input_latency_ms=replay.input_latency_ms, input_notes=replay.input_notes,
+        header.update(input_latency_ms=replay.input_latency_ms,
                       frame_stand_ins=replay.frame_stand_ins)
     if len(blocks) == 1:
         return {**header, **blocks[options.mode]}

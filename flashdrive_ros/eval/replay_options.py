@@ -11,6 +11,7 @@ import yaml
 
 from flashdrive_ros.engine.config import MODES, EngineConfig, device_problem
 from flashdrive_ros.engine.dtype_choice import DTYPE_CHOICES, resolve_device
+from flashdrive_ros.eval.dds_profile import AUTO, ENVIRONMENT
 from flashdrive_ros.eval.errors import ReplayError
 from flashdrive_ros.eval.topics import TopicMapping
 from flashdrive_ros.model.config import ConfigError, ModelConfig
@@ -53,7 +54,7 @@ class ReplayOptions:
     progress: bool = True
     plots: bool = True
     node_params: dict = field(default_factory=dict)  # drive_node parameters, through ROS only
-    dds_profile: Path | None = None  # Fast DDS XML profile of the player and node (through ROS)
+    dds_profile: str | Path = AUTO  # through ROS: auto, environment or a Fast DDS XML file
 
     def __post_init__(self) -> None:
         self.bag, self.model_dir, self.out_dir = (Path(self.bag), Path(self.model_dir),
@@ -84,12 +85,14 @@ class ReplayOptions:
                               "whole bag is played")
         if problem := node_params_problem(self.node_params, self.through_ros):
             raise ReplayError(problem)
-        if self.dds_profile is not None:
+        if str(self.dds_profile) not in (AUTO, ENVIRONMENT):
             self.dds_profile = Path(self.dds_profile).resolve()
             if not self.through_ros:
                 raise ReplayError("--dds-profile configures DDS: it applies through ROS only")
             if not self.dds_profile.is_file():
                 raise ReplayError(f"--dds-profile {self.dds_profile} is not a file")
+        else:
+            self.dds_profile = str(self.dds_profile)
 
     def drafter_choice(self) -> dict[str, str]:
         """{"drafter_file": name} when one was chosen; else {} (the engine's default)."""

@@ -8,9 +8,11 @@ import os
 import numpy as np
 
 from flashdrive_ros.eval.bag import BagReader
+from flashdrive_ros.eval.dds_profile import choose_dds_profile, dds_profile_environment
 from flashdrive_ros.eval.errors import ReplayError
 from flashdrive_ros.eval.ground_truth import OdometryTrack
 from flashdrive_ros.eval.images import RAW_TYPE
+from flashdrive_ros.eval.input_notes import transport_lines
 from flashdrive_ros.eval.offline import LabelIndex, ReplayResults, check_camera_count
 from flashdrive_ros.eval.recording import plan_results, read_recording
 from flashdrive_ros.eval.replay_options import ReplayOptions, load_model_config
@@ -71,6 +73,15 @@ def run_mode(options: ReplayOptions, mode: str, raw_images: bool, domain_id: int
     return recorded, session
 
 
+def camera_transport(camera_names: list[str], topics: tuple[str, ...] | list[str],
+                     played: dict[str, int], received: dict[str, int]) -> dict[str, dict]:
+    """Per camera slot: its topic, the messages the player published on it and those the
+    node counted as received."""
+    return {name: {"topic": topic, "played": played.get(topic, 0),
+                   "received": received.get(name, 0)}
+            for name, topic in zip(camera_names, topics)}
+
+
 def run_through_ros(options: ReplayOptions
                     ) -> tuple[ReplayResults, dict[str, dict], list[tuple[float, np.ndarray]]]:
     from flashdrive_ros.ros import names
@@ -88,6 +99,7 @@ def run_through_ros(options: ReplayOptions
             raise ReplayError(f"the camera topics mix {sorted(transports)} ({types}); "
                               f"drive_node subscribes one image_transport for all cameras")
         raw_images = transports == {RAW_TYPE}
+        dds = choose_dds_profile(options.dds_profile, bag.largest_first_camera_message())
         end_s = bag.end_time
         track = OdometryTrack(bag.odometry())
         labels = LabelIndex(bag.labels(), 0.5 / options.control_rate_hz)
@@ -99,14 +111,22 @@ def run_through_ros(options: ReplayOptions
     max_plan_age_s = (DriveParams().max_plan_age_s if options.max_plan_age_s is None
                       else options.max_plan_age_s)
     replay = ReplayResults({}, {})
+    replay.input_notes = [dds.note] if dds.note else []
+    camera_names = options.node_params.get("camera_names", DriveParams().camera_names)
     node_stats, overlays = {}, []
     for mode in options.modes:
-        recorded, session = run_mode(options, mode, raw_images, process_domain_id())
+        with dds_profile_environment(dds):
+            recorded, session = run_mode(options, mode, raw_images, process_domain_id())
         recording = read_recording(recorded, topics, end_s, node_name())
         results, skipped = plan_results(recording, track, labels,
                                         model.action.num_waypoints, model.action.dt)
+        transport = {"dds_profile": str(dds.profile or "environment"),
+                     "camera_transport": camera_transport(
+                         camera_names, options.topics.cameras, session.play.per_topic,
+                         recording.node_stats["node_inputs_received"])}
         if not recording.plans:
             stats = recording.node_stats
+            lost = "".join(f"\n{line}" for line in transport_lines(mode, transport))
             reasons = "\n".join(skip_lines(stats, through_ros=True)) or "  none reported"
             faults = "".join(f"\n  input {name}: {fault}"
                              for name, fault in sorted(stats["node_input_faults"].items()))
@@ -115,13 +135,15 @@ def run_through_ros(options: ReplayOptions
                               f"{stats['node_planner_message'] or 'no diagnostics'}, windows "
                               f"rejected {stats['node_windows_rejected']}, last rejection "
                               f"{stats['node_last_rejection']}); the node's rejections:\n"
-                              f"{reasons}\nthe node's input faults:{faults or ' none'}\nlog:\n"
+                              f"{reasons}\nthe node's input faults:{faults or ' none'}{lost}"
+                              f"\nlog:\n"
                               f"{log_tail(options.out_dir / f'drive_node_{mode}.log')}")
         replay.results[mode], replay.skipped[mode] = results, skipped
         replay.ticks = max(replay.ticks, recording.node_stats["control_ticks"])
         node_stats[mode] = {**recording.node_stats, "max_plan_age_s": max_plan_age_s,
                             "recorded_bag": str(recorded),
                             "played_messages": session.play.messages,
+                            **transport,
                             "unplayable_topics": session.unplayable,
                             "playback_max_lateness_s": session.play.max_lateness_s,
                             "recorded_messages": recording.counts}

@@ -8,7 +8,7 @@ import importlib
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from rclpy.node import Node
@@ -50,6 +50,7 @@ def unmatched_after(publishers: dict, topics: list[str], timeout_s: float) -> li
 @dataclass
 class PlayStats:
     messages: int = 0
+    per_topic: dict[str, int] = field(default_factory=dict)
     bag_seconds: float = 0.0
     wall_seconds: float = 0.0
     max_lateness_s: float = 0.0
@@ -130,6 +131,7 @@ class BagPlayer:
                 last_clock_ns = log_ns
             self.publishers[conn.topic].publish(bytes(raw))
             stats.messages += 1
+            stats.per_topic[conn.topic] = stats.per_topic.get(conn.topic, 0) + 1
             stats.bag_seconds = (log_ns - first_ns) * 1e-9
             if on_message is not None:
                 on_message(stats.bag_seconds)
