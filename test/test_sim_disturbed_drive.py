@@ -1,6 +1,7 @@
 """Disturbed drives: without pulses the drive and its futures are the plain drive's; a fork
 of the world with its expert continues the drive exactly; with pulses the ego leaves its
-course, and each frame's future is the expert's undisturbed way back."""
+course, and each frame's future is the expert's undisturbed way back; with the lights held,
+each frame's future is the expert's plan with the lights as that frame shows them."""
 
 import numpy as np
 import pytest
@@ -14,6 +15,7 @@ from flashdrive_ros.sim.disturbed_drive import (
 )
 from flashdrive_ros.sim.drive import SUBSTEPS, simulate
 from flashdrive_ros.sim.ego_world import EgoWorld
+from flashdrive_ros.sim.entities import TrafficLight
 from flashdrive_ros.sim.labels import label_drive
 from flashdrive_ros.sim.vehicle import EGO_LENGTH, REAR_OVERHANG
 from flashdrive_ros.sim.world import EGO_LANE_D
@@ -25,10 +27,53 @@ SEED = 4242
 def test_without_pulses_the_drive_and_its_futures_are_the_plain_drive():
     plain = simulate(SEED, 3.0)
     log = simulate_disturbed(SEED, 3.0, Disturbance(first_s=100.0, approach_kinds=(),
-                                                    start_hold_share=0.0))
+                                                    start_hold_share=0.0), hold_lights=False)
     assert np.array_equal(log.ego, plain.ego)
     assert np.array_equal(np.stack([log.future(k) for k in range(log.frame_count)]),
                           np.stack([plain.future(k) for k in range(plain.frame_count)]))
+
+
+@pytest.mark.parametrize("seed", [3, SEED])
+def test_with_the_lights_held_a_car_waiting_at_red_plans_to_stay_until_it_sees_green(seed):
+    plain = simulate(seed, 30.0, blocks=("red_light",))
+    log = simulate_disturbed(seed, 30.0, None, blocks=("red_light",))
+    assert np.array_equal(log.ego, plain.ego)
+    light = log.world.lights()[0]
+    green_at = light.turned_green_at()
+    assert green_at is not None
+    moved = {name: np.array([np.hypot(*drive.future(k)[-1, :2])
+                             for k in range(log.frame_count)])
+             for name, drive in (("held", log), ("plain", plain))}
+    waiting = [k for k in range(log.frame_count)
+               if log.ego[k * SUBSTEPS, 4] < 0.05 and light.state(k / 10) == "red"
+               and green_at - 6.4 < k / 10 < green_at - 0.5]
+    assert len(waiting) >= 10, "the expert never waited at the red light"
+    for k in waiting:
+        assert moved["plain"][k] > 3.0, f"frame {k}: the drive did not go on after green"
+        assert moved["held"][k] < 0.3, f"frame {k}: the plan leaves the line while it is red"
+    untouched = [k for k in range(log.frame_count)
+                 if not any(k / 10 < t <= k / 10 + 6.4
+                            for t in (light.t_trigger, light.t_trigger + light.yellow_time,
+                                      green_at))]
+    assert len(untouched) >= 50
+    for k in untouched:
+        assert np.array_equal(log.future(k), plain.future(k)), k
+    seen_green = [k for k in range(log.frame_count)
+                  if light.state(k / 10) == "green" and green_at <= k / 10]
+    assert all(moved["held"][k] > 3.0 for k in seen_green if k / 10 < green_at + 3.0)
+
+
+def test_a_fork_holds_the_light_states_it_is_given_and_the_world_keeps_its_own():
+    sim = EgoWorld(SEED, 12.0, ("red_light",))
+    states = sim.light_states()
+    fork = sim.fork(tuple("red" for _ in states))
+    assert fork.light_states() == tuple("red" for _ in states)
+    assert sim.light_states() == states
+    assert all(light.turned_green_at() is None for light in fork.world.lights())
+    with pytest.raises(ValueError, match="held states"):
+        sim.fork(("red",) * (len(states) + 1))
+    with pytest.raises(ValueError, match="held light state"):
+        TrafficLight(10.0, 30.0, "stop", held="blue")
 
 
 def test_a_fork_continues_the_drive_through_a_red_light_exactly():

@@ -179,36 +179,45 @@ class StartHolds:
         return 0
 
 
-def simulate_disturbed(seed: int, seconds: float, disturbance: Disturbance,
-                       blocks: tuple[str, ...] | None = None) -> DriveLog:
+def simulate_disturbed(seed: int, seconds: float, disturbance: Disturbance | None,
+                       blocks: tuple[str, ...] | None = None,
+                       hold_lights: bool = True) -> DriveLog:
     """Like `drive.simulate`, with the ego disturbed by `pulse_schedule` and
-    `approach_pulses` pulses (seeded by `seed`) and `DriveLog.planned` holding each frame's
-    undisturbed expert future."""
+    `approach_pulses` pulses and `StartHolds` (seeded by `seed`; none when `disturbance` is
+    None) and `DriveLog.planned` holding each frame's undisturbed expert future. With
+    `hold_lights`, that future is the expert's plan from what a frame shows: the lights keep
+    the states they have at the frame's time through its horizon (a light that turns green
+    4 s later is red for the whole future of a car waiting at it)."""
     if seconds <= 0:
         raise ValueError(f"seconds must be > 0, got {seconds}")
     sim = EgoWorld(seed, seconds, blocks)
     n_steps = int(round((seconds + FUTURE_STEPS * FUTURE_DT) * SIM_HZ)) + 1
     frame_count = int(round(seconds * SIM_HZ / SUBSTEPS)) + 1
-    pulses = pulse_schedule(disturbance, (frame_count - 1) * SUBSTEPS + HORIZON_STEPS,
-                            np.random.default_rng([seed, 23]))
     offsets = np.zeros((n_steps, 2))  # offsets: [n_steps, 2] (accel, steer) added at a step
-    for pulse in pulses:
-        offsets[pulse.start:pulse.stop] = (pulse.accel, pulse.steer)
-    approaches = approach_pulses(disturbance, sim.world.spans,
-                                 np.random.default_rng([seed, 29]))
-    holds = StartHolds(disturbance, np.random.default_rng([seed, 31]))
-    rows, scenes, infos, forks = [], [], [], {}
+    approaches: list[ApproachPulse | StopShortPulse] = []
+    holds = None
+    if disturbance is not None:
+        pulses = pulse_schedule(disturbance, (frame_count - 1) * SUBSTEPS + HORIZON_STEPS,
+                                np.random.default_rng([seed, 23]))
+        for pulse in pulses:
+            offsets[pulse.start:pulse.stop] = (pulse.accel, pulse.steer)
+        approaches = approach_pulses(disturbance, sim.world.spans,
+                                     np.random.default_rng([seed, 29]))
+        holds = StartHolds(disturbance, np.random.default_rng([seed, 31]))
+    rows, scenes, infos, forks, light_changes = [], [], [], {}, {}
     expert_accel = 0.0
     for i in range(n_steps):
         while approaches and approaches[0].due(sim.route_position()[0], sim.ego.v):
             steps, accel = approaches.pop(0).run(sim.ego.v)
             offsets[i:i + steps, 0] = accel
-        hold = holds.steps(sim.ego.v, expert_accel, bool(offsets[i].any()))
-        offsets[i:i + hold, 0] = -HOLD_BRAKE
+        if holds is not None:
+            hold = holds.steps(sim.ego.v, expert_accel, bool(offsets[i].any()))
+            offsets[i:i + hold, 0] = -HOLD_BRAKE
         run_starts = i == 0 or not offsets[i - 1].any()
         on_frame = i % SUBSTEPS == 0 and i < frame_count * SUBSTEPS
+        lights_now = sim.light_states()
         if offsets[i].any() and (run_starts or on_frame):
-            forks[i] = sim.fork()
+            forks[i] = sim.fork(lights_now if hold_lights else None)
         accel, steer, info = sim.expert_control()
         expert_accel = accel
         if i % SUBSTEPS == 0:
@@ -217,10 +226,15 @@ def simulate_disturbed(seed: int, seconds: float, disturbance: Disturbance,
         ego = sim.ego
         rows.append((sim.t, ego.x, ego.y, ego.yaw, ego.v, ego.yaw_rate, ego.accel))
         sim.step(accel + offsets[i, 0], steer + offsets[i, 1])
+        if hold_lights and i + 1 < n_steps and sim.light_states() != lights_now:
+            light_changes[i + 1] = sim.fork(lights_now)
     disturbed = np.flatnonzero(offsets.any(axis=1))
     ego_rows = np.asarray(rows, dtype=np.float64)
     branches = {i: expert_poses(fork) for i, fork in forks.items()}
-    planned = np.stack([_planned_future(k * SUBSTEPS, ego_rows, disturbed, branches)
+    held = {i: expert_poses(fork) for i, fork in light_changes.items()}
+    changes = np.array(sorted(held), dtype=np.int64)
+    planned = np.stack([_planned_future(k * SUBSTEPS, ego_rows, disturbed, branches,
+                                        changes, held)
                         for k in range(frame_count)])
     return DriveLog(sim.world, float(seconds), ego_rows, scenes, infos, planned=planned)
 
@@ -236,12 +250,19 @@ def expert_poses(sim: EgoWorld, steps: int = HORIZON_STEPS) -> np.ndarray:
 
 
 def _planned_future(i0: int, ego_rows: np.ndarray, disturbed: np.ndarray,
-                    branches: dict[int, np.ndarray]) -> np.ndarray:
+                    branches: dict[int, np.ndarray], changes: np.ndarray,
+                    held: dict[int, np.ndarray]) -> np.ndarray:
     """float64 [FUTURE_STEPS, 3] of the frame at step i0: logged poses up to the first
-    disturbed step of its horizon, the fork's from there."""
+    disturbed step or light change of its horizon, from there the fork's (the expert on
+    undisturbed, with the lights as they were before the change)."""
     poses = ego_rows[i0:i0 + HORIZON_STEPS + 1, 1:4].copy()  # poses: [HORIZON_STEPS + 1, 3]
     ahead = disturbed[(disturbed >= i0) & (disturbed < i0 + HORIZON_STEPS)]
-    if ahead.size:
-        first = int(ahead[0])
-        poses[first - i0:] = branches[first][:HORIZON_STEPS + 1 - (first - i0)]
+    change = changes[(changes > i0) & (changes <= i0 + HORIZON_STEPS)]
+    if change.size and (not ahead.size or change[0] <= ahead[0]):
+        first, fork_poses = int(change[0]), held[int(change[0])]
+    elif ahead.size:
+        first, fork_poses = int(ahead[0]), branches[int(ahead[0])]
+    else:
+        return to_frame(poses[0], poses[SUBSTEPS::SUBSTEPS])
+    poses[first - i0:] = fork_poses[:HORIZON_STEPS + 1 - (first - i0)]
     return to_frame(poses[0], poses[SUBSTEPS::SUBSTEPS])

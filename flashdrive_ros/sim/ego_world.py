@@ -51,9 +51,14 @@ class EgoWorld:
     def snapshot(self) -> SceneSnapshot:
         return _snapshot(self.world, self.t, self.ego, self.route_position()[0])
 
-    def fork(self) -> EgoWorld:
+    def light_states(self) -> tuple[str, ...]:
+        """The state of each of the world's lights now."""
+        return tuple(light.state(self.t) for light in self.world.lights())
+
+    def fork(self, held_lights: tuple[str, ...] | None = None) -> EgoWorld:
         """An independent copy of the world and the ego now (route, scenery and vehicle paths
-        shared, being read-only) with a copy of the expert."""
+        shared, being read-only) with a copy of the expert; held_lights: the copy's lights
+        show these states (one per light) from now on."""
         world = self.world
         shared = [world.route, world.statics, world.style,
                   *(v.path for v in world.vehicles if v.path is not None)]
@@ -61,6 +66,12 @@ class EgoWorld:
         other = copy.copy(self)
         other.world = copy.deepcopy(world, memo)
         other.expert = self.expert.fork(other.world)
+        if held_lights is not None:
+            lights = other.world.lights()
+            if len(held_lights) != len(lights):
+                raise ValueError(f"{len(held_lights)} held states for {len(lights)} lights")
+            for light, state in zip(lights, held_lights):
+                light.held = state
         return other
 
     def step(self, accel: float, steer: float) -> None:

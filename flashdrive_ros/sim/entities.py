@@ -10,6 +10,7 @@ import numpy as np
 from flashdrive_ros.sim.path import Path
 
 LIGHT_MODES = ("stop", "go", "green")
+LIGHT_STATES = ("green", "yellow", "red")
 VEHICLE_KINDS = ("lead", "oncoming", "cross", "parked")
 
 
@@ -19,7 +20,8 @@ class TrafficLight:
 
     mode 'stop': green, then (trigger) yellow -> red -> green.  mode 'go': red, then
     (trigger) green.  mode 'green': always green. stop_s / oncoming_stop_s: route arc
-    lengths of the two stop lines.
+    lengths of the two stop lines. held: a state shown from now on whatever the cycle (a
+    forked world's light kept as it was seen).
     """
 
     stop_s: float
@@ -29,10 +31,14 @@ class TrafficLight:
     yellow_time: float = 2.5
     red_time: float = 8.0
     t_trigger: float | None = None
+    held: str | None = None
 
     def __post_init__(self) -> None:
         if self.mode not in LIGHT_MODES:
             raise ValueError(f"light mode must be one of {LIGHT_MODES}, got {self.mode!r}")
+        if self.held is not None and self.held not in LIGHT_STATES:
+            raise ValueError(f"held light state must be one of {LIGHT_STATES}, got "
+                             f"{self.held!r}")
         if self.trigger_distance <= 0 or self.yellow_time <= 0 or self.red_time <= 0:
             raise ValueError("light timings must be positive")
 
@@ -42,6 +48,8 @@ class TrafficLight:
             self.t_trigger = t
 
     def state(self, t: float) -> str:
+        if self.held is not None:
+            return self.held
         if self.mode == "green":
             return "green"
         if self.t_trigger is None or t < self.t_trigger:
@@ -56,7 +64,7 @@ class TrafficLight:
         return "green"
 
     def turned_green_at(self) -> float | None:
-        if self.t_trigger is None or self.mode == "green":
+        if self.t_trigger is None or self.mode == "green" or self.held is not None:
             return None
         if self.mode == "go":
             return self.t_trigger

@@ -32,12 +32,14 @@ def is_disturbed(seed: int, share: float) -> bool:
 
 def generate_drive(seed: int, seconds: float, image_size: tuple[int, int],
                    noise: SensorNoise = NO_NOISE, disturbance: Disturbance | None = None,
-                   policy: PolicySpec | None = None) -> Drive:
+                   policy: PolicySpec | None = None, plan_futures: bool = False) -> Drive:
     """image_size: (height, width) of the model input; noise: what the odometry and the
     cameras add to the simulated truth (the expert's future stays exact); disturbance: the
     ego is pushed off its course and the expert's future is its way back
     (sim/disturbed_drive.py); policy: the ego is driven by that planner in closed loop and the
-    expert labels each frame from where it is (train/policy_drive.py)."""
+    expert labels each frame from where it is (train/policy_drive.py); plan_futures: each
+    frame's future is the expert's plan with the lights held as the frame shows them (else
+    what the expert went on to do, as disturbed drives did before)."""
     import torch
 
     from flashdrive_ros.sim.disturbed_drive import simulate_disturbed
@@ -50,8 +52,8 @@ def generate_drive(seed: int, seconds: float, image_size: tuple[int, int],
         from flashdrive_ros.train.policy_drive import policy_log
 
         log = policy_log(seed, seconds, policy)
-    elif disturbance is not None:
-        log = simulate_disturbed(seed, seconds, disturbance)
+    elif disturbance is not None or plan_futures:
+        log = simulate_disturbed(seed, seconds, disturbance, hold_lights=plan_futures)
     else:
         log = simulate(seed, seconds)
     return drive_from_log(log, seed, image_size, noise)
@@ -89,24 +91,26 @@ def drive_from_log(log, seed: int, image_size: tuple[int, int], noise: SensorNoi
 
 
 def _worker(args: tuple[int, float, tuple[int, int], SensorNoise, Disturbance | None,
-                         PolicySpec | None]) -> Drive:
+                         PolicySpec | None, bool]) -> Drive:
     return generate_drive(*args)
 
 
 def generate_drives(seeds: list[int], seconds: float, cfg: ModelConfig,
                     workers: int | None = None, noise: SensorNoise = NO_NOISE,
                     disturbance: Disturbance | None = None,
-                    disturbed_share: float = 0.0, policy: PolicySpec | None = None
-                    ) -> list[Drive]:
+                    disturbed_share: float = 0.0, policy: PolicySpec | None = None,
+                    plan_futures: bool = False) -> list[Drive]:
     """Drives for `seeds` in seed order, `workers` processes (default: all cores); the
-    `is_disturbed` share of them driven with `disturbance`, or all of them by `policy`."""
+    `is_disturbed` share of them driven with `disturbance`, or all of them by `policy`;
+    plan_futures as in `generate_drive`."""
     if disturbed_share > 0 and disturbance is None:
         raise ValueError("disturbed_share > 0 needs a disturbance")
     if policy is not None and disturbed_share > 0:
         raise ValueError("policy drives are not disturbed: disturbed_share must be 0")
     size = (cfg.prompt.image_height, cfg.prompt.image_width)
     jobs = [(int(seed), float(seconds), size, noise,
-             disturbance if is_disturbed(int(seed), disturbed_share) else None, policy)
+             disturbance if is_disturbed(int(seed), disturbed_share) else None, policy,
+             plan_futures)
             for seed in seeds]
     workers = min(workers or os.cpu_count() or 1, len(jobs))
     if workers <= 1:

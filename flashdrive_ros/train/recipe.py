@@ -19,7 +19,10 @@ class Recipe:
 
     Drives last `drive_seconds` (60 s holds every scenario block in a seeded order); training
     drives carry `noise`, and `disturbed_share` of them are driven with `disturbance` (the
-    expert's way back to its course as the label); held-out drives are exact. `extra_drives`
+    expert's way back to its course as the label); held-out drives are exact. With
+    `plan_futures` a training frame's future is the expert's plan with the lights held as the
+    frame shows them, not what it went on to do once a light changed (held-out drives keep
+    what happened). `extra_drives`
     names a drive cache (closed-loop drives of a model labelled by the expert,
     `train/policy_drives.py`) whose drives join the training drives. A decision
     class with fewer than `min_decision_windows` training windows stops the run. `decision`
@@ -42,6 +45,7 @@ class Recipe:
     noise: SensorNoise = field(default_factory=SensorNoise)
     disturbed_share: float = 0.5
     disturbance: Disturbance = field(default_factory=Disturbance)
+    plan_futures: bool = True
     extra_drives: str | None = None
     bpe_tokens: int = 1024
     target_steps: int = 6000

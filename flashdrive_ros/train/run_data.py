@@ -62,7 +62,8 @@ def fresh_data(out: Path, recipe: Recipe, workers: int | None, log: TrainLog, st
     train_list = train_seeds(recipe.train_drives)
     eval_list = eval_seeds(recipe.eval_drives)
     train_drives = generate_drives(train_list, recipe.drive_seconds, probe, workers,
-                                   recipe.noise, recipe.disturbance, recipe.disturbed_share)
+                                   recipe.noise, recipe.disturbance, recipe.disturbed_share,
+                                   plan_futures=recipe.plan_futures)
     eval_drives = generate_drives(eval_list, recipe.drive_seconds, probe, workers)
     extra = [] if recipe.extra_drives is None else load_extra_drives(Path(recipe.extra_drives),
                                                                       probe)
