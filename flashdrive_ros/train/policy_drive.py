@@ -3,7 +3,8 @@
 The ego follows the planner's plans through the tracking controller with a fixed latency, as
 in `flashdrive-drive`; each 10 Hz frame is labelled by the rule-based expert from the state the
 planner put the ego in: its reasoning (the CoC label) and its own future from there (the
-expert driven ahead on a fork of the world). Training on such drives shows the model the
+expert driven ahead on a fork of the world whose lights keep the states the frame shows, as
+`Recipe.plan_futures` does for the recipe's drives). Training on such drives shows the model the
 states its own driving reaches, and the way on from each of them.
 """
 
@@ -54,7 +55,7 @@ def simulate_policy(seed: int, seconds: float, make_planner: Callable[[EgoWorld]
         if scene is not None:
             scenes.append(scene)
             infos.append(sim.expert_control()[2])
-            poses = expert_poses(sim.fork())  # poses: [HORIZON_STEPS + 1, 3]
+            poses = expert_poses(sim.fork(sim.light_states()))  # [HORIZON_STEPS + 1, 3]
             planned.append(to_frame(poses[0], poses[SUBSTEPS::SUBSTEPS]))
 
     drive = ClosedLoopDrive(seed, make_planner, model, settings, "policy", on_step=record)
