@@ -1,5 +1,6 @@
 """Label rules: the wording is set by what the model sees (the ego's speed band), creeping
-towards a red line or a crossing pedestrian is a stop, a slower lead is followed."""
+towards a red line or a crossing pedestrian is a stop, waiting is at the line, a slower lead
+is followed."""
 
 from dataclasses import replace
 
@@ -48,6 +49,14 @@ def test_creeping_towards_a_red_line_or_a_crossing_pedestrian_is_a_stop():
     assert red.decision == "stop" and "red_light_stop" in red.tags
     assert ped.decision == "stop" and "pedestrian_yield" in ped.tags
     assert fast_red.decision == "keep_lane" and past.decision == "keep_lane"
+
+
+def test_standing_at_the_red_line_is_a_wait_and_standing_short_of_it_a_move_up_to_it():
+    at_line = _label(v=0.0, reason="red_light", light_state="red", light_gap=1.5)
+    short = _label(v=0.0, reason="red_light", light_state="red", light_gap=20.0)
+    assert at_line.coc.startswith("Stop and stay at the stop line")
+    assert short.coc.startswith("Stop smoothly at the line")
+    assert at_line.decision == short.decision == "stop"
 
 
 def test_a_standing_ego_that_starts_names_no_obstacle_as_its_reason():

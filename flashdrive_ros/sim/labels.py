@@ -15,6 +15,7 @@ SHARP_CURVATURE = 1.0 / 50.0
 GREEN_GO_WINDOW = 5.0
 RESTART_LOOKBACK = 60
 CREEP_SPEED = 3.0  # below this, a red light or crossing pedestrian ahead is the reason to stop
+RED_WAIT_GAP = 5.0  # m, front bumper to the line: standing farther back at red, the car moves up
 WORDING_SPEED_BANDS = (4.0, 9.0)  # m/s; the ego's speed band picks a situation's wording
 
 # Every sentence opens with the word of its decision (DECISION_WORDS) and no other decision's
@@ -109,7 +110,8 @@ def _situation(infos: list[ExpertInfo], k: int) -> tuple[str, list[str]]:
     red_ahead = (info.light_state == "red" and info.light_gap is not None
                  and info.light_gap >= -0.5)
     if info.reason in ("red_light", "yellow_light") or (creeping and red_ahead):
-        waiting = info.v < 0.3 and info.light_state == "red"
+        waiting = (info.v < 0.3 and info.light_state == "red" and info.light_gap is not None
+                   and info.light_gap <= RED_WAIT_GAP)
         return ("red_wait" if waiting else "red_approach"), ["red_light_stop"]
     if info.reason == "pedestrian" or (creeping and info.ped_gap is not None):
         return "ped", ["pedestrian_yield"]
