@@ -14,6 +14,7 @@ from flashdrive_ros.eval.dds_profile import (
     DdsChoice,
     choose_dds_profile,
     dds_profile_environment,
+    segment_bytes,
 )
 from flashdrive_ros.eval.input_notes import input_lines, transport_lines
 from flashdrive_ros.eval.through_ros import camera_transport
@@ -23,12 +24,26 @@ from flashdrive_ros.sim.vehicle_bag import VehicleStyle, write_vehicle_bag
 LARGE = 1920 * 1080 * 3 + 100
 
 
+def roomy_shm() -> int:
+    return 2**30
+
+
 def test_auto_takes_the_large_image_profile_only_for_messages_over_the_default_segment():
-    choice = choose_dds_profile(AUTO, LARGE, environ={})
+    choice = choose_dds_profile(AUTO, LARGE, environ={}, shm_free=roomy_shm)
     assert choice.profile is not None and choice.profile.name == LARGE_IMAGES_PROFILE
     assert choice.profile.is_file()
     assert "5.9 MiB" in choice.note and "--dds-profile environment" in choice.note
-    assert choose_dds_profile(AUTO, FASTDDS_DEFAULT_SEGMENT_BYTES, environ={}) == DdsChoice(None)
+    assert choose_dds_profile(AUTO, FASTDDS_DEFAULT_SEGMENT_BYTES, environ={},
+                              shm_free=roomy_shm) == DdsChoice(None)
+
+
+def test_auto_keeps_the_defaults_and_says_why_where_dev_shm_is_too_small_for_the_profile():
+    profile = choose_dds_profile(AUTO, LARGE, environ={}, shm_free=roomy_shm).profile
+    assert segment_bytes(profile) == 256 * 2**20
+    choice = choose_dds_profile(AUTO, LARGE, environ={}, shm_free=lambda: 64 * 2**20)
+    assert choice.profile is None
+    assert "/dev/shm has 64 MiB free" in choice.note and "needs 512 MiB" in choice.note
+    assert "--shm-size" in choice.note
 
 
 @pytest.mark.parametrize("environ", [
@@ -37,13 +52,15 @@ def test_auto_takes_the_large_image_profile_only_for_messages_over_the_default_s
     {"RMW_IMPLEMENTATION": "rmw_cyclonedds_cpp"},
 ])
 def test_auto_leaves_a_configured_environment_alone(environ):
-    assert choose_dds_profile(AUTO, LARGE, environ=environ) == DdsChoice(None)
+    assert choose_dds_profile(AUTO, LARGE, environ=environ, shm_free=roomy_shm) == \
+        DdsChoice(None)
 
 
 def test_environment_and_a_file_are_taken_as_asked(tmp_path):
-    assert choose_dds_profile(ENVIRONMENT, LARGE, environ={}) == DdsChoice(None)
+    assert choose_dds_profile(ENVIRONMENT, LARGE, environ={}, shm_free=roomy_shm) == \
+        DdsChoice(None)
     xml = tmp_path / "mine.xml"
-    assert choose_dds_profile(xml, 10, environ={}) == DdsChoice(xml)
+    assert choose_dds_profile(xml, 10, environ={}, shm_free=lambda: 0) == DdsChoice(xml)
 
 
 def test_the_profile_environment_is_set_inside_the_block_and_restored_after(tmp_path):

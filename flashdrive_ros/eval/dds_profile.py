@@ -1,14 +1,16 @@
 """Which Fast DDS profile the through-ROS replay's player and node run on: the one asked for,
 the environment's, or (auto) the shipped large-image profile when the bag's camera messages
-do not fit Fast DDS's default shared-memory segment."""
+do not fit Fast DDS's default shared-memory segment and /dev/shm has room for it."""
 
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator
+import shutil
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+from xml.etree import ElementTree
 
 from flashdrive_ros.paths import config_file
 
@@ -18,6 +20,8 @@ DDS_PROFILE_VARIABLES = ("FASTRTPS_DEFAULT_PROFILES_FILE", "FASTDDS_DEFAULT_PROF
 FASTDDS_DEFAULT_SEGMENT_BYTES = 512 * 1024
 LARGE_IMAGES_PROFILE = "fastdds_large_images.xml"
 AUTO, ENVIRONMENT = "auto", "environment"
+SHM_DIR = "/dev/shm"
+SHM_PARTICIPANTS = 2
 FAST_DDS_RMWS = ("", "rmw_fastrtps_cpp", "rmw_fastrtps_dynamic_cpp")
 
 
@@ -30,9 +34,26 @@ class DdsChoice:
     note: str | None = None
 
 
+def segment_bytes(profile: Path) -> int:
+    """The largest shared-memory segment_size a Fast DDS XML profile sets (0: none)."""
+    sizes = [int(el.text) for el in ElementTree.parse(profile).iter()
+             if el.tag.rsplit("}", 1)[-1] == "segment_size" and el.text]
+    return max(sizes, default=0)
+
+
+def shm_free_bytes() -> int:
+    try:
+        return shutil.disk_usage(SHM_DIR).free
+    except OSError:
+        return 0
+
+
 def choose_dds_profile(requested: str | Path, largest_camera_bytes: int,
-                       environ: dict[str, str] | os._Environ = os.environ) -> DdsChoice:
-    """requested: AUTO, ENVIRONMENT or a profile file (checked by ReplayOptions)."""
+                       environ: dict[str, str] | os._Environ = os.environ,
+                       shm_free: Callable[[], int] = shm_free_bytes) -> DdsChoice:
+    """requested: AUTO, ENVIRONMENT or a profile file (checked by ReplayOptions). AUTO takes
+    the large-image profile only where /dev/shm has room for a segment per participant
+    (the player's and the node's)."""
     if requested == ENVIRONMENT:
         return DdsChoice(None)
     if requested != AUTO:
@@ -44,11 +65,19 @@ def choose_dds_profile(requested: str | Path, largest_camera_bytes: int,
     if largest_camera_bytes <= FASTDDS_DEFAULT_SEGMENT_BYTES:
         return DdsChoice(None)
     profile = config_file(LARGE_IMAGES_PROFILE)
+    too_large = (f"DDS: camera messages of up to {largest_camera_bytes / 2**20:.1f} MiB do not "
+                 f"fit Fast DDS's default {FASTDDS_DEFAULT_SEGMENT_BYTES // 1024} KiB "
+                 f"shared-memory segment")
+    needed = SHM_PARTICIPANTS * segment_bytes(profile)
+    if (free := shm_free()) < needed:
+        return DdsChoice(None, (
+            f"{too_large}, and {SHM_DIR} has {free / 2**20:.0f} MiB free where {profile} needs "
+            f"{needed / 2**20:.0f} MiB ({SHM_PARTICIPANTS} participants): camera frames will "
+            f"be lost; give it more shared memory (e.g. docker run --shm-size=1g) or pass "
+            f"--dds-profile XML"))
     return DdsChoice(profile, (
-        f"DDS: camera messages of up to {largest_camera_bytes / 2**20:.1f} MiB do not fit Fast "
-        f"DDS's default {FASTDDS_DEFAULT_SEGMENT_BYTES // 1024} KiB shared-memory segment; the "
-        f"player and drive_node run on {profile} (--dds-profile {ENVIRONMENT} keeps the "
-        f"environment's DDS configuration)"))
+        f"{too_large}; the player and drive_node run on {profile} (--dds-profile "
+        f"{ENVIRONMENT} keeps the environment's DDS configuration)"))
 
 
 @contextmanager
