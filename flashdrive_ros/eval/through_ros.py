@@ -8,7 +8,11 @@ import os
 import numpy as np
 
 from flashdrive_ros.eval.bag import BagReader
-from flashdrive_ros.eval.dds_profile import choose_dds_profile, dds_profile_environment
+from flashdrive_ros.eval.dds_profile import (
+    ENVIRONMENT,
+    choose_dds_profile,
+    dds_profile_environment,
+)
 from flashdrive_ros.eval.errors import ReplayError
 from flashdrive_ros.eval.ground_truth import OdometryTrack
 from flashdrive_ros.eval.images import RAW_TYPE
@@ -108,11 +112,12 @@ def run_through_ros(options: ReplayOptions
              "overlay": names.OVERLAY_TOPIC, "diagnostics": names.DIAGNOSTICS_TOPIC}
     topics = {role: names.resolved(topic, node_name=node_name())
               for role, topic in roles.items()}
-    max_plan_age_s = (DriveParams().max_plan_age_s if options.max_plan_age_s is None
+    defaults = DriveParams()
+    max_plan_age_s = (defaults.max_plan_age_s if options.max_plan_age_s is None
                       else options.max_plan_age_s)
     replay = ReplayResults({}, {})
     replay.input_notes = [dds.note] if dds.note else []
-    camera_names = options.node_params.get("camera_names", DriveParams().camera_names)
+    camera_names = options.node_params.get("camera_names", defaults.camera_names)
     node_stats, overlays = {}, []
     for mode in options.modes:
         with dds_profile_environment(dds):
@@ -120,7 +125,7 @@ def run_through_ros(options: ReplayOptions
         recording = read_recording(recorded, topics, end_s, node_name())
         results, skipped = plan_results(recording, track, labels,
                                         model.action.num_waypoints, model.action.dt)
-        transport = {"dds_profile": str(dds.profile or "environment"),
+        transport = {"dds_profile": str(dds.profile or ENVIRONMENT),
                      "camera_transport": camera_transport(
                          camera_names, options.topics.cameras, session.play.per_topic,
                          recording.node_stats["node_inputs_received"])}

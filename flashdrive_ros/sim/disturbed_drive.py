@@ -206,6 +206,7 @@ def simulate_disturbed(seed: int, seconds: float, disturbance: Disturbance | Non
         holds = StartHolds(disturbance, np.random.default_rng([seed, 31]))
     rows, scenes, infos, forks, light_changes = [], [], [], {}, {}
     expert_accel = 0.0
+    lights_now = sim.light_states() if hold_lights else None
     for i in range(n_steps):
         while approaches and approaches[0].due(sim.route_position()[0], sim.ego.v):
             steps, accel = approaches.pop(0).run(sim.ego.v)
@@ -215,9 +216,8 @@ def simulate_disturbed(seed: int, seconds: float, disturbance: Disturbance | Non
             offsets[i:i + hold, 0] = -HOLD_BRAKE
         run_starts = i == 0 or not offsets[i - 1].any()
         on_frame = i % SUBSTEPS == 0 and i < frame_count * SUBSTEPS
-        lights_now = sim.light_states()
         if offsets[i].any() and (run_starts or on_frame):
-            forks[i] = sim.fork(lights_now if hold_lights else None)
+            forks[i] = sim.fork(lights_now)
         accel, steer, info = sim.expert_control()
         expert_accel = accel
         if i % SUBSTEPS == 0:
@@ -226,8 +226,10 @@ def simulate_disturbed(seed: int, seconds: float, disturbance: Disturbance | Non
         ego = sim.ego
         rows.append((sim.t, ego.x, ego.y, ego.yaw, ego.v, ego.yaw_rate, ego.accel))
         sim.step(accel + offsets[i, 0], steer + offsets[i, 1])
-        if hold_lights and i + 1 < n_steps and sim.light_states() != lights_now:
-            light_changes[i + 1] = sim.fork(lights_now)
+        if hold_lights:
+            lights_before, lights_now = lights_now, sim.light_states()
+            if i + 1 < n_steps and lights_now != lights_before:
+                light_changes[i + 1] = sim.fork(lights_before)
     disturbed = np.flatnonzero(offsets.any(axis=1))
     ego_rows = np.asarray(rows, dtype=np.float64)
     branches = {i: expert_poses(fork) for i, fork in forks.items()}

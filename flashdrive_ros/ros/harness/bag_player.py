@@ -49,11 +49,14 @@ def unmatched_after(publishers: dict, topics: list[str], timeout_s: float) -> li
 
 @dataclass
 class PlayStats:
-    messages: int = 0
-    per_topic: dict[str, int] = field(default_factory=dict)
+    per_topic: dict[str, int] = field(default_factory=dict)  # messages published per topic
     bag_seconds: float = 0.0
     wall_seconds: float = 0.0
     max_lateness_s: float = 0.0
+
+    @property
+    def messages(self) -> int:
+        return sum(self.per_topic.values())
 
 
 class BagPlayer:
@@ -130,7 +133,6 @@ class BagPlayer:
                 self.clock_publisher.publish(Clock(clock=seconds_to_stamp(log_ns * 1e-9)))
                 last_clock_ns = log_ns
             self.publishers[conn.topic].publish(bytes(raw))
-            stats.messages += 1
             stats.per_topic[conn.topic] = stats.per_topic.get(conn.topic, 0) + 1
             stats.bag_seconds = (log_ns - first_ns) * 1e-9
             if on_message is not None:
