@@ -111,11 +111,12 @@ def test_the_tracker_stops_where_the_plan_stops_and_follows_its_braking_closely(
 
 
 class RoutePlanner:
-    """Plans `speed` m/s along the ego lane's centre (or straight ahead), blind to
-    everything else."""
+    """Plans `speed` m/s along the ego lane's centre `offset` m to its left (or straight
+    ahead), blind to everything else."""
 
-    def __init__(self, sim: EgoWorld, speed: float, straight: bool = False) -> None:
-        self.sim, self.speed, self.straight = sim, speed, straight
+    def __init__(self, sim: EgoWorld, speed: float, straight: bool = False,
+                 offset: float = 0.0) -> None:
+        self.sim, self.speed, self.straight, self.offset = sim, speed, straight, offset
 
     def reset(self) -> None:
         return None
@@ -128,7 +129,7 @@ class RoutePlanner:
             yaw = np.full(WAYPOINTS, ego.yaw)
         else:
             s = self.sim.route_position()[0] + ahead
-            x, y = route.offset_point(s, EGO_LANE_D)
+            x, y = route.offset_point(s, EGO_LANE_D + self.offset)
             yaw = route.pose_at(s)[2]
         poses = np.stack([x, y, yaw], axis=1)
         local = to_frame(np.array([ego.x, ego.y, ego.yaw]), poses)
@@ -191,6 +192,15 @@ def test_a_planner_blind_to_the_road_leaves_it_in_the_turn():
     assert straight["route_completion"] < 0.9
     lane = drive(lambda sim: RoutePlanner(sim, 9.0), "turn", 6.0)
     assert lane["off_road_s"] == 0 and lane["lane_departure_s"] == 0
+
+
+def test_the_lane_offset_shows_a_plan_that_keeps_beside_the_lane_centre():
+    centred = drive(lambda sim: RoutePlanner(sim, 9.0), "turn", 6.0)["lane_offset_m"]
+    right = drive(lambda sim: RoutePlanner(sim, 9.0, offset=-1.0), "turn", 6.0)
+    assert abs(centred["mean"]) < 0.15 and centred["abs_p95"] < 0.3
+    assert -1.1 < right["lane_offset_m"]["mean"] < -0.6
+    assert 0.8 < right["lane_offset_m"]["abs_p95"] < 1.3
+    assert right["off_road_s"] == 0 and right["lane_departure_s"] > 1.0
 
 
 def test_cli_compares_baseline_and_flashdrive_on_the_tiny_model(tmp_path, one_thread):

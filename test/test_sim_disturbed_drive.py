@@ -9,6 +9,7 @@ import pytest
 from flashdrive_ros.sim.disturbed_drive import (
     HORIZON_STEPS,
     Disturbance,
+    drift_offsets,
     pulse_schedule,
     simulate_disturbed,
     start_hold_steps,
@@ -26,8 +27,9 @@ SEED = 4242
 
 def test_without_pulses_the_drive_and_its_futures_are_the_plain_drive():
     plain = simulate(SEED, 3.0)
-    log = simulate_disturbed(SEED, 3.0, Disturbance(first_s=100.0, approach_kinds=(),
-                                                    start_hold_share=0.0), hold_lights=False)
+    log = simulate_disturbed(SEED, 3.0, Disturbance(first_s=100.0, drift_first_s=100.0,
+                                                    approach_kinds=(), start_hold_share=0.0),
+                             hold_lights=False)
     assert np.array_equal(log.ego, plain.ego)
     assert np.array_equal(np.stack([log.future(k) for k in range(log.frame_count)]),
                           np.stack([plain.future(k) for k in range(plain.frame_count)]))
@@ -94,7 +96,7 @@ def test_a_fork_continues_the_drive_through_a_red_light_exactly():
 
 
 def test_pulses_push_the_ego_off_its_course_and_the_futures_lead_back():
-    log = simulate_disturbed(SEED, 20.0, Disturbance(start_hold_share=0.0))
+    log = simulate_disturbed(SEED, 20.0, Disturbance(start_hold_share=0.0, drift_first_s=100.0))
     plain = simulate(SEED, 20.0)
     offset = np.array([info.route_d for info in log.infos[:log.frame_count]]) - EGO_LANE_D
     assert np.abs(log.ego[:, 1:3] - plain.ego[:, 1:3]).max() > 1.0
@@ -114,6 +116,47 @@ def test_pulses_push_the_ego_off_its_course_and_the_futures_lead_back():
         assert abs(d_end - EGO_LANE_D) < abs(offset[k]), f"frame {k} does not lead back"
 
 
+DRIFTS_ONLY = dict(first_s=100.0, approach_kinds=(), start_hold_share=0.0, drift_first_s=1.0,
+                   drift_gap_s=(8.0, 10.0))
+
+
+def test_drifts_ramp_to_an_offset_on_either_side_and_hold_it_apart():
+    d = Disturbance(**DRIFTS_ONLY)
+    profile = drift_offsets(d, 50 * 600, np.random.default_rng(7))
+    runs = np.flatnonzero(np.diff(np.concatenate([[0.0], (profile != 0).astype(float), [0.0]])))
+    starts, stops = runs[::2], runs[1::2]
+    assert len(starts) >= 20
+    sizes = np.array([profile[b - 1] for b in stops])
+    assert (sizes > 0).any() and (sizes < 0).any()
+    assert np.all((np.abs(sizes) >= 0.4) & (np.abs(sizes) <= 1.6))
+    assert starts[0] >= d.drift_first_s * 50
+    assert np.all(np.diff(starts) >= d.drift_gap_s[0] * 50 - 1)
+    for a, b in zip(starts, stops):
+        ramp = np.abs(profile[a:b])
+        assert np.all(np.diff(ramp) >= -1e-12)
+        assert 1.5 * 50 - 1 <= np.argmax(ramp >= ramp[-1] - 1e-12) + 1 <= 3.0 * 50 + 1
+    with pytest.raises(ValueError, match="drifts must not overlap"):
+        Disturbance(drift_gap_s=(5.0, 9.0))
+
+
+def test_a_drift_holds_the_ego_parallel_beside_its_lane_and_the_futures_lead_back():
+    log = simulate_disturbed(SEED, 24.0, Disturbance(**DRIFTS_ONLY))
+    route = log.world.route
+    held = []
+    for k in range(log.frame_count):
+        x, y, yaw, v = log.ego[k * SUBSTEPS, 1:5]
+        s, d = route.project((x, y))
+        heading = (yaw - route.pose_at(s)[2] + np.pi) % (2 * np.pi) - np.pi
+        if abs(d - EGO_LANE_D) > 0.4 and abs(heading) < 0.03 and v > 2.0:
+            end = log.future(k)[-1]
+            c, sn = np.cos(yaw), np.sin(yaw)
+            _, d_end = route.project((x + c * end[0] - sn * end[1],
+                                      y + sn * end[0] + c * end[1]))
+            held.append((abs(d - EGO_LANE_D), abs(d_end - EGO_LANE_D)))
+    assert len(held) >= 10, "no frame holds the ego parallel beside its lane centre"
+    assert all(back < 0.25 for _, back in held), held
+
+
 def _logged_future(log, k):
     from flashdrive_ros.sim.drive import to_frame
 
@@ -122,8 +165,9 @@ def _logged_future(log, k):
 
 
 def test_an_approach_pulse_makes_the_ego_reach_the_red_light_faster_and_the_futures_stop():
-    late = Disturbance(first_s=100.0, stop_short_share=0.0, approach_before_m=(20.0, 30.0),
-                       approach_accel_mps2=(2.0, 2.0), approach_duration_s=(2.0, 2.5))
+    late = Disturbance(first_s=100.0, drift_first_s=100.0, stop_short_share=0.0,
+                       approach_before_m=(20.0, 30.0), approach_accel_mps2=(2.0, 2.0),
+                       approach_duration_s=(2.0, 2.5))
     log = simulate_disturbed(SEED, 16.0, late, blocks=("red_light",))
     plain = simulate(SEED, 16.0, blocks=("red_light",))
     light = log.world.lights()[0]
@@ -149,7 +193,8 @@ def test_an_approach_pulse_makes_the_ego_reach_the_red_light_faster_and_the_futu
 
 @pytest.mark.parametrize("seed", [3, SEED])
 def test_an_early_stop_holds_the_ego_short_of_the_red_light_and_the_futures_go_on(seed):
-    log = simulate_disturbed(seed, 24.0, Disturbance(first_s=100.0, stop_short_share=1.0),
+    log = simulate_disturbed(seed, 24.0, Disturbance(first_s=100.0, drift_first_s=100.0,
+                                                      stop_short_share=1.0),
                              blocks=("red_light",))
     plain = simulate(seed, 24.0, blocks=("red_light",))
     light = log.world.lights()[0]
@@ -213,8 +258,8 @@ def test_the_disturbed_share_of_training_drives_is_drawn_per_seed():
 
 @pytest.mark.parametrize("seed", [3, SEED])
 def test_a_held_start_stands_at_the_green_light_and_the_futures_go_at_once(seed):
-    hold = Disturbance(first_s=100.0, approach_kinds=(), start_hold_share=1.0,
-                       start_hold_s=(3.0, 3.0))
+    hold = Disturbance(first_s=100.0, drift_first_s=100.0, approach_kinds=(),
+                       start_hold_share=1.0, start_hold_s=(3.0, 3.0))
     log = simulate_disturbed(seed, 30.0, hold, blocks=("red_light",))
     plain = simulate(seed, 30.0, blocks=("red_light",))
     light = log.world.lights()[0]

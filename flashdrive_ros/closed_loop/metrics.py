@@ -11,7 +11,7 @@ import numpy as np
 
 from flashdrive_ros.closed_loop.geometry import overlap, rectangle
 from flashdrive_ros.sim.vehicle import EGO_LENGTH, EGO_WIDTH, REAR_OVERHANG, WHEELBASE, EgoState
-from flashdrive_ros.sim.world import LANE_WIDTH, ROAD_HALF_WIDTH, World
+from flashdrive_ros.sim.world import EGO_LANE_D, LANE_WIDTH, ROAD_HALF_WIDTH, World
 
 CONTACT_RANGE = 12.0
 STATIC_RANGE = 40.0
@@ -157,6 +157,7 @@ class DriveMonitor:
             "stops_at_lights": len(self._overshoot),
             "off_road_s": round(float(rows[:, 10].sum() * dt), 3),
             "lane_departure_s": round(float(rows[:, 11].sum() * dt), 3),
+            "lane_offset_m": self._lane_offset(active),
             "progress_m": round(progress, 2),
             "reference_progress_m": round(reference_progress, 2),
             "route_completion": round(min(progress / max(reference_progress, 1e-6), 1.0), 4),
@@ -167,6 +168,21 @@ class DriveMonitor:
             "fallback_s": round(float((active[:, 12] == 0).sum() * dt), 3),
             "scenarios": self._scenarios(rows, end_s),
         }
+
+    def _lane_offset(self, rows: np.ndarray) -> dict:
+        """base_link's offset from its lane centre (m, left positive) while on the road and
+        outside the parked-car nudge spans: signed mean (a steady drift to one side) and p95
+        of its size."""
+        front = rows[:, 7] + EGO_LENGTH - REAR_OVERHANG
+        keep = np.abs(rows[:, 8]) < ROAD_HALF_WIDTH
+        for span in self.world.spans:
+            if span.kind == "nudge_parked":
+                keep &= ~((front >= span.s_start) & (front <= span.s_end))
+        offset = rows[keep, 8] - EGO_LANE_D
+        if not len(offset):
+            return {"mean": None, "abs_p95": None}
+        return {"mean": round(float(offset.mean()), 3),
+                "abs_p95": round(float(np.percentile(np.abs(offset), 95)), 3)}
 
     def _comfort(self, rows: np.ndarray) -> dict:
         per = max(int(round(COMFORT_DT / self.dt)), 1)

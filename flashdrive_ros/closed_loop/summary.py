@@ -33,6 +33,8 @@ def variant_summary(drives: list[dict]) -> dict:
     out["latency_p50_ms"] = _mean_std([d["latency_ms"]["p50"] for d in drives])
     for key in ("jerk_rms", "lateral_accel_max", "max_decel"):
         out[key] = _mean_std([d["comfort"][key] for d in drives])
+    for key in ("mean", "abs_p95"):
+        out[f"lane_offset_{key}_m"] = _mean_std([d["lane_offset_m"][key] for d in drives])
     out["scenarios"] = scenario_summary(drives)
     return out
 

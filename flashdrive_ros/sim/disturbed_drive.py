@@ -6,7 +6,9 @@ creeping towards a stop that it has not made yet, or an early stop (braking to r
 the stop and held there a while), so it holds the ego standing short of the line, through
 red and green. A start from standstill (the light turned green, the pedestrian crossed) is
 held back a while for `start_hold_share` of the starts, a driver's reaction time, so the drive
-holds the ego standing still with nothing left to wait for. Each 10 Hz
+holds the ego standing still with nothing left to wait for. Drifts steer the ego over to a
+random offset beside its lane centre and hold it there a while, so the drive holds the ego
+parallel to its lane but off its centre (never towards a parked car being passed). Each 10 Hz
 frame's future is the expert's undisturbed plan from that frame's state: the drive as logged
 up to the first disturbed step of the frame's horizon, then the expert alone on a copy of the
 world forked at that step."""
@@ -45,11 +47,17 @@ class Disturbance:
     stop_short_decel_mps2: float = 3.0
     start_hold_share: float = 0.7  # share of starts from standstill held back
     start_hold_s: tuple[float, float] = (0.5, 4.0)  # how long a start is held back
+    drift_first_s: float = 2.0  # earliest start of the first drift
+    drift_gap_s: tuple[float, float] = (12.0, 26.0)  # time from one drift's start to the next's
+    drift_offset_m: tuple[float, float] = (0.4, 1.6)  # |offset| from the lane centre
+    drift_ramp_s: tuple[float, float] = (1.5, 3.0)  # time to move over to the offset
+    drift_hold_s: tuple[float, float] = (1.0, 4.0)  # time the offset is held
 
     def __post_init__(self) -> None:
         for name in ("gap_s", "duration_s", "approach_before_m", "approach_duration_s",
                      "approach_accel_mps2", "stop_short_before_m", "stop_short_hold_s",
-                     "start_hold_s"):
+                     "start_hold_s", "drift_gap_s", "drift_offset_m", "drift_ramp_s",
+                     "drift_hold_s"):
             low, high = getattr(self, name)
             if not 0 < low <= high:
                 raise ValueError(f"{name} must be (low, high) with 0 < low <= high, got "
@@ -57,12 +65,16 @@ class Disturbance:
         if self.duration_s[1] >= self.gap_s[0]:
             raise ValueError(f"pulses must not overlap: duration_s {self.duration_s} against "
                              f"gap_s {self.gap_s}")
+        if self.drift_ramp_s[1] + self.drift_hold_s[1] >= self.drift_gap_s[0]:
+            raise ValueError(f"drifts must not overlap: drift_ramp_s {self.drift_ramp_s} and "
+                             f"drift_hold_s {self.drift_hold_s} against drift_gap_s "
+                             f"{self.drift_gap_s}")
         unknown = set(self.approach_kinds) - set(SCENARIO_TAGS)
         if unknown:
             raise ValueError(f"approach_kinds {sorted(unknown)} are not scenario kinds "
                              f"{SCENARIO_TAGS}")
-        if self.steer_rad < 0 or self.accel_mps2 < 0 or self.first_s < 0:
-            raise ValueError("steer_rad, accel_mps2 and first_s must be >= 0")
+        if min(self.steer_rad, self.accel_mps2, self.first_s, self.drift_first_s) < 0:
+            raise ValueError("steer_rad, accel_mps2, first_s and drift_first_s must be >= 0")
         for name in ("stop_short_share", "start_hold_share"):
             if not 0.0 <= getattr(self, name) <= 1.0:
                 raise ValueError(f"{name} must be in [0, 1], got {getattr(self, name)}")
@@ -128,6 +140,24 @@ def pulse_schedule(disturbance: Disturbance, steps: int, rng: np.random.Generato
         t += rng.uniform(*disturbance.gap_s)
 
 
+def drift_offsets(disturbance: Disturbance, steps: int, rng: np.random.Generator
+                  ) -> np.ndarray:
+    """[steps] lateral offset (m, left positive) the expert steers to at each 50 Hz step:
+    drifts of a random side and size, each a linear ramp to its offset and a hold there."""
+    offsets = np.zeros(steps)
+    t = disturbance.drift_first_s + rng.uniform(0.0, disturbance.drift_gap_s[0])
+    while True:
+        start = int(round(t * SIM_HZ))
+        ramp = max(1, int(round(rng.uniform(*disturbance.drift_ramp_s) * SIM_HZ)))
+        hold = int(round(rng.uniform(*disturbance.drift_hold_s) * SIM_HZ))
+        if start + ramp + hold > steps:
+            return offsets
+        size = float(rng.choice((-1.0, 1.0)) * rng.uniform(*disturbance.drift_offset_m))
+        offsets[start:start + ramp] = size * np.arange(1, ramp + 1) / ramp
+        offsets[start + ramp:start + ramp + hold] = size
+        t += rng.uniform(*disturbance.drift_gap_s)
+
+
 def approach_pulses(disturbance: Disturbance, spans, rng: np.random.Generator
                     ) -> list[ApproachPulse | StopShortPulse]:
     """One pulse per scenario span of an `approach_kinds` kind, in route order: an early stop
@@ -183,42 +213,50 @@ def simulate_disturbed(seed: int, seconds: float, disturbance: Disturbance | Non
                        blocks: tuple[str, ...] | None = None,
                        hold_lights: bool = True) -> DriveLog:
     """Like `drive.simulate`, with the ego disturbed by `pulse_schedule` and
-    `approach_pulses` pulses and `StartHolds` (seeded by `seed`; none when `disturbance` is
-    None) and `DriveLog.planned` holding each frame's undisturbed expert future. With
-    `hold_lights`, that future is the expert's plan from what a frame shows: the lights keep
-    the states they have at the frame's time through its horizon (a light that turns green
-    4 s later is red for the whole future of a car waiting at it)."""
+    `approach_pulses` pulses, `drift_offsets` drifts and `StartHolds` (seeded by `seed`; none
+    when `disturbance` is None) and `DriveLog.planned` holding each frame's undisturbed
+    expert future. With `hold_lights`, that future is the expert's plan from what a frame
+    shows: the lights keep the states they have at the frame's time through its horizon (a
+    light that turns green 4 s later is red for the whole future of a car waiting at it)."""
     if seconds <= 0:
         raise ValueError(f"seconds must be > 0, got {seconds}")
     sim = EgoWorld(seed, seconds, blocks)
     n_steps = int(round((seconds + FUTURE_STEPS * FUTURE_DT) * SIM_HZ)) + 1
     frame_count = int(round(seconds * SIM_HZ / SUBSTEPS)) + 1
     offsets = np.zeros((n_steps, 2))  # offsets: [n_steps, 2] (accel, steer) added at a step
+    drifts = np.zeros(n_steps)  # drifts: [n_steps] lateral offset the expert steers to
     approaches: list[ApproachPulse | StopShortPulse] = []
     holds = None
     if disturbance is not None:
-        pulses = pulse_schedule(disturbance, (frame_count - 1) * SUBSTEPS + HORIZON_STEPS,
-                                np.random.default_rng([seed, 23]))
+        schedule_steps = (frame_count - 1) * SUBSTEPS + HORIZON_STEPS
+        pulses = pulse_schedule(disturbance, schedule_steps, np.random.default_rng([seed, 23]))
         for pulse in pulses:
             offsets[pulse.start:pulse.stop] = (pulse.accel, pulse.steer)
+        drifts[:schedule_steps] = drift_offsets(disturbance, schedule_steps,
+                                                np.random.default_rng([seed, 37]))
         approaches = approach_pulses(disturbance, sim.world.spans,
                                      np.random.default_rng([seed, 29]))
         holds = StartHolds(disturbance, np.random.default_rng([seed, 31]))
+    marked = np.zeros(n_steps, dtype=bool)  # marked: [n_steps] the step is disturbed
     rows, scenes, infos, forks, light_changes = [], [], [], {}, {}
     expert_accel = 0.0
     lights_now = sim.light_states() if hold_lights else None
     for i in range(n_steps):
-        while approaches and approaches[0].due(sim.route_position()[0], sim.ego.v):
+        route_s = sim.route_position()[0]
+        while approaches and approaches[0].due(route_s, sim.ego.v):
             steps, accel = approaches.pop(0).run(sim.ego.v)
             offsets[i:i + steps, 0] = accel
         if holds is not None:
             hold = holds.steps(sim.ego.v, expert_accel, bool(offsets[i].any()))
             offsets[i:i + hold, 0] = -HOLD_BRAKE
-        run_starts = i == 0 or not offsets[i - 1].any()
+        if drifts[i] < 0.0 and sim.expert.nudge_at(route_s) > 0.0:
+            drifts[i] = 0.0
+        marked[i] = offsets[i].any() or drifts[i] != 0.0
+        run_starts = i == 0 or not marked[i - 1]
         on_frame = i % SUBSTEPS == 0 and i < frame_count * SUBSTEPS
-        if offsets[i].any() and (run_starts or on_frame):
+        if marked[i] and (run_starts or on_frame):
             forks[i] = sim.fork(lights_now)
-        accel, steer, info = sim.expert_control()
+        accel, steer, info = sim.expert_control(float(drifts[i]))
         expert_accel = accel
         if i % SUBSTEPS == 0:
             scenes.append(sim.snapshot())
@@ -230,7 +268,7 @@ def simulate_disturbed(seed: int, seconds: float, disturbance: Disturbance | Non
             lights_before, lights_now = lights_now, sim.light_states()
             if i + 1 < n_steps and lights_now != lights_before:
                 light_changes[i + 1] = sim.fork(lights_before)
-    disturbed = np.flatnonzero(offsets.any(axis=1))
+    disturbed = np.flatnonzero(marked)
     ego_rows = np.asarray(rows, dtype=np.float64)
     branches = {i: expert_poses(fork) for i, fork in forks.items()}
     held = {i: expert_poses(fork) for i, fork in light_changes.items()}

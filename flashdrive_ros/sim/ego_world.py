@@ -44,9 +44,10 @@ class EgoWorld:
     def front_s(self) -> float:
         return self.route_position()[0] + self.ego.front_offset
 
-    def expert_control(self) -> tuple[float, float, ExpertInfo]:
-        """The rule-based expert's command for the ego now."""
-        return self.expert.control(self.t, self.ego)
+    def expert_control(self, lateral_offset: float = 0.0) -> tuple[float, float, ExpertInfo]:
+        """The rule-based expert's command for the ego now (steering aimed `lateral_offset`
+        m beside its lane centre, left positive)."""
+        return self.expert.control(self.t, self.ego, lateral_offset)
 
     def snapshot(self) -> SceneSnapshot:
         return _snapshot(self.world, self.t, self.ego, self.route_position()[0])

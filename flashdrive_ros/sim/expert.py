@@ -89,8 +89,10 @@ class Expert:
     def nudge_at(self, s):
         return np.interp(s, self._grid, self._nudge)
 
-    def control(self, t: float, ego: EgoState) -> tuple[float, float, ExpertInfo]:
-        """(acceleration, steering command, info) for the ego at time t."""
+    def control(self, t: float, ego: EgoState, lateral_offset: float = 0.0
+                ) -> tuple[float, float, ExpertInfo]:
+        """(acceleration, steering command, info) for the ego at time t; lateral_offset (m,
+        left positive): the steering aims that far beside the lane (and nudge) centre."""
         world, route, p = self.world, self.world.route, self.world.idm
         s, d = route.project((ego.x, ego.y), hint=self._s, window=30.0)
         self._s = s
@@ -149,7 +151,7 @@ class Expert:
             reason = "curve"
         else:
             reason = "free"
-        steer = self._pure_pursuit(ego, s)
+        steer = self._pure_pursuit(ego, s, lateral_offset)
         _, _, yaw_now = route.pose_at(s)
         _, _, yaw_ahead = route.pose_at(s + max(25.0, 3.0 * ego.v))
         kappa = route.curvature_at(np.linspace(s, s + 30.0, 16))
@@ -164,10 +166,11 @@ class Expert:
             oncoming_near=oncoming_near)
         return accel, steer, info
 
-    def _pure_pursuit(self, ego: EgoState, s: float) -> float:
+    def _pure_pursuit(self, ego: EgoState, s: float, lateral_offset: float) -> float:
         lookahead = float(np.clip(4.0 + 0.6 * ego.v, 5.0, 18.0))
         s_t = s + lookahead
-        tx, ty = self.world.route.offset_point(s_t, EGO_LANE_D + float(self.nudge_at(s_t)))
+        tx, ty = self.world.route.offset_point(
+            s_t, EGO_LANE_D + float(self.nudge_at(s_t)) + lateral_offset)
         dx, dy = tx - ego.x, ty - ego.y
         c, sn = np.cos(ego.yaw), np.sin(ego.yaw)
         lx, ly = c * dx + sn * dy, -sn * dx + c * dy
