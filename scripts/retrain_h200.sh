@@ -27,7 +27,9 @@
 #        at 128 ms latency (flashdrive-drive); run it beside `eval` with WORKERS splitting the
 #        cores between them.
 # The run directories (out/retrain, out/retrain_target) are ignored by git, so they stay on
-# the machine between calls of one session.
+# the machine between calls while it is held; a machine given back between `target` and
+# `resume` takes the checkpoint with it (~100 MB with the optimizer state, and the drive
+# cache it reads, too large to bring back), and `target` must run again.
 # Comes back under $OUT: retrain_<phase>.tar.gz (summary.json, coverage.md, train_log.jsonl,
 # held_out.json, held_out.md, the logs, and the model directory but model.safetensors) and
 # model.safetensors (beside the tarball: the tarball with it would pass the 16 MiB per file).
