@@ -10,7 +10,8 @@ from flashdrive_ros.sim.drive import simulate
 from flashdrive_ros.sim.labels import DECISIONS, label_drive
 from flashdrive_ros.sim.seeds import EVAL_SEEDS, TRAIN_SEEDS, is_eval_seed
 from flashdrive_ros.train.dataset import IGNORE, TrainSet
-from flashdrive_ros.train.generate import generate_drive
+from flashdrive_ros.sim.disturbed_drive import Disturbance
+from flashdrive_ros.train.generate import drive_jobs, generate_drive, run_drive_jobs
 from flashdrive_ros.train.run_data import train_tokenizer
 
 SEED = 11
@@ -78,3 +79,18 @@ def test_batch_rows_hold_prompt_then_coc_with_shifted_labels(drive, data):
         assert (labels[:n - 1] == IGNORE).all() and (labels[length - 1:] == IGNORE).all()
     per_window = 16 * data.cfg.tokens_per_image
     assert batch.pixel_patches.shape[0] == 2 * per_window * 4
+
+
+def test_drives_made_in_parallel_come_back_in_job_order_as_made_one_by_one():
+    cfg = tiny()
+    jobs = (drive_jobs([5, 6, 7], 1.0, cfg)
+            + drive_jobs([11, 12, 13], 1.0, cfg, disturbance=Disturbance(first_s=0.2),
+                         disturbed_share=0.5, plan_futures=True))
+    assert any(job[4] is not None for job in jobs) and any(job[4] is None for job in jobs[3:])
+    parallel = run_drive_jobs(jobs, workers=2)
+    alone = run_drive_jobs(jobs, workers=1)
+    assert [d.seed for d in parallel] == [5, 6, 7, 11, 12, 13]
+    for a, b in zip(parallel, alone):
+        assert a.coc == b.coc
+        for key in ("frames", "poses", "expert_future"):
+            assert np.array_equal(getattr(a, key), getattr(b, key)), (a.seed, key)

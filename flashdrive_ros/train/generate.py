@@ -90,9 +90,51 @@ def drive_from_log(log, seed: int, image_size: tuple[int, int], noise: SensorNoi
                  [",".join(label.tags) for label in labels])
 
 
-def _worker(args: tuple[int, float, tuple[int, int], SensorNoise, Disturbance | None,
-                         PolicySpec | None, bool]) -> Drive:
+DriveJob = tuple[int, float, tuple[int, int], SensorNoise, Disturbance | None,
+                 "PolicySpec | None", bool]
+
+
+def _worker(args: DriveJob) -> Drive:
     return generate_drive(*args)
+
+
+def _job_cost(job: DriveJob) -> int:
+    """Rank of a job's simulation time: policy drives (a model plans every frame), then
+    disturbed drives (a fork of the world per disturbed frame), then plain ones."""
+    _, _, _, _, disturbance, policy, plan_futures = job
+    return 3 if policy is not None else 2 if disturbance is not None else int(plan_futures)
+
+
+def drive_jobs(seeds: list[int], seconds: float, cfg: ModelConfig,
+               noise: SensorNoise = NO_NOISE, disturbance: Disturbance | None = None,
+               disturbed_share: float = 0.0, policy: PolicySpec | None = None,
+               plan_futures: bool = False) -> list[DriveJob]:
+    """`generate_drive` arguments for `seeds`: the `is_disturbed` share of them driven with
+    `disturbance`, or all of them by `policy`; plan_futures as in `generate_drive`."""
+    if disturbed_share > 0 and disturbance is None:
+        raise ValueError("disturbed_share > 0 needs a disturbance")
+    if policy is not None and disturbed_share > 0:
+        raise ValueError("policy drives are not disturbed: disturbed_share must be 0")
+    size = (cfg.prompt.image_height, cfg.prompt.image_width)
+    return [(int(seed), float(seconds), size, noise,
+             disturbance if is_disturbed(int(seed), disturbed_share) else None, policy,
+             plan_futures)
+            for seed in seeds]
+
+
+def run_drive_jobs(jobs: list[DriveJob], workers: int | None = None) -> list[Drive]:
+    """The drives of `jobs` in job order, made by `workers` processes (default: all cores);
+    the slowest kinds are handed out first so that no long drive starts last."""
+    workers = min(workers or os.cpu_count() or 1, len(jobs))
+    if workers <= 1:
+        return [_worker(job) for job in jobs]
+    order = sorted(range(len(jobs)), key=lambda i: -_job_cost(jobs[i]))
+    with mp.get_context("spawn").Pool(workers) as pool:
+        made = pool.map(_worker, [jobs[i] for i in order], chunksize=1)
+    drives: list[Drive | None] = [None] * len(jobs)
+    for i, drive in zip(order, made):
+        drives[i] = drive
+    return drives
 
 
 def generate_drives(seeds: list[int], seconds: float, cfg: ModelConfig,
@@ -100,20 +142,6 @@ def generate_drives(seeds: list[int], seconds: float, cfg: ModelConfig,
                     disturbance: Disturbance | None = None,
                     disturbed_share: float = 0.0, policy: PolicySpec | None = None,
                     plan_futures: bool = False) -> list[Drive]:
-    """Drives for `seeds` in seed order, `workers` processes (default: all cores); the
-    `is_disturbed` share of them driven with `disturbance`, or all of them by `policy`;
-    plan_futures as in `generate_drive`."""
-    if disturbed_share > 0 and disturbance is None:
-        raise ValueError("disturbed_share > 0 needs a disturbance")
-    if policy is not None and disturbed_share > 0:
-        raise ValueError("policy drives are not disturbed: disturbed_share must be 0")
-    size = (cfg.prompt.image_height, cfg.prompt.image_width)
-    jobs = [(int(seed), float(seconds), size, noise,
-             disturbance if is_disturbed(int(seed), disturbed_share) else None, policy,
-             plan_futures)
-            for seed in seeds]
-    workers = min(workers or os.cpu_count() or 1, len(jobs))
-    if workers <= 1:
-        return [_worker(job) for job in jobs]
-    with mp.get_context("spawn").Pool(workers) as pool:
-        return pool.map(_worker, jobs, chunksize=1)
+    """Drives for `seeds` in seed order (`drive_jobs`, `run_drive_jobs`)."""
+    return run_drive_jobs(drive_jobs(seeds, seconds, cfg, noise, disturbance,
+                                     disturbed_share, policy, plan_futures), workers)

@@ -20,7 +20,7 @@ from flashdrive_ros.sim.seeds import eval_seeds, is_eval_seed, train_seeds
 from flashdrive_ros.train.coverage import check_coverage, coverage, markdown
 from flashdrive_ros.train.drive import Drive
 from flashdrive_ros.train.drive_cache import load_drives, save_drives
-from flashdrive_ros.train.generate import generate_drives, is_disturbed
+from flashdrive_ros.train.generate import drive_jobs, is_disturbed, run_drive_jobs
 from flashdrive_ros.train.log import TrainLog
 from flashdrive_ros.train.recipe import Recipe
 
@@ -61,10 +61,12 @@ def fresh_data(out: Path, recipe: Recipe, workers: int | None, log: TrainLog, st
     probe = recipe.model_config(4096)
     train_list = train_seeds(recipe.train_drives)
     eval_list = eval_seeds(recipe.eval_drives)
-    train_drives = generate_drives(train_list, recipe.drive_seconds, probe, workers,
-                                   recipe.noise, recipe.disturbance, recipe.disturbed_share,
-                                   plan_futures=recipe.plan_futures)
-    eval_drives = generate_drives(eval_list, recipe.drive_seconds, probe, workers)
+    train_jobs = drive_jobs(train_list, recipe.drive_seconds, probe, recipe.noise,
+                            recipe.disturbance, recipe.disturbed_share,
+                            plan_futures=recipe.plan_futures)
+    made = run_drive_jobs(train_jobs + drive_jobs(eval_list, recipe.drive_seconds, probe),
+                          workers)
+    train_drives, eval_drives = made[:len(train_jobs)], made[len(train_jobs):]
     extra = [] if recipe.extra_drives is None else load_extra_drives(Path(recipe.extra_drives),
                                                                       probe)
     train_drives += extra
