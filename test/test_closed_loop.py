@@ -184,6 +184,22 @@ def test_the_plan_trace_shows_each_followed_plan_against_the_stop_line():
     speeds = {round(t, 2): v for t, v in zip(result.rows[:, 0], result.rows[:, 4])}
     assert rows[-1]["ego_speed_mps"] == pytest.approx(speeds[round(rows[-1]["t0"], 2)],
                                                       abs=1e-3)
+    for r in rows:
+        assert abs(r["lane_offset_m"]) < 0.3
+        for key in ("plan_offset_1s", "plan_offset_3s", "plan_offset_end"):
+            assert abs(r[key]) < 0.05, (r["t0"], key, r[key])
+
+
+def test_the_plan_trace_shows_a_plan_that_keeps_beside_the_lane_centre():
+    settings = DriveSettings(6.0, latency_ms=100.0, width=32, height=24, blocks=("turn",))
+    result = ClosedLoopDrive(SEED, lambda sim: RoutePlanner(sim, 9.0, offset=-1.0), MODEL,
+                             settings, "test").run()
+    rows = plan_trace(result)
+    assert len(rows) >= 20
+    for r in rows:
+        for key in ("plan_offset_1s", "plan_offset_3s", "plan_offset_end"):
+            assert r[key] == pytest.approx(-1.0, abs=0.05), (r["t0"], key, r[key])
+    assert rows[-1]["lane_offset_m"] == pytest.approx(-1.0, abs=0.3)
 
 
 def test_a_planner_blind_to_the_road_leaves_it_in_the_turn():

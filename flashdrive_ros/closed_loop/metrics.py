@@ -26,7 +26,7 @@ _CORNERS = np.array([[EGO_LENGTH - REAR_OVERHANG, EGO_WIDTH / 2],
 # rows: t, x, y, yaw, v, accel, steer, route s, route d, plan age (nan: none), off road,
 # lane departure, following a plan
 _COLUMNS = 13
-ROW_T, ROW_SPEED, ROW_ROUTE_S = 0, 4, 7
+ROW_T, ROW_SPEED, ROW_ROUTE_S, ROW_ROUTE_D = 0, 4, 7, 8
 
 
 def _quantiles(values: np.ndarray) -> dict[str, float | None]:
@@ -178,7 +178,7 @@ class DriveMonitor:
         for span in self.world.spans:
             if span.kind == "nudge_parked":
                 keep &= ~((front >= span.s_start) & (front <= span.s_end))
-        offset = rows[keep, 8] - EGO_LANE_D
+        offset = rows[keep, ROW_ROUTE_D] - EGO_LANE_D
         if not len(offset):
             return {"mean": None, "abs_p95": None}
         return {"mean": round(float(offset.mean()), 3),
