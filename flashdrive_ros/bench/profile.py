@@ -7,6 +7,11 @@ appear as graph launches; profile with `--graphs off` to see them.
 
     python -m flashdrive_ros.bench.profile --shape alpamayo-1.5-10b --device cuda \
         --graphs off,on --rotated-keys on,off
+    python -m flashdrive_ros.bench.profile --shape alpamayo-1.5-10b --device cuda \
+        --graphs off,on --stage action
+
+`--stage action` profiles only the action stage (flow matching) of each window, reasoned
+outside the profiler.
 """
 
 from __future__ import annotations
@@ -23,6 +28,8 @@ from flashdrive_ros.engine.config import DTYPES, EngineConfig
 from flashdrive_ros.engine.engine import Engine
 from flashdrive_ros.settings import add_setting_argument
 
+STAGES = ("all", "action")
+
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -35,6 +42,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                         help="on, off or on,off")
     parser.add_argument("--rotated-keys", type=switch_values, default=["on"],
                         help="on, off or on,off")
+    parser.add_argument("--stage", choices=STAGES, default="all",
+                        help="all: whole windows; action: only their action stage")
     parser.add_argument("--coc-tokens", type=int, default=16)
     parser.add_argument("--warmup", type=int, default=3)
     parser.add_argument("--windows", type=int, default=3)
@@ -80,11 +89,20 @@ def profile_variant(args: argparse.Namespace, parts, cfg: EngineConfig) -> None:
     if args.device.startswith("cuda"):
         activities.append(ProfilerActivity.CUDA)
     plans = []
-    with profile(activities=activities) as prof:
-        for window in drive.take(args.windows):
-            plans.append(engine.step(window))
+    if args.stage == "action":
+        with profile(activities=activities) as prof:
+            prof.toggle_collection_dynamic(False, activities)
+            for window in drive.take(args.windows):
+                reasoning = engine.reason(window)
+                prof.toggle_collection_dynamic(True, activities)
+                plans.append(engine.act(reasoning))
+                prof.toggle_collection_dynamic(False, activities)
+    else:
+        with profile(activities=activities) as prof:
+            for window in drive.take(args.windows):
+                plans.append(engine.step(window))
     events = prof.key_averages()
-    print(f"\n{args.shape} {cfg.mode} cuda_graphs={cfg.cuda_graphs} "
+    print(f"\n{args.shape} {cfg.mode} stage {args.stage} cuda_graphs={cfg.cuda_graphs} "
           f"rotated_keys={cfg.rotated_keys} {cfg.dtype} on {args.device}, {args.windows} "
           f"windows after {args.warmup}")
     for name in ("encode", "prefill", "decode", "action", "total"):
