@@ -8,6 +8,9 @@
 #        16 drives with streaming only (the full-prefill replay does not fit in the same call).
 # train  (one call, <= 9.5 min): the pipeline with an 8.7-minute budget (the 9-minute recipe
 #        overran its budget by up to 9 s).
+#        With TRAIN_ARGS="--init-from models/default --target-lr 2e-4" it fine-tunes the
+#        shipped model (its tokenizer, action normalization, weights and drafters) on the
+#        recipe's data in that one call (train/warm_start.py).
 # target (call 1 of 3, <= 9.5 min): data (drives cached under out/retrain_target/resume/drives),
 #        tokenizer and the target stage on a TARGET_MINUTES (7.5) schedule, which this call
 #        does not finish; checkpoint in out/retrain_target/resume.

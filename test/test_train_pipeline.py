@@ -1,10 +1,13 @@
 import json
+import shutil
 
 import pytest
 import torch
 
 from flashdrive_ros.model.alpamayo import AlpamayoModel
+from flashdrive_ros.model.config import ModelConfig
 from flashdrive_ros.model.drafter import Drafter
+from flashdrive_ros.model.manifest import sha256_of
 from flashdrive_ros.model.tokenizer import TextTokenizer
 from flashdrive_ros.train.log import read_log
 from flashdrive_ros.train.pipeline import main
@@ -67,3 +70,49 @@ def test_smoke_records_the_decision_focus_and_the_decision_accuracy(smoke_run):
     assert 0.0 <= target["eval_decision_acc"] <= 1.0
     assert 0.0 <= target["final_decision_acc"] <= 1.0
     assert any(k.startswith("eval_decision_acc_") for k in target)
+
+
+@pytest.fixture(scope="module")
+def warm_run(smoke_run, tmp_path_factory):
+    out = tmp_path_factory.mktemp("warm")
+    assert main(["--out", str(out), "--smoke", "--device", "cpu", "--workers", "2",
+                 "--init-from", str(smoke_run / "model"), "--target-lr", "1e-3"]) == 0
+    return out
+
+
+def test_a_warm_start_keeps_the_tokenizer_and_action_normalization_of_its_model(smoke_run,
+                                                                                 warm_run):
+    cold, warm = smoke_run / "model", warm_run / "model"
+    assert (TextTokenizer.from_file(warm / "tokenizer.json").tokenizer.get_vocab()
+            == TextTokenizer.from_file(cold / "tokenizer.json").tokenizer.get_vocab())
+    cold_cfg, warm_cfg = ModelConfig.load(cold / "config.json"), ModelConfig.load(
+        warm / "config.json")
+    assert warm_cfg.to_dict() == cold_cfg.to_dict()
+    summary = json.loads((warm_run / "summary.json").read_text())
+    assert summary["init_from"]["path"] == str(cold)
+    assert summary["init_from"]["weights_sha256"] == sha256_of(cold / "model.safetensors")
+    assert summary["init_from"]["drafter_flat"] and summary["init_from"]["drafter_mrope"]
+
+
+def test_a_warm_start_begins_where_its_model_ended(smoke_run, warm_run):
+    cold = json.loads((smoke_run / "summary.json").read_text())
+    warm = json.loads((warm_run / "summary.json").read_text())
+    assert warm["target"]["first_coc_loss"] < 0.8 * cold["target"]["first_coc_loss"]
+    for rotary in ("flat", "mrope"):
+        assert (warm[f"drafter_{rotary}"]["first_loss"]
+                < cold[f"drafter_{rotary}"]["first_loss"])
+
+
+def test_a_warm_start_from_another_model_stops_with_the_difference(smoke_run, tmp_path,
+                                                                    capsys):
+    other = tmp_path / "other"
+    shutil.copytree(smoke_run / "model", other)
+    cfg = json.loads((other / "config.json").read_text())
+    cfg["text"]["intermediate_size"] += 8
+    (other / "config.json").write_text(json.dumps(cfg))
+    assert main(["--out", str(tmp_path / "run"), "--smoke", "--device", "cpu",
+                 "--init-from", str(other)]) == 2
+    assert "differs in ['text']" in capsys.readouterr().err
+    assert main(["--out", str(tmp_path / "run"), "--smoke", "--device", "cpu",
+                 "--init-from", str(tmp_path / "absent")]) == 2
+    assert "has no config.json" in capsys.readouterr().err

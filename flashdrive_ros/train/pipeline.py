@@ -65,6 +65,7 @@ from flashdrive_ros.train.run_data import fresh_data
 from flashdrive_ros.train.streaming_backbone import train_backbone_streaming
 from flashdrive_ros.train.streaming_tune import streaming_tune
 from flashdrive_ros.train.target_train import TargetTrainer
+from flashdrive_ros.train.warm_start import warm_start
 
 MODEL_SUBDIR = "model"
 DRIVES_SUBDIR = "drives"
@@ -104,16 +105,20 @@ def run(out: Path, recipe: Recipe, minutes_budget: float, device: torch.device, 
     cache_dtype = torch.bfloat16 if cuda else torch.float32
     paused = None
     if resume is None:
+        warm = warm_start(recipe)
         seed_everything(seed)
         cache = (out / RESUME_SUBDIR / DRIVES_SUBDIR
                  if stages == "target" or recipe.target_minutes is not None else None)
         tokenizer, train_drives, eval_drives, summary = fresh_data(
-            out, recipe, workers, log, start, cache)
+            out, recipe, workers, log, start, cache, None if warm is None else warm.tokenizer)
         cfg = recipe.model_config(tokenizer.vocab_size)
+        if warm is not None:
+            summary["init_from"] = warm.summary()
     else:
         paused = read_checkpoint(resume / RESUME_SUBDIR)
         meta, tokenizer, _ = paused
         recipe, seed = recipe_from_dict(meta["recipe"]), int(meta["seed"])
+        warm = warm_start(recipe)
         cfg = ModelConfig.from_dict(meta["config"])
         cache = Path(meta["drive_cache"])
         drives = load_drives(cache)
@@ -124,7 +129,8 @@ def run(out: Path, recipe: Recipe, minutes_budget: float, device: torch.device, 
                   resumed_stage=meta["stage"], drives=len(drives),
                   seconds=round(time.monotonic() - start, 1))
         del drives
-    data = TrainSet.build(cfg, tokenizer, train_drives, device=device)
+    data = TrainSet.build(cfg, tokenizer, train_drives, device=device,
+                          stats=None if warm is None else warm.action_stats)
     cfg.action = dataclasses.replace(cfg.action, **data.stats)
     data.cfg = cfg
     eval_data = TrainSet.build(cfg, tokenizer, eval_drives, stats=data.stats, device=device)
@@ -147,6 +153,9 @@ def run(out: Path, recipe: Recipe, minutes_budget: float, device: torch.device, 
     model = AlpamayoModel(cfg).to(device)
     params = sum(p.numel() for p in model.parameters())
     log.write("model", 0, params=params, vocab=cfg.text.vocab_size)
+    if warm is not None and paused is None:
+        warm.load_model(model)
+        log.write("init_from", 0, path=str(warm.path))
     summary["params"] = params
     target_seconds = (recipe.target_minutes * 60 if recipe.target_minutes is not None
                       else recipe.target_share * remaining)
@@ -202,6 +211,8 @@ def run(out: Path, recipe: Recipe, minutes_budget: float, device: torch.device, 
         seed_everything(seed)
         dcfg = dataclasses.replace(cfg.drafter, rotary=rotary)
         drafter = Drafter(dcfg, cfg.text).to(device)
+        if warm is not None:
+            summary["init_from"][f"drafter_{rotary}"] = warm.load_drafter(drafter, rotary)
         frozen = [p.requires_grad for p in model.parameters()]
         for p in model.parameters():
             p.requires_grad_(False)
@@ -298,6 +309,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--later-minutes", type=float, default=None,
                         help=f"with --target-minutes: minutes kept for the stages after the "
                              f"target (default {Recipe.later_minutes})")
+    parser.add_argument("--init-from", default=None,
+                        help="model directory of the recipe's model to start from: its "
+                             "tokenizer, action normalization, weights and drafters")
+    parser.add_argument("--target-lr", type=float, default=None,
+                        help=f"peak learning rate of the target stage (default "
+                             f"{Recipe.target_lr}; lower when fine-tuning with --init-from)")
     parser.add_argument("--stages", choices=STAGES, default="all",
                         help="target: stop after the target stage or when this call's time "
                              "is up, with a checkpoint in OUT/resume for --resume")
@@ -312,7 +329,8 @@ def main(argv: list[str] | None = None) -> int:
         ("train_drives", args.train_drives), ("drive_seconds", args.drive_seconds),
         ("disturbed_share", args.disturbed_share), ("flow_draws", args.flow_draws),
         ("target_minutes", args.target_minutes), ("later_minutes", args.later_minutes),
-        ("extra_drives", args.extra_drives))
+        ("extra_drives", args.extra_drives), ("init_from", args.init_from),
+        ("target_lr", args.target_lr))
         if value is not None}
     focus = {name: value for name, value in (
         ("token_weight", args.decision_token_weight),

@@ -29,6 +29,9 @@ class Recipe:
     weighs the CoC tokens that decide the decision and draws rare decisions more often
     (target stage; the streaming-aware stage takes its token weight). `flow_draws` (noise,
     time) pairs per window train the action expert on one backbone pass (loss: their mean).
+    `init_from` names a model directory of the recipe's model whose tokenizer, action
+    normalization and weights (drafters too) the run starts from (train/warm_start.py);
+    `target_lr` is then the fine-tuning rate.
 
     Time: in one call the target trains `target_share` of the time left after the data and
     each later stage its share of the time left after the target, scaled by
@@ -47,6 +50,7 @@ class Recipe:
     disturbance: Disturbance = field(default_factory=Disturbance)
     plan_futures: bool = True
     extra_drives: str | None = None
+    init_from: str | None = None
     bpe_tokens: int = 1024
     target_steps: int = 6000
     target_batch: int = 32
@@ -87,6 +91,8 @@ class Recipe:
             raise ValueError("min_decision_windows must be >= 0")
         if not 0.0 <= self.disturbed_share <= 1.0:
             raise ValueError(f"disturbed_share must be in [0, 1], got {self.disturbed_share}")
+        if not self.target_lr > 0:
+            raise ValueError(f"target_lr must be > 0, got {self.target_lr}")
         if self.flow_draws < 1:
             raise ValueError(f"flow_draws must be >= 1, got {self.flow_draws}")
         if self.target_minutes is not None and not self.target_minutes > 0:

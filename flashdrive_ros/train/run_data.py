@@ -55,9 +55,10 @@ def load_extra_drives(folder: Path, cfg: ModelConfig) -> list[Drive]:
 
 
 def fresh_data(out: Path, recipe: Recipe, workers: int | None, log: TrainLog, start: float,
-                cache: Path | None):
+                cache: Path | None, tokenizer: TextTokenizer | None = None):
     """Drives, coverage and tokenizer of a new run -> (tokenizer, train drives, eval drives,
-    summary); the drives are also written to `cache` when given."""
+    summary); the drives are also written to `cache` when given. `tokenizer`: the run's
+    tokenizer (a warm start's) instead of one trained on these drives."""
     probe = recipe.model_config(4096)
     train_list = train_seeds(recipe.train_drives)
     eval_list = eval_seeds(recipe.eval_drives)
@@ -87,8 +88,9 @@ def fresh_data(out: Path, recipe: Recipe, workers: int | None, log: TrainLog, st
               **{k: v["windows"] for k, v in table["decision"].items()})
     check_coverage(table, recipe.min_decision_windows)
 
-    cocs = [c for d in train_drives for c in d.coc]
-    tokenizer = train_tokenizer(cocs, recipe.bpe_tokens, probe.action.num_traj_tokens)
+    if tokenizer is None:
+        cocs = [c for d in train_drives for c in d.coc]
+        tokenizer = train_tokenizer(cocs, recipe.bpe_tokens, probe.action.num_traj_tokens)
     summary: dict = {"train_seeds": [train_list[0], train_list[-1]],
                      "eval_seeds": [eval_list[0], eval_list[-1]],
                      "drive_seconds": recipe.drive_seconds,
