@@ -1,3 +1,4 @@
+import dataclasses
 import json
 import shutil
 
@@ -7,10 +8,14 @@ import torch
 from flashdrive_ros.model.alpamayo import AlpamayoModel
 from flashdrive_ros.model.config import ModelConfig
 from flashdrive_ros.model.drafter import Drafter
-from flashdrive_ros.model.manifest import sha256_of
+from flashdrive_ros.model.drafter_weights import read_drafter_file, save_drafter_tensors
+from flashdrive_ros.model.manifest import sha256_of, write_manifest
 from flashdrive_ros.model.tokenizer import TextTokenizer
+from flashdrive_ros.paths import default_model_dir
 from flashdrive_ros.train.log import read_log
 from flashdrive_ros.train.pipeline import main
+from flashdrive_ros.train.recipe import Recipe
+from flashdrive_ros.train.warm_start import warm_start
 
 
 @pytest.fixture(scope="module")
@@ -73,16 +78,31 @@ def test_smoke_records_the_decision_focus_and_the_decision_accuracy(smoke_run):
 
 
 @pytest.fixture(scope="module")
-def warm_run(smoke_run, tmp_path_factory):
+def warm_init(smoke_run, tmp_path_factory):
+    """The smoke model with its drafters stored at a block size other than config.json's
+    (as the shipped model runs its drafter at block 16 over a config of block 8)."""
+    init = tmp_path_factory.mktemp("init") / "model"
+    shutil.copytree(smoke_run / "model", init)
+    (init / "manifest.json").unlink()
+    for name in ("drafter.safetensors", "drafter_mrope.safetensors"):
+        tensors, cfg = read_drafter_file(init / name)
+        save_drafter_tensors(tensors, dataclasses.replace(cfg, block_size=cfg.block_size + 4),
+                             init / name)
+    write_manifest(init)
+    return init
+
+
+@pytest.fixture(scope="module")
+def warm_run(warm_init, tmp_path_factory):
     out = tmp_path_factory.mktemp("warm")
     assert main(["--out", str(out), "--smoke", "--device", "cpu", "--workers", "2",
-                 "--init-from", str(smoke_run / "model"), "--target-lr", "1e-3"]) == 0
+                 "--init-from", str(warm_init), "--target-lr", "1e-3"]) == 0
     return out
 
 
-def test_a_warm_start_keeps_the_tokenizer_and_action_normalization_of_its_model(smoke_run,
+def test_a_warm_start_keeps_the_tokenizer_and_action_normalization_of_its_model(warm_init,
                                                                                  warm_run):
-    cold, warm = smoke_run / "model", warm_run / "model"
+    cold, warm = warm_init, warm_run / "model"
     assert (TextTokenizer.from_file(warm / "tokenizer.json").tokenizer.get_vocab()
             == TextTokenizer.from_file(cold / "tokenizer.json").tokenizer.get_vocab())
     cold_cfg, warm_cfg = ModelConfig.load(cold / "config.json"), ModelConfig.load(
@@ -92,6 +112,18 @@ def test_a_warm_start_keeps_the_tokenizer_and_action_normalization_of_its_model(
     assert summary["init_from"]["path"] == str(cold)
     assert summary["init_from"]["weights_sha256"] == sha256_of(cold / "model.safetensors")
     assert summary["init_from"]["drafter_flat"] and summary["init_from"]["drafter_mrope"]
+    for name in ("drafter.safetensors", "drafter_mrope.safetensors"):
+        assert read_drafter_file(warm / name)[1] == read_drafter_file(cold / name)[1]
+
+
+def test_the_shipped_model_is_a_warm_start_of_the_recipe():
+    warm = warm_start(Recipe(init_from=str(default_model_dir())))
+    model = AlpamayoModel(warm.cfg)
+    warm.load_model(model)
+    for rotary in ("flat", "mrope"):
+        cfg = warm.drafter_config(dataclasses.replace(warm.cfg.drafter, rotary=rotary))
+        assert cfg.rotary == rotary
+        assert warm.load_drafter(Drafter(cfg, warm.cfg.text))
 
 
 def test_a_warm_start_begins_where_its_model_ended(smoke_run, warm_run):

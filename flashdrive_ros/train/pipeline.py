@@ -210,9 +210,11 @@ def run(out: Path, recipe: Recipe, minutes_budget: float, device: torch.device, 
     for rotary in ("flat", "mrope"):
         seed_everything(seed)
         dcfg = dataclasses.replace(cfg.drafter, rotary=rotary)
+        if warm is not None:
+            dcfg = warm.drafter_config(dcfg)
         drafter = Drafter(dcfg, cfg.text).to(device)
         if warm is not None:
-            summary["init_from"][f"drafter_{rotary}"] = warm.load_drafter(drafter, rotary)
+            summary["init_from"][f"drafter_{rotary}"] = warm.load_drafter(drafter)
         frozen = [p.requires_grad for p in model.parameters()]
         for p in model.parameters():
             p.requires_grad_(False)

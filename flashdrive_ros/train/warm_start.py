@@ -8,7 +8,7 @@ import dataclasses
 from pathlib import Path
 
 from flashdrive_ros.model.alpamayo import AlpamayoModel
-from flashdrive_ros.model.config import ModelConfig
+from flashdrive_ros.model.config import DrafterConfig, ModelConfig
 from flashdrive_ros.model.drafter import Drafter
 from flashdrive_ros.model.drafter_name import DRAFTER_FILE, MROPE_DRAFTER_FILE
 from flashdrive_ros.model.drafter_weights import read_drafter_file
@@ -65,17 +65,28 @@ class WarmStart:
         init = AlpamayoModel.from_dir(self.path, device=next(model.parameters()).device)
         model.load_state_dict(init.state_dict())
 
-    def load_drafter(self, drafter: Drafter, rotary: str) -> bool:
-        """The directory's drafter of that rotary into `drafter` when it has one of the same
-        config; False when it has none."""
-        file = self.path / DRAFTER_FILES[rotary]
+    def drafter_config(self, run: DrafterConfig) -> DrafterConfig:
+        """The config of the directory's drafter of `run.rotary`: the run's, with the block
+        size the drafter was stored with (it runs at that size, and the size shapes no
+        weight); `run` when the directory has no such drafter or stored no config."""
+        file = self.path / DRAFTER_FILES[run.rotary]
+        if not file.is_file():
+            return run
+        stored = read_drafter_file(file)[1]
+        if stored is None:
+            return run
+        if dataclasses.replace(stored, block_size=run.block_size) != run:
+            raise ValueError(f"{file}: drafter config {stored} differs from the run's {run} "
+                             f"beyond the block size")
+        return stored
+
+    def load_drafter(self, drafter: Drafter) -> bool:
+        """The directory's drafter of `drafter.cfg.rotary` into `drafter` (made with
+        `drafter_config`); False when it has none."""
+        file = self.path / DRAFTER_FILES[drafter.cfg.rotary]
         if not file.is_file():
             return False
-        tensors, stored = read_drafter_file(file)
-        if stored is not None and stored != drafter.cfg:
-            raise ValueError(f"{file}: drafter config {stored} differs from the run's "
-                             f"{drafter.cfg}")
-        drafter.load_weights(tensors)
+        drafter.load_weights(read_drafter_file(file)[0])
         return True
 
     def summary(self) -> dict:
