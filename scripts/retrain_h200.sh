@@ -10,7 +10,9 @@
 #        overran its budget by up to 9 s).
 #        With TRAIN_ARGS="--init-from models/default --target-lr 2e-4" it fine-tunes the
 #        shipped model (its tokenizer, action normalization, weights and drafters) on the
-#        recipe's data in that one call (train/warm_start.py).
+#        recipe's data in that one call (train/warm_start.py). A chain of such calls, each
+#        from the model the last one brought back (carried in), adds --train-seed-offset
+#        56, 112, ... so that every call trains on drives of its own.
 # target (call 1 of 3, <= 9.5 min): data (drives cached under out/retrain_target/resume/drives),
 #        tokenizer and the target stage on a TARGET_MINUTES (7.5) schedule, which this call
 #        does not finish; checkpoint in out/retrain_target/resume.

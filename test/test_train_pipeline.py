@@ -12,9 +12,11 @@ from flashdrive_ros.model.drafter_weights import read_drafter_file, save_drafter
 from flashdrive_ros.model.manifest import sha256_of, write_manifest
 from flashdrive_ros.model.tokenizer import TextTokenizer
 from flashdrive_ros.paths import default_model_dir
-from flashdrive_ros.train.log import read_log
+from flashdrive_ros.sim.seeds import train_seeds
+from flashdrive_ros.train.log import TrainLog, read_log
 from flashdrive_ros.train.pipeline import main
-from flashdrive_ros.train.recipe import Recipe
+from flashdrive_ros.train.recipe import Recipe, smoke
+from flashdrive_ros.train.run_data import fresh_data
 from flashdrive_ros.train.warm_start import warm_start
 
 
@@ -148,3 +150,13 @@ def test_a_warm_start_from_another_model_stops_with_the_difference(smoke_run, tm
     assert main(["--out", str(tmp_path / "run"), "--smoke", "--device", "cpu",
                  "--init-from", str(tmp_path / "absent")]) == 2
     assert "has no config.json" in capsys.readouterr().err
+
+
+def test_training_drives_start_at_the_seed_offset(tmp_path):
+    recipe = dataclasses.replace(smoke(), train_seed_offset=5)
+    log = TrainLog(tmp_path / "log.jsonl", echo=False)
+    _, train, _, summary = fresh_data(tmp_path, recipe, 1, log, 0.0, None)
+    assert [d.seed for d in train] == train_seeds(2, 5) == [5, 6]
+    assert summary["train_seeds"] == [5, 6]
+    with pytest.raises(ValueError, match="train_seed_offset"):
+        dataclasses.replace(smoke(), train_seed_offset=-1)

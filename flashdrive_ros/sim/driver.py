@@ -61,7 +61,7 @@ def idm_accel(v: float, v_des: float, obstacles: list[Obstacle], p: IdmParams):
         term = p.a_max * (s_star / max(ob.gap, 0.2)) ** 2
         if term > worst:
             worst, binding = term, ob
-    accel = float(np.clip(free - worst, -p.b_max, p.a_max))
+    accel = float(min(max(free - worst, -p.b_max), p.a_max))
     if binding is not None and binding.speed < 0.1 and binding.gap < p.s0 + 1.0 and v > 0:
         accel = min(accel, -min(p.b_max, v / 0.5))
     return accel, binding, free

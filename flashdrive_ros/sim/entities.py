@@ -4,6 +4,7 @@ pedestrians and static boxes (buildings, trees, poles)."""
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import cached_property
 
 import numpy as np
 
@@ -153,7 +154,7 @@ class Pedestrian:
     def route_length(self) -> float:
         return float(np.hypot(self.end[0] - self.start[0], self.end[1] - self.start[1]))
 
-    @property
+    @cached_property
     def direction(self) -> np.ndarray:
         d = np.subtract(self.end, self.start)
         return d / np.linalg.norm(d)

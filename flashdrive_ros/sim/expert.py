@@ -167,7 +167,7 @@ class Expert:
         return accel, steer, info
 
     def _pure_pursuit(self, ego: EgoState, s: float, lateral_offset: float) -> float:
-        lookahead = float(np.clip(4.0 + 0.6 * ego.v, 5.0, 18.0))
+        lookahead = float(min(max(4.0 + 0.6 * ego.v, 5.0), 18.0))
         s_t = s + lookahead
         tx, ty = self.world.route.offset_point(
             s_t, EGO_LANE_D + float(self.nudge_at(s_t)) + lateral_offset)
@@ -176,5 +176,5 @@ class Expert:
         lx, ly = c * dx + sn * dy, -sn * dx + c * dy
         dist = max(np.hypot(lx, ly), 1e-3)
         alpha = np.arctan2(ly, lx)
-        return float(np.clip(np.arctan2(2.0 * WHEELBASE * np.sin(alpha), dist),
-                             -MAX_STEER, MAX_STEER))
+        return float(min(max(np.arctan2(2.0 * WHEELBASE * np.sin(alpha), dist), -MAX_STEER),
+                         MAX_STEER))

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from bisect import bisect_left, bisect_right
 
 import numpy as np
 
@@ -30,6 +31,8 @@ class Path:
         self.kappa = np.gradient(self.yaw, self.s)
         self._xy = points.tolist()
         self._s = self.s.tolist()
+        self._columns = (points[:, 0].tolist(), points[:, 1].tolist(), self.yaw.tolist())
+        self._px, self._py = points[:, 0].copy(), points[:, 1].copy()
 
     @property
     def length(self) -> float:
@@ -37,10 +40,28 @@ class Path:
 
     def pose_at(self, s):
         """(x, y, yaw) at arc length s (scalar or array), clamped to the ends."""
+        if isinstance(s, (float, int)):
+            return self._pose_at_scalar(float(s))
         x = np.interp(s, self.s, self.points[:, 0])
         y = np.interp(s, self.s, self.points[:, 1])
         yaw = np.interp(s, self.s, self.yaw)
         return x, y, yaw
+
+    def _pose_at_scalar(self, s: float) -> tuple[float, float, float]:
+        """`pose_at` of one arc length in plain floats, with np.interp's arithmetic."""
+        if s != s:
+            return s, s, s
+        j = bisect_right(self._s, s) - 1
+        if j < 0:
+            return tuple(column[0] for column in self._columns)
+        if j >= len(self._s) - 1:
+            return tuple(column[-1] for column in self._columns)
+        s0 = self._s[j]
+        if s0 == s:
+            return tuple(column[j] for column in self._columns)
+        ds, u = self._s[j + 1] - s0, s - s0
+        return tuple((column[j + 1] - column[j]) / ds * u + column[j]
+                     for column in self._columns)
 
     def offset_point(self, s, d):
         """World (x, y) of the point at arc length s, lateral offset d (left positive)."""
@@ -59,10 +80,9 @@ class Path:
         if hint is None:
             lo, hi = 0, len(self.points)
         else:
-            lo = max(int(np.searchsorted(self.s, hint - window)) - 1, 0)
-            hi = min(int(np.searchsorted(self.s, hint + window)) + 1, len(self.points))
-        pts = self.points[lo:hi]
-        dx, dy = pts[:, 0] - px, pts[:, 1] - py
+            lo = max(bisect_left(self._s, hint - window) - 1, 0)
+            hi = min(bisect_left(self._s, hint + window) + 1, len(self.points))
+        dx, dy = self._px[lo:hi] - px, self._py[lo:hi] - py
         i = lo + int(np.argmin(dx * dx + dy * dy))
         best_s, best_d, best_dist = 0.0, 0.0, math.inf
         for j in (i - 1, i):

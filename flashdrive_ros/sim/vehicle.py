@@ -47,10 +47,10 @@ def step_bicycle(state: EgoState, accel: float, steer_cmd: float, dt: float) -> 
     """One step of the kinematic bicycle with steering-rate and acceleration limits."""
     if dt <= 0:
         raise ValueError(f"dt must be > 0, got {dt}")
-    accel = float(np.clip(accel, -MAX_DECEL, MAX_ACCEL))
-    steer_cmd = float(np.clip(steer_cmd, -MAX_STEER, MAX_STEER))
-    steer = state.steer + float(np.clip(steer_cmd - state.steer, -MAX_STEER_RATE * dt,
-                                        MAX_STEER_RATE * dt))
+    accel = float(min(max(accel, -MAX_DECEL), MAX_ACCEL))
+    steer_cmd = float(min(max(steer_cmd, -MAX_STEER), MAX_STEER))
+    steer = state.steer + float(min(max(steer_cmd - state.steer, -MAX_STEER_RATE * dt),
+                                    MAX_STEER_RATE * dt))
     v_new = max(state.v + accel * dt, 0.0)
     v_mid = 0.5 * (state.v + v_new)
     yaw_mid = state.yaw + 0.5 * v_mid * np.tan(steer) / WHEELBASE * dt

@@ -289,6 +289,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--smoke", action="store_true",
                         help="tiny model, two short drives, a few steps (CPU test)")
     parser.add_argument("--train-drives", type=int, default=None)
+    parser.add_argument("--train-seed-offset", type=int, default=None,
+                        help="training drives are the training seeds from this index on "
+                             "(default 0; give each call of a warm-start chain its own)")
     parser.add_argument("--drive-seconds", type=float, default=None)
     parser.add_argument("--extra-drives", default=None,
                         help="drive cache whose drives join the training drives (closed-loop "
@@ -329,6 +332,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     overrides = {name: value for name, value in (
         ("train_drives", args.train_drives), ("drive_seconds", args.drive_seconds),
+        ("train_seed_offset", args.train_seed_offset),
         ("disturbed_share", args.disturbed_share), ("flow_draws", args.flow_draws),
         ("target_minutes", args.target_minutes), ("later_minutes", args.later_minutes),
         ("extra_drives", args.extra_drives), ("init_from", args.init_from),

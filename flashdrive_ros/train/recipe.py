@@ -31,7 +31,8 @@ class Recipe:
     time) pairs per window train the action expert on one backbone pass (loss: their mean).
     `init_from` names a model directory of the recipe's model whose tokenizer, action
     normalization and weights (drafters too) the run starts from (train/warm_start.py);
-    `target_lr` is then the fine-tuning rate.
+    `target_lr` is then the fine-tuning rate. Training drives are the training seeds from
+    `train_seed_offset` on (a chain of warm starts gives each call drives of its own).
 
     Time: in one call the target trains `target_share` of the time left after the data and
     each later stage its share of the time left after the target, scaled by
@@ -42,6 +43,7 @@ class Recipe:
 
     preset: str = "embedded"
     train_drives: int = 56
+    train_seed_offset: int = 0
     eval_drives: int = 8
     drive_seconds: float = 60.0
     min_decision_windows: int = 300
@@ -87,6 +89,8 @@ class Recipe:
         if min(self.train_drives, self.eval_drives, self.target_steps, self.draft_steps,
                self.stream_steps, self.target_batch, self.draft_batch) < 1:
             raise ValueError("recipe counts must be >= 1")
+        if self.train_seed_offset < 0:
+            raise ValueError(f"train_seed_offset must be >= 0, got {self.train_seed_offset}")
         if self.min_decision_windows < 0:
             raise ValueError("min_decision_windows must be >= 0")
         if not 0.0 <= self.disturbed_share <= 1.0:

@@ -60,7 +60,7 @@ def fresh_data(out: Path, recipe: Recipe, workers: int | None, log: TrainLog, st
     summary); the drives are also written to `cache` when given. `tokenizer`: the run's
     tokenizer (a warm start's) instead of one trained on these drives."""
     probe = recipe.model_config(4096)
-    train_list = train_seeds(recipe.train_drives)
+    train_list = train_seeds(recipe.train_drives, recipe.train_seed_offset)
     eval_list = eval_seeds(recipe.eval_drives)
     train_jobs = drive_jobs(train_list, recipe.drive_seconds, probe, recipe.noise,
                             recipe.disturbance, recipe.disturbed_share,
