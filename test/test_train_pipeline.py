@@ -14,7 +14,7 @@ from flashdrive_ros.model.tokenizer import TextTokenizer
 from flashdrive_ros.paths import default_model_dir
 from flashdrive_ros.sim.seeds import train_seeds
 from flashdrive_ros.train.log import TrainLog, read_log
-from flashdrive_ros.train.pipeline import main
+from flashdrive_ros.train.pipeline import main, parse_args
 from flashdrive_ros.train.recipe import Recipe, smoke
 from flashdrive_ros.train.run_data import fresh_data
 from flashdrive_ros.train.warm_start import warm_start
@@ -160,3 +160,15 @@ def test_training_drives_start_at_the_seed_offset(tmp_path):
     assert summary["train_seeds"] == [5, 6]
     with pytest.raises(ValueError, match="train_seed_offset"):
         dataclasses.replace(smoke(), train_seed_offset=-1)
+
+
+def test_the_command_line_sets_the_recipe():
+    _, recipe = parse_args(["--out", "o", "--init-from", "models/default", "--target-lr",
+                            "3e-4", "--target-batch", "96", "--train-seed-offset", "56",
+                            "--train-drives", "32"])
+    assert (recipe.init_from, recipe.target_lr, recipe.target_batch, recipe.train_seed_offset,
+            recipe.train_drives) == ("models/default", 3e-4, 96, 56, 32)
+    assert parse_args(["--out", "o"])[1] == Recipe()
+    for bad in (["--target-batch", "0"], ["--train-seed-offset", "-1"]):
+        with pytest.raises(SystemExit):
+            parse_args(["--out", "o", *bad])

@@ -279,7 +279,8 @@ def _train_drafter_on(drafter, corpus, eval_corpus, embed, head, recipe: Recipe,
                          autocast, seconds=seconds)
 
 
-def main(argv: list[str] | None = None) -> int:
+def parse_args(argv: list[str] | None = None) -> tuple[argparse.Namespace, Recipe]:
+    """The command line -> (its options, the recipe they give)."""
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--out", required=True, type=Path)
     parser.add_argument("--minutes-budget", type=float, default=9.0)
@@ -293,6 +294,8 @@ def main(argv: list[str] | None = None) -> int:
                         help="training drives are the training seeds from this index on "
                              "(default 0; give each call of a warm-start chain its own)")
     parser.add_argument("--drive-seconds", type=float, default=None)
+    parser.add_argument("--target-batch", type=int, default=None,
+                        help=f"windows per target step (default {Recipe.target_batch})")
     parser.add_argument("--extra-drives", default=None,
                         help="drive cache whose drives join the training drives (closed-loop "
                              "drives labelled by the expert: train/policy_drives.py)")
@@ -332,7 +335,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     overrides = {name: value for name, value in (
         ("train_drives", args.train_drives), ("drive_seconds", args.drive_seconds),
-        ("train_seed_offset", args.train_seed_offset),
+        ("train_seed_offset", args.train_seed_offset), ("target_batch", args.target_batch),
         ("disturbed_share", args.disturbed_share), ("flow_draws", args.flow_draws),
         ("target_minutes", args.target_minutes), ("later_minutes", args.later_minutes),
         ("extra_drives", args.extra_drives), ("init_from", args.init_from),
@@ -353,6 +356,11 @@ def main(argv: list[str] | None = None) -> int:
                                      decision=dataclasses.replace(recipe.decision, **focus))
     except ValueError as exc:
         parser.error(str(exc))
+    return args, recipe
+
+
+def main(argv: list[str] | None = None) -> int:
+    args, recipe = parse_args(argv)
     try:
         summary = run(args.out, recipe, args.minutes_budget, torch.device(args.device),
                       args.seed, args.workers, args.stages, args.resume,
