@@ -29,10 +29,9 @@ class Path:
             yaw = np.concatenate([yaw, yaw[-1:]])
         self.yaw = np.unwrap(np.asarray(yaw, dtype=np.float64))
         self.kappa = np.gradient(self.yaw, self.s)
-        self._xy = points.tolist()
         self._s = self.s.tolist()
         self._columns = (points[:, 0].tolist(), points[:, 1].tolist(), self.yaw.tolist())
-        self._px, self._py = points[:, 0].copy(), points[:, 1].copy()
+        self._px, self._py = np.ascontiguousarray(points.T)
 
     @property
     def length(self) -> float:
@@ -84,12 +83,12 @@ class Path:
             hi = min(bisect_left(self._s, hint + window) + 1, len(self.points))
         dx, dy = self._px[lo:hi] - px, self._py[lo:hi] - py
         i = lo + int(np.argmin(dx * dx + dy * dy))
+        xs, ys, _ = self._columns
         best_s, best_d, best_dist = 0.0, 0.0, math.inf
         for j in (i - 1, i):
             if j < 0 or j + 1 >= len(self.points):
                 continue
-            ax, ay = self._xy[j]
-            bx, by = self._xy[j + 1]
+            ax, ay, bx, by = xs[j], ys[j], xs[j + 1], ys[j + 1]
             abx, aby = bx - ax, by - ay
             seg_len = self._s[j + 1] - self._s[j]
             u = ((px - ax) * abx + (py - ay) * aby) / (seg_len * seg_len)
