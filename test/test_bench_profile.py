@@ -1,4 +1,5 @@
 import pytest
+import torch
 
 from flashdrive_ros.bench.profile import main, parse_args
 
@@ -16,14 +17,26 @@ def test_profile_prints_stages_and_kernels_per_variant(capsys):
 
 def test_action_stage_profiles_only_the_action_expert(capsys):
     assert main(["--shape", "tiny", "--windows", "2", "--warmup", "0", "--coc-tokens", "2",
-                 "--top", "3", "--stage", "action"]) == 0
+                 "--top", "1000", "--stage", "action"]) == 0
     out = capsys.readouterr().out
     assert "tiny flashdrive stage action cuda_graphs=False" in out
     stages = {line.split()[0] for line in out.splitlines() if line.strip().startswith("stage:")}
     assert stages == {"stage:action"}
+    table_row = [line.split() for line in out.splitlines()
+                 if line.strip().startswith("stage:action") and "%" in line]
+    assert len(table_row) == 1 and table_row[0][-1] == "2"
+    assert "aten::" in out
 
 
 def test_switch_values_are_checked():
     assert parse_args(["--graphs", "on,off"]).graphs == ["on", "off"]
     with pytest.raises(SystemExit):
         parse_args(["--graphs", "maybe"])
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+def test_action_stage_keeps_the_cuda_kernels(capsys):
+    assert main(["--shape", "tiny", "--device", "cuda", "--windows", "2", "--warmup", "1",
+                 "--coc-tokens", "2", "--top", "5", "--stage", "action", "--graphs", "off"]) == 0
+    out = capsys.readouterr().out
+    assert "Self CUDA time total" in out

@@ -11,7 +11,8 @@ appear as graph launches; profile with `--graphs off` to see them.
         --graphs off,on --stage action
 
 `--stage action` profiles only the action stage (flow matching) of each window, reasoned
-outside the profiler.
+outside the profiler: one profiler per window's action stage, their averages summed (a
+profiler toggled off and on inside one session dropped the CUDA kernels).
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ import argparse
 import itertools
 
 import torch
+from torch.autograd.profiler_util import EventList, FunctionEventAvg
 from torch.profiler import ProfilerActivity, profile
 
 from flashdrive_ros.bench.shapes import SHAPES, build_parts
@@ -85,23 +87,26 @@ def profile_variant(args: argparse.Namespace, parts, cfg: EngineConfig) -> None:
     drive = SlidingWindows(parts.cfg)
     for window in drive.take(args.warmup):
         engine.step(window)
-    activities = [ProfilerActivity.CPU]
-    if args.device.startswith("cuda"):
-        activities.append(ProfilerActivity.CUDA)
+    cuda = args.device.startswith("cuda")
+    activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if cuda else [])
     plans = []
     if args.stage == "action":
-        with profile(activities=activities) as prof:
-            prof.toggle_collection_dynamic(False, activities)
-            for window in drive.take(args.windows):
-                reasoning = engine.reason(window)
-                prof.toggle_collection_dynamic(True, activities)
+        totals: dict[str, FunctionEventAvg] = {}
+        for window in drive.take(args.windows):
+            reasoning = engine.reason(window)
+            with profile(activities=activities) as prof:
                 plans.append(engine.act(reasoning))
-                prof.toggle_collection_dynamic(False, activities)
+            for avg in prof.key_averages():
+                if avg.key in totals:
+                    totals[avg.key].add(avg)
+                else:
+                    totals[avg.key] = avg
+        events = EventList(list(totals.values()), use_device="cuda" if cuda else None)
     else:
         with profile(activities=activities) as prof:
             for window in drive.take(args.windows):
                 plans.append(engine.step(window))
-    events = prof.key_averages()
+        events = prof.key_averages()
     print(f"\n{args.shape} {cfg.mode} stage {args.stage} cuda_graphs={cfg.cuda_graphs} "
           f"rotated_keys={cfg.rotated_keys} {cfg.dtype} on {args.device}, {args.windows} "
           f"windows after {args.warmup}")
@@ -112,9 +117,8 @@ def profile_variant(args: argparse.Namespace, parts, cfg: EngineConfig) -> None:
     stages = [e for e in events if e.key.startswith("stage:")]
     for e in sorted(stages, key=lambda e: e.key):
         print(f"  {e.key:16s} cpu {e.cpu_time_total / 1e3 / args.windows:9.2f} ms/window")
-    sort = "self_cuda_time_total" if args.device.startswith("cuda") else "self_cpu_time_total"
+    sort = "self_cuda_time_total" if cuda else "self_cpu_time_total"
     print(events.table(sort_by=sort, row_limit=args.top, max_name_column_width=60), flush=True)
-
 
 if __name__ == "__main__":
     raise SystemExit(main())
