@@ -13,8 +13,10 @@ from flashdrive_ros.eval.held_out_breakdown import (
     FULL,
     MODES,
     STREAMING,
+    STANDING_MPS,
     UNLABELLED,
     speed_band,
+    standstill_group,
     time_band,
 )
 from flashdrive_ros.eval.held_out_drives import JSON_FILE, MARKDOWN_FILE, HeldOutSettings, main
@@ -40,6 +42,8 @@ def members(rows, breakdown, group):
         return [r for r in rows if (r["decision"] or UNLABELLED) == group]
     if breakdown == "speed band":
         return [r for r in rows if speed_band(r["speed_mps"]) == group]
+    if breakdown == "standstill":
+        return [r for r in rows if standstill_group(r["speed_mps"], r["decision"]) == (group,)]
     return [r for r in rows if time_band(r["elapsed_s"]) == group]
 
 
@@ -66,7 +70,7 @@ def test_every_ratio_and_rate_comes_from_the_same_windows(evaluated):
         assert block["minade6_6s"] <= block["minade1_6s"] + 1e-9
     for name in BREAKDOWNS:
         groups = report["breakdowns"][name]
-        assert groups, name
+        assert groups or name == "standstill", name
         covered = set()
         for group, entry in groups.items():
             picked = members(rows, name, group)
@@ -76,7 +80,8 @@ def test_every_ratio_and_rate_comes_from_the_same_windows(evaluated):
                     assert entry[mode][key] == pytest.approx(value), (name, group, mode, key)
             assert entry["agreement"]["same_coc"] == pytest.approx(
                 np.mean([r[STREAMING]["coc"] == r[FULL]["coc"] for r in picked]))
-        assert covered == {(r["seed"], r["t0"]) for r in rows}, name
+        grouped = [r for r in rows if name != "standstill" or r["speed_mps"] < STANDING_MPS]
+        assert covered == {(r["seed"], r["t0"]) for r in grouped}, name
     agreement = report["agreement"]
     deltas = [r[STREAMING]["minade1_6s"] - r[FULL]["minade1_6s"] for r in rows]
     assert agreement["minade1_delta_mean"] == pytest.approx(np.mean(deltas))
@@ -84,6 +89,14 @@ def test_every_ratio_and_rate_comes_from_the_same_windows(evaluated):
     assert agreement["accepted_length_mean_streaming"] >= 1.0
     predicted = report["breakdowns"]["decision"]
     assert sum(sum(e["predicted"][STREAMING].values()) for e in predicted.values()) == len(rows)
+
+
+def test_standstill_groups_hold_only_standing_windows_by_their_label():
+    assert standstill_group(0.0, "keep_lane") == ("standing, label keep_lane",)
+    assert standstill_group(STANDING_MPS - 0.01, "stop") == ("standing, label stop",)
+    assert standstill_group(STANDING_MPS - 0.01, None) == (f"standing, label {UNLABELLED}",)
+    assert standstill_group(STANDING_MPS, "stop") == ()
+    assert standstill_group(5.0, "keep_lane") == ()
 
 
 def test_targets_are_judged_on_the_streaming_figures(evaluated):

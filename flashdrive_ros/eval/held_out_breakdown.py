@@ -1,5 +1,7 @@
 """Held-out drives replayed with streaming on and off, broken down per scenario tag, labelled
-decision, ego speed band and time into the drive (minADE against constant velocity on the
+decision, ego speed band, time into the drive and, for the windows where the ego stands, the
+labelled decision (does the model start at green from rest, or read it from its own motion;
+minADE against constant velocity on the
 same windows, decision match), the streaming-vs-full agreement, and the targets a model is
 held to; as a JSON-ready dict and markdown tables. Drives replayed with streaming alone give
 the same report without the agreement; the checks that need full prefill are then marked
@@ -20,8 +22,10 @@ FULL = next(name for name, streaming in PREFILLS.items() if not streaming)
 MODES = (STREAMING, FULL)
 SPEED_EDGES_MPS = (2.0, 6.0, 10.0)
 TIME_BAND_S = 20.0
+STANDING_MPS = 0.3
 UNLABELLED = "unlabelled"
-BREAKDOWNS = ("scenario tag", "decision", "speed band", "time in drive")
+BREAKDOWNS = ("scenario tag", "decision", "speed band", "time in drive", "standstill")
+PREDICTED_BREAKDOWNS = ("decision", "standstill")
 
 
 @dataclass(frozen=True)
@@ -48,6 +52,14 @@ def speed_band(speed: float) -> str:
         if speed < hi:
             return f"{lo:g}-{hi:g} m/s"
     return f">= {edges[-1]:g} m/s"
+
+
+def standstill_group(speed: float, decision: str | None) -> tuple[str, ...]:
+    """The standstill group of a window: its labelled decision when the ego stands, else
+    none."""
+    if speed >= STANDING_MPS:
+        return ()
+    return (f"standing, label {decision or UNLABELLED}",)
 
 
 def time_band(elapsed: float, width: float = TIME_BAND_S) -> str:
@@ -103,6 +115,8 @@ class PairedWindows:
             return [(speed_band(v),) for v in self.speeds]
         if breakdown == "time in drive":
             return [(time_band(t),) for t in self.elapsed]
+        if breakdown == "standstill":
+            return [standstill_group(v, r.decision) for r, v in zip(stream, self.speeds)]
         raise ValueError(f"breakdown must be one of {BREAKDOWNS}, got {breakdown!r}")
 
 
@@ -140,7 +154,7 @@ def breakdown(windows: PairedWindows, name: str) -> dict[str, dict]:
         entry = {mode: group_block(picked[mode]) for mode in windows.modes}
         entry["agreement"] = (agreement(picked[STREAMING], picked[FULL]) if windows.paired
                               else None)
-        if name == "decision":
+        if name in PREDICTED_BREAKDOWNS:
             entry["predicted"] = {mode: dict(Counter(
                 str(r.predicted_decision) for r in picked[mode]).most_common())
                 for mode in windows.modes}
@@ -274,7 +288,7 @@ def markdown(report: dict, minade6: bool) -> str:
     for name, groups in report["breakdowns"].items():
         head = [name, "windows", *(n for n, _ in metrics), "CV ADE (m)", "minADE1 / CV",
                 "decision match", "same CoC"]
-        if name == "decision":
+        if name in PREDICTED_BREAKDOWNS:
             head.append("predicted (streaming)")
         rows = []
         for group, entry in groups.items():
@@ -283,7 +297,7 @@ def markdown(report: dict, minade6: bool) -> str:
                    _fmt(entry[STREAMING]["cv_minade_6s"]), _pair(entry, "minade1_cv_ratio"),
                    _pair(entry, "decision_match_rate"),
                    _fmt(entry["agreement"]["same_coc"] if entry["agreement"] else None)]
-            if name == "decision":
+            if name in PREDICTED_BREAKDOWNS:
                 row.append(", ".join(f"{k} {v}" for k, v in entry["predicted"][STREAMING].items()))
             rows.append(row)
         lines += [f"By {name}:", "", *_table(head, rows), ""]
