@@ -10,14 +10,18 @@ from flashdrive_ros.model.config import tiny
 from flashdrive_ros.sim.labels import DECISION_WORDS, DECISIONS, template_sentences
 from flashdrive_ros.train.dataset import IGNORE, TrainSet
 from flashdrive_ros.train.decision_focus import (
+    PLAIN,
     DecisionFocus,
     decision_shares,
     decisive_lengths,
+    draw_weights,
     row_weights,
+    start_share,
+    starts_from_rest,
 )
 from flashdrive_ros.train.generate import generate_drive
 from flashdrive_ros.train.log import TrainLog
-from flashdrive_ros.train.pipeline import main
+from flashdrive_ros.train.pipeline import main, parse_args
 from flashdrive_ros.train.run_data import train_tokenizer
 from flashdrive_ros.train.target_train import (
     coc_loss,
@@ -53,24 +57,50 @@ def test_every_label_sentence_names_its_decision_with_its_first_word():
 def test_focus_settings_are_validated():
     assert DecisionFocus().token_weight > 1.0 and 0.0 < DecisionFocus().balance <= 1.0
     for bad in ({"token_weight": 0.5}, {"token_weight": float("nan")}, {"balance": -0.1},
-                {"balance": 1.5}):
+                {"balance": 1.5}, {"start_weight": 0.5}, {"start_weight": float("inf")}):
         with pytest.raises(ValueError, match="DecisionFocus"):
             DecisionFocus(**bad)
-    with pytest.raises(SystemExit) as exit_info:
-        main(["--out", "unused", "--smoke", "--decision-balance", "2"])
-    assert exit_info.value.code == 2
+    for flag, value in (("--decision-balance", "2"), ("--start-weight", "0.5")):
+        with pytest.raises(SystemExit) as exit_info:
+            main(["--out", "unused", "--smoke", flag, value])
+        assert exit_info.value.code == 2
+    assert parse_args(["--out", "o", "--start-weight", "4"])[1].decision.start_weight == 4.0
+    assert DecisionFocus().uniform is False and PLAIN.uniform
 
 
 def test_balance_moves_the_drawn_decision_shares_towards_equal():
     decision = np.array([0] * 900 + [2] * 100)
+    speed = np.full(1000, 5.0)
     names = ("stop", "slow", "follow")
-    assert decision_shares(decision, 0.0, names) == {"stop": 0.9, "slow": 0.0, "follow": 0.1}
-    assert decision_shares(decision, 1.0, names) == {"stop": 0.5, "slow": 0.0, "follow": 0.5}
-    assert decision_shares(decision, 0.5, names)["follow"] == 0.25
+
+    def shares(balance):
+        return decision_shares(decision, speed, DecisionFocus(balance=balance), names)
+
+    assert shares(0.0) == {"stop": 0.9, "slow": 0.0, "follow": 0.1}
+    assert shares(1.0) == {"stop": 0.5, "slow": 0.0, "follow": 0.5}
+    assert shares(0.5)["follow"] == 0.25
     gen = torch.Generator().manual_seed(0)
     drawn = torch.multinomial(row_weights(decision, 0.5), 20000, replacement=True,
                               generator=gen)
     assert abs(float((torch.as_tensor(decision)[drawn] == 2).float().mean()) - 0.25) < 0.015
+
+
+def test_start_weight_draws_the_starts_from_rest_more_often():
+    stop, keep_lane = DECISIONS.index("stop"), DECISIONS.index("keep_lane")
+    decision = np.array([stop] * 500 + [keep_lane] * 500)
+    speed = np.array([0.0] * 500 + [0.1] * 50 + [0.29] * 50 + [0.3] * 50 + [8.0] * 350)
+    starts = starts_from_rest(decision, speed)
+    assert starts.sum() == 100 and starts[500:600].all()
+    plain = DecisionFocus(balance=0.0)
+    assert torch.equal(draw_weights(decision, speed, plain), torch.ones(1000, dtype=torch.float64))
+    weighted_focus = DecisionFocus(balance=0.0, start_weight=5.0)
+    weighted = draw_weights(decision, speed, weighted_focus)
+    assert weighted[starts].eq(5.0).all() and weighted[~starts].eq(1.0).all()
+    assert start_share(decision, speed, plain) == 0.1
+    assert start_share(decision, speed, weighted_focus) == round(500 / 1400, 4)
+    gen = torch.Generator().manual_seed(0)
+    drawn = torch.multinomial(weighted, 20000, replacement=True, generator=gen)
+    assert abs(float(torch.from_numpy(starts)[drawn].float().mean()) - 500 / 1400) < 0.015
 
 
 @pytest.fixture(scope="module")

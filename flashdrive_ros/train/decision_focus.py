@@ -5,7 +5,9 @@ their decision, so one token); the rest of the sentence is wording. `decisive_le
 per window, how many leading CoC tokens it takes until every CoC of the set that starts the
 same way names the same decision. The target's CoC loss weighs those tokens `token_weight` times,
 and training rows are drawn with weights count(decision) ** -balance, so rare decisions
-(follow, slow) are seen more often.
+(follow, slow) are seen more often. Starts from rest (the ego stands, the label is not to
+stop) are drawn `start_weight` times as often again: there the decision is in the images
+(a green lamp, a crossing left clear) and not in the ego's own motion.
 """
 
 from __future__ import annotations
@@ -16,14 +18,18 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
+from flashdrive_ros.sim.labels import DECISIONS
+
 
 @dataclass(frozen=True)
 class DecisionFocus:
     """token_weight: CoC loss weight of the tokens that decide the decision (1: plain mean);
-    balance: 0 draws training windows uniformly, 1 draws every decision equally often."""
+    balance: 0 draws training windows uniformly, 1 draws every decision equally often;
+    start_weight: draw weight factor of the starts from rest (1: none)."""
 
     token_weight: float = 5.0
     balance: float = 0.5
+    start_weight: float = 1.0
 
     def __post_init__(self) -> None:
         if not (np.isfinite(self.token_weight) and self.token_weight >= 1.0):
@@ -31,9 +37,19 @@ class DecisionFocus:
                              f"{self.token_weight}")
         if not 0.0 <= self.balance <= 1.0:
             raise ValueError(f"DecisionFocus.balance must be in [0, 1], got {self.balance}")
+        if not (np.isfinite(self.start_weight) and self.start_weight >= 1.0):
+            raise ValueError(f"DecisionFocus.start_weight must be a finite number >= 1, got "
+                             f"{self.start_weight}")
+
+    @property
+    def uniform(self) -> bool:
+        """True when every window is drawn equally often."""
+        return self.balance == 0.0 and self.start_weight == 1.0
 
 
 PLAIN = DecisionFocus(token_weight=1.0, balance=0.0)
+STANDING_MPS = 0.3
+STOP = DECISIONS.index("stop")
 
 
 def decisive_lengths(coc_ids: list[list[int]], decisions: list[int]) -> np.ndarray:
@@ -60,10 +76,33 @@ def row_weights(decision: np.ndarray, balance: float) -> torch.Tensor:
     return torch.tensor([per_class[d] for d in decision.tolist()], dtype=torch.float64)
 
 
-def decision_shares(decision: np.ndarray, balance: float, names: tuple[str, ...]
-                    ) -> dict[str, float]:
+def starts_from_rest(decision: np.ndarray, speed: np.ndarray) -> np.ndarray:
+    """[N] bool: the ego stands (speed < STANDING_MPS) and the labelled decision is not to
+    stop."""
+    return (np.asarray(speed) < STANDING_MPS) & (np.asarray(decision) != STOP)
+
+
+def draw_weights(decision: np.ndarray, speed: np.ndarray, focus: DecisionFocus
+                 ) -> torch.Tensor:
+    """[N] float64 sampling weights: row_weights times start_weight on the starts from
+    rest."""
+    factor = np.where(starts_from_rest(decision, speed), focus.start_weight, 1.0)
+    return row_weights(decision, focus.balance) * torch.from_numpy(factor)
+
+
+def decision_shares(decision: np.ndarray, speed: np.ndarray, focus: DecisionFocus,
+                    names: tuple[str, ...]) -> dict[str, float]:
     """Expected share of each decision among the drawn rows."""
-    weights = row_weights(decision, balance).numpy()
+    weights = draw_weights(decision, speed, focus).numpy()
     total = float(weights.sum())
     return {name: round(float(weights[decision == i].sum()) / total, 4)
             for i, name in enumerate(names) if total > 0}
+
+
+def start_share(decision: np.ndarray, speed: np.ndarray, focus: DecisionFocus) -> float:
+    """Expected share of the starts from rest among the drawn rows."""
+    weights = draw_weights(decision, speed, focus).numpy()
+    total = float(weights.sum())
+    if total <= 0:
+        return 0.0
+    return round(float(weights[starts_from_rest(decision, speed)].sum()) / total, 4)

@@ -52,7 +52,7 @@ from flashdrive_ros.train.checkpoint import (
 )
 from flashdrive_ros.train.coverage import markdown
 from flashdrive_ros.train.dataset import TrainSet
-from flashdrive_ros.train.decision_focus import DecisionFocus, decision_shares
+from flashdrive_ros.train.decision_focus import DecisionFocus, decision_shares, start_share
 from flashdrive_ros.train.draft_corpus import build_draft_corpus
 from flashdrive_ros.train.drafter_data import concat_corpora
 from flashdrive_ros.train.drafter_train import train_drafter
@@ -144,7 +144,9 @@ def run(out: Path, recipe: Recipe, minutes_budget: float, device: torch.device, 
             "eval_windows": len(eval_data), "device": str(device),
             "decision_focus": {**dataclasses.asdict(recipe.decision),
                                "drawn_share": decision_shares(
-                                   data.decision, recipe.decision.balance, DECISIONS),
+                                   data.decision, data.v0, recipe.decision, DECISIONS),
+                               "start_from_rest_share": start_share(
+                                   data.decision, data.v0, recipe.decision),
                                "decisive_tokens_mean": float(
                                    data.decisive_lens.float().mean())}})
 
@@ -308,6 +310,10 @@ def parse_args(argv: list[str] | None = None) -> tuple[argparse.Namespace, Recip
     parser.add_argument("--decision-balance", type=float, default=None,
                         help=f"0: windows drawn uniformly, 1: every decision equally often "
                              f"(default {DecisionFocus.balance})")
+    parser.add_argument("--start-weight", type=float, default=None,
+                        help=f"draw weight factor of the starts from rest, windows where the "
+                             f"ego stands and the label is not to stop (default "
+                             f"{DecisionFocus.start_weight}: none)")
     parser.add_argument("--flow-draws", type=int, default=None,
                         help=f"(noise, time) draws per window in the target's flow loss "
                              f"(default {Recipe.flow_draws})")
@@ -343,7 +349,8 @@ def parse_args(argv: list[str] | None = None) -> tuple[argparse.Namespace, Recip
         if value is not None}
     focus = {name: value for name, value in (
         ("token_weight", args.decision_token_weight),
-        ("balance", args.decision_balance)) if value is not None}
+        ("balance", args.decision_balance),
+        ("start_weight", args.start_weight)) if value is not None}
     if args.target_call_steps is not None and (args.stages != "target"
                                                or args.target_call_steps < 1):
         parser.error("--target-call-steps takes a count >= 1 and --stages target")
