@@ -120,5 +120,6 @@ def profile_variant(args: argparse.Namespace, parts, cfg: EngineConfig) -> None:
     sort = "self_cuda_time_total" if cuda else "self_cpu_time_total"
     print(events.table(sort_by=sort, row_limit=args.top, max_name_column_width=60), flush=True)
 
+
 if __name__ == "__main__":
     raise SystemExit(main())

@@ -1,11 +1,10 @@
 """Held-out drives replayed with streaming on and off, broken down per scenario tag, labelled
 decision, ego speed band, time into the drive and, for the windows where the ego stands, the
-labelled decision (does the model start at green from rest, or read it from its own motion;
-minADE against constant velocity on the
-same windows, decision match), the streaming-vs-full agreement, and the targets a model is
-held to; as a JSON-ready dict and markdown tables. Drives replayed with streaming alone give
-the same report without the agreement; the checks that need full prefill are then marked
-not measured."""
+labelled decision (does the model start from rest at green, or read it from its own motion)
+(minADE against constant velocity on the same windows, decision match), the streaming-vs-full
+agreement, and the targets a model is held to; as a JSON-ready dict and markdown tables.
+Drives replayed with streaming alone give the same report without the agreement; the checks
+that need full prefill are then marked not measured."""
 
 from __future__ import annotations
 
@@ -16,13 +15,13 @@ from flashdrive_ros.eval.held_out import DriveWindows
 from flashdrive_ros.eval.metrics import mean_or_none
 from flashdrive_ros.eval.model_compare import PREFILLS
 from flashdrive_ros.eval.summary import WindowResult, group_block, group_members
+from flashdrive_ros.sim.labels import STANDING_MPS
 
 STREAMING = next(name for name, streaming in PREFILLS.items() if streaming)
 FULL = next(name for name, streaming in PREFILLS.items() if not streaming)
 MODES = (STREAMING, FULL)
 SPEED_EDGES_MPS = (2.0, 6.0, 10.0)
 TIME_BAND_S = 20.0
-STANDING_MPS = 0.3
 UNLABELLED = "unlabelled"
 BREAKDOWNS = ("scenario tag", "decision", "speed band", "time in drive", "standstill")
 PREDICTED_BREAKDOWNS = ("decision", "standstill")

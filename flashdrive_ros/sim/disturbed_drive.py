@@ -21,10 +21,9 @@ import numpy as np
 
 from flashdrive_ros.sim.drive import FUTURE_DT, FUTURE_STEPS, SIM_HZ, SUBSTEPS, DriveLog, to_frame
 from flashdrive_ros.sim.ego_world import EgoWorld
-from flashdrive_ros.sim.labels import SCENARIO_TAGS
+from flashdrive_ros.sim.labels import SCENARIO_TAGS, STANDING_MPS
 
 HORIZON_STEPS = FUTURE_STEPS * SUBSTEPS
-START_SPEED = 0.3  # m/s: below it the ego stands
 START_ACCEL = 0.3  # m/s^2: an expert acceleration above it while the ego stands is a start
 MOVING_SPEED = 1.0  # m/s: above it, the next standstill's start is drawn afresh
 HOLD_BRAKE = 3.0  # m/s^2 offset that keeps a standing ego at rest against the expert's start
@@ -201,7 +200,7 @@ class StartHolds:
         whether a pulse disturbs this step."""
         if v >= MOVING_SPEED:
             self.decided = False
-        elif v < START_SPEED and not self.decided and (disturbed
+        elif v < STANDING_MPS and not self.decided and (disturbed
                                                         or expert_accel > START_ACCEL):
             self.decided = True
             if not disturbed:

@@ -14,6 +14,7 @@ SCENARIO_TAGS = ("keep_lane", "follow_lead", "red_light_stop", "green_light_go",
 SHARP_CURVATURE = 1.0 / 50.0
 GREEN_GO_WINDOW = 5.0
 RESTART_LOOKBACK = 60
+STANDING_MPS = 0.3  # m/s: below it the ego stands
 CREEP_SPEED = 3.0  # below this, a red light or crossing pedestrian ahead is the reason to stop
 RED_WAIT_GAP = 5.0  # m, front bumper to the line: standing farther back at red, the car moves up
 WORDING_SPEED_BANDS = (4.0, 9.0)  # m/s; the ego's speed band picks a situation's wording
@@ -110,15 +111,15 @@ def _situation(infos: list[ExpertInfo], k: int) -> tuple[str, list[str]]:
     red_ahead = (info.light_state == "red" and info.light_gap is not None
                  and info.light_gap >= -0.5)
     if info.reason in ("red_light", "yellow_light") or (creeping and red_ahead):
-        waiting = (info.v < 0.3 and info.light_state == "red" and info.light_gap is not None
-                   and info.light_gap <= RED_WAIT_GAP)
+        waiting = (info.v < STANDING_MPS and info.light_state == "red"
+                   and info.light_gap is not None and info.light_gap <= RED_WAIT_GAP)
         return ("red_wait" if waiting else "red_approach"), ["red_light_stop"]
     if info.reason == "pedestrian" or (creeping and info.ped_gap is not None):
         return "ped", ["pedestrian_yield"]
     green_at = info.light_green_at
     if (info.light_state == "green" and green_at is not None
             and 0.0 <= info.t - green_at <= GREEN_GO_WINDOW):
-        stopped = any(i.v < 0.3 for i in infos[max(0, k - RESTART_LOOKBACK):k])
+        stopped = any(i.v < STANDING_MPS for i in infos[max(0, k - RESTART_LOOKBACK):k])
         return ("green_restart" if stopped else "green_go"), ["green_light_go"]
     if info.reason in ("lead", "vehicle"):
         braking = info.accel < -1.0 and info.lead_speed is not None and info.lead_speed < info.v

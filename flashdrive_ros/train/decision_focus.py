@@ -18,7 +18,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from flashdrive_ros.sim.labels import DECISIONS
+from flashdrive_ros.sim.labels import DECISIONS, STANDING_MPS
 
 
 @dataclass(frozen=True)
@@ -48,7 +48,6 @@ class DecisionFocus:
 
 
 PLAIN = DecisionFocus(token_weight=1.0, balance=0.0)
-STANDING_MPS = 0.3
 STOP = DECISIONS.index("stop")
 
 
