@@ -47,6 +47,29 @@ def test_reads_images_odometry_and_labels(tmp_path, storage, raw):
     assert labels[1].values["decision"] == "stop"
 
 
+@pytest.mark.parametrize("storage", ["mcap", "sqlite3"])
+def test_odometry_and_labels_come_from_one_pass_over_the_bag(tmp_path, storage, monkeypatch):
+    path = write_drive_bag(tmp_path / "bag", seconds=0.5, storage=storage)
+    with BagReader(path, TopicMapping()) as bag:
+        everything = list(bag.records())
+        passes = []
+        read = BagReader.records
+
+        def counted(self, topics=None):
+            passes.append(topics)
+            return read(self, topics)
+
+        monkeypatch.setattr(BagReader, "records", counted)
+        odometry, labels = bag.odometry(), bag.labels()
+        assert bag.odometry() is odometry and bag.labels() is labels
+    assert passes == [[TopicMapping().odometry, TopicMapping().labels]]
+    assert [r.stamp for r in odometry] == [r.stamp for r in everything
+                                          if isinstance(r, OdometryRecord)]
+    assert [r.values for r in labels] == [r.values for r in everything
+                                          if isinstance(r, LabelRecord)]
+    assert len(odometry) == 26 and len(labels) == 6
+
+
 def test_topics_yaml_maps_other_names_and_resolution(tmp_path):
     topics_file = tmp_path / "topics.yaml"
     topics_file.write_text("cameras: [/cam/a, /cam/b, /cam/c, /cam/d]\n"

@@ -107,6 +107,7 @@ class BagReader:
         self.skipped_messages: dict[str, int] = {}
         self.zero_stamps: dict[str, set[int]] = {}
         self.encoding_notes: dict[str, str] = {}
+        self._track_records: tuple[list[OdometryRecord], list[LabelRecord]] | None = None
 
     def __enter__(self) -> BagReader:
         self._reader = open_reader(self.path)
@@ -233,13 +234,25 @@ class BagReader:
         return largest
 
     def odometry(self) -> list[OdometryRecord]:
-        return [r for r in self.records([self.topics.odometry])
-                if isinstance(r, OdometryRecord)]
+        return self._track()[0]
 
     def labels(self) -> list[LabelRecord]:
-        if not self.has_labels:
-            return []
-        return [r for r in self.records([self.topics.labels]) if isinstance(r, LabelRecord)]
+        return self._track()[1]
+
+    def _track(self) -> tuple[list[OdometryRecord], list[LabelRecord]]:
+        """The odometry and label records, read together in one pass (a bag with raw camera
+        images is mostly image bytes, which every pass reads) and kept."""
+        if self._track_records is None:
+            topics = [self.topics.odometry] + ([self.topics.labels] if self.has_labels else [])
+            odometry: list[OdometryRecord] = []
+            labels: list[LabelRecord] = []
+            for record in self.records(topics):
+                if isinstance(record, OdometryRecord):
+                    odometry.append(record)
+                elif isinstance(record, LabelRecord):
+                    labels.append(record)
+            self._track_records = odometry, labels
+        return self._track_records
 
     def _convert(self, conn, log_ns: int, raw: bytes, slots: dict[str, int]) -> Record | None:
         topic = conn.topic
