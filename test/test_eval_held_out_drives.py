@@ -20,8 +20,9 @@ from flashdrive_ros.eval.held_out_breakdown import (
     time_band,
 )
 from flashdrive_ros.eval.held_out_drives import JSON_FILE, MARKDOWN_FILE, HeldOutSettings, main
+from flashdrive_ros.eval.metrics import named_sides
 
-SEED, SECONDS = 1000002, 8.6
+SEED, SECONDS = 1000011, 8.6
 
 
 @pytest.fixture(scope="module")
@@ -51,8 +52,10 @@ def expected_block(rows, mode):
     minade1 = np.mean([r[mode]["minade1_6s"] for r in rows])
     cv = np.mean([r["cv_minade_6s"] for r in rows])
     matches = [r[mode]["predicted_decision"] == r["decision"] for r in rows if r["decision"]]
+    sides = [r[mode]["side_match"] for r in rows if r[mode]["side_match"] is not None]
     return {"windows": len(rows), "minade1_6s": minade1, "cv_minade_6s": cv,
-            "minade1_cv_ratio": minade1 / cv, "decision_match_rate": np.mean(matches)}
+            "minade1_cv_ratio": minade1 / cv, "decision_match_rate": np.mean(matches),
+            "side_windows": len(sides), "side_match_rate": np.mean(sides) if sides else None}
 
 
 def test_every_ratio_and_rate_comes_from_the_same_windows(evaluated):
@@ -63,10 +66,17 @@ def test_every_ratio_and_rate_comes_from_the_same_windows(evaluated):
     assert report["seeds"] == [SEED] and {r["seed"] for r in rows} == {SEED}
     assert 5 <= len(rows) and all(0 < r["elapsed_s"] < SECONDS for r in rows)
     assert all(r["decision"] and r["tags"] for r in rows)
+    assert any(r["label_sides"] for r in rows)
+    for r in rows:
+        for mode in MODES:
+            decided = r[mode]["predicted_decision"] == r["decision"]
+            expected = (named_sides(r[mode]["coc"]) == tuple(r["label_sides"])
+                        if r["label_sides"] and decided else None)
+            assert r[mode]["side_match"] == expected
     for mode in MODES:
         block = report["overall"][mode]
         for key, value in expected_block(rows, mode).items():
-            assert block[key] == pytest.approx(value)
+            assert block[key] == (None if value is None else pytest.approx(value))
         assert block["minade6_6s"] <= block["minade1_6s"] + 1e-9
     for name in BREAKDOWNS:
         groups = report["breakdowns"][name]
@@ -77,7 +87,8 @@ def test_every_ratio_and_rate_comes_from_the_same_windows(evaluated):
             covered.update((r["seed"], r["t0"]) for r in picked)
             for mode in MODES:
                 for key, value in expected_block(picked, mode).items():
-                    assert entry[mode][key] == pytest.approx(value), (name, group, mode, key)
+                    assert entry[mode][key] == (None if value is None else pytest.approx(value)), \
+                        (name, group, mode, key)
             assert entry["agreement"]["same_coc"] == pytest.approx(
                 np.mean([r[STREAMING]["coc"] == r[FULL]["coc"] for r in picked]))
         grouped = [r for r in rows if name != "standstill" or r["speed_mps"] < STANDING_MPS]

@@ -10,11 +10,14 @@ from flashdrive_ros.eval.metrics import (
     horizon_steps,
     min_ade,
     min_fde,
+    named_sides,
     nearest_decision,
     percentiles,
     window_metrics,
     words,
 )
+from flashdrive_ros.eval.offline import LabelIndex
+from flashdrive_ros.eval.records import LabelRecord
 from flashdrive_ros.eval.summary import (
     SkipCounter,
     WindowResult,
@@ -166,3 +169,40 @@ def test_grouped_blocks_take_each_window_in_every_group_it_names():
     assert summarize(results, SkipCounter(), 10.0)["scenarios"] == groups
     with pytest.raises(ValueError, match="2 key sets for 3 windows"):
         grouped(results, [(), ()])
+
+
+def test_sides_named_in_order_and_matched_only_where_the_decision_is_right():
+    assert named_sides("Nudge slightly left around the parked car on the right") == (
+        "left", "right")
+    assert named_sides("Slow down: the road bends sharply to the RIGHT.") == ("right",)
+    assert named_sides("Keep lane, the leftover lane is bright") == ()
+    truth = straight(10.0)
+
+    def result(coc, decision, predicted, sides):
+        return WindowResult(t0=0.0, samples=truth[None], truth=truth, constant_velocity=truth,
+                            metrics=window_metrics(truth[None], truth, truth, 0.1),
+                            timings_ms={}, coc_text=coc, decision=decision,
+                            predicted_decision=predicted, label_sides=sides)
+
+    right = result("Turn left through the tight bend", "turn", "turn", ("left",))
+    wrong = result("Slow down because the road bends sharply to the right", "turn", "turn",
+                   ("left",))
+    silent = result("Turn through the bend", "turn", "turn", ("left",))
+    other_decision = result("Keep lane", "turn", "keep_lane", ("left",))
+    no_side = result("Stop at the line", "stop", "stop", ())
+    assert (right.side_match, wrong.side_match, silent.side_match) == (True, False, False)
+    assert other_decision.side_match is None and no_side.side_match is None
+    block = group_block([right, wrong, silent, other_decision, no_side])
+    assert block["side_windows"] == 3
+    assert block["side_match_rate"] == pytest.approx(1 / 3)
+    assert group_block([no_side])["side_match_rate"] is None
+
+
+def test_label_index_gives_the_sides_of_the_nearest_labelled_coc():
+    labels = LabelIndex([
+        LabelRecord(1.0, {"coc": "Turn right through the tight bend", "decision": "turn"}),
+        LabelRecord(1.1, {"coc": "Keep the lane", "decision": "keep_lane"}),
+        LabelRecord(1.2, {"decision": "keep_lane"})], tolerance=0.05)
+    assert labels.sides_at(1.01) == ("right",)
+    assert labels.sides_at(1.09) == () and labels.sides_at(1.2) == ()
+    assert labels.sides_at(5.0) == ()

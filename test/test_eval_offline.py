@@ -79,6 +79,7 @@ def test_report_blocks_per_scenario_tag_of_the_labels(replay):
         for tag, group in block["scenarios"].items():
             assert group["windows"] == group["labelled_windows"] == 1
             assert group["decision_match_rate"] == float(windows[tag]["decision_match"])
+            assert group["side_windows"] == 0 and group["side_match_rate"] is None
             assert group["minade1_cv_ratio"] == pytest.approx(
                 group["minade1_6s"] / group["cv_minade_6s"])
         assert np.mean([g["minade1_6s"] for g in block["scenarios"].values()]) == \
@@ -88,6 +89,7 @@ def test_report_blocks_per_scenario_tag_of_the_labels(replay):
     assert "| red_light_stop | 1 |" in markdown
     table = summary_table(report)
     assert "scenario tag (baseline)" in table and "scenario tag (flashdrive)" in table
+    assert "side match" in table
 
 
 def test_report_markdown_plots_and_summary_table(replay):

@@ -1,7 +1,8 @@
 """Held-out drives replayed with streaming on and off, broken down per scenario tag, labelled
 decision, ego speed band, time into the drive and, for the windows where the ego stands, the
 labelled decision (does the model start from rest at green, or read it from its own motion)
-(minADE against constant velocity on the same windows, decision match), the streaming-vs-full
+(minADE against constant velocity on the same windows, decision match, side match: a bend's or
+a nudge's side named right), the streaming-vs-full
 agreement, and the targets a model is held to; as a JSON-ready dict and markdown tables.
 Drives replayed with streaming alone give the same report without the agreement; the checks
 that need full prefill are then marked not measured."""
@@ -216,12 +217,14 @@ def window_rows(windows: PairedWindows) -> list[dict]:
         row = {"seed": windows.seeds[i], "t0": round(stream.t0, 6),
                "elapsed_s": round(windows.elapsed[i], 3),
                "speed_mps": round(windows.speeds[i], 3), "decision": stream.decision,
-               "tags": list(stream.tags), "cv_minade_6s": stream.metrics["cv_minade_6s"]}
+               "tags": list(stream.tags), "label_sides": list(stream.label_sides),
+               "cv_minade_6s": stream.metrics["cv_minade_6s"]}
         for mode in windows.modes:
             r = windows.results[mode][i]
             row[mode] = {"minade1_6s": r.metrics["minade1_6s"],
                          "minade6_6s": r.metrics["minade6_6s"],
-                         "predicted_decision": r.predicted_decision, "coc": r.coc_text,
+                         "predicted_decision": r.predicted_decision,
+                         "side_match": r.side_match, "coc": r.coc_text,
                          "accepted_length_mean": mean_or_none(r.accepted_lengths)}
         rows.append(row)
     return rows
@@ -258,6 +261,13 @@ def _pair(entry: dict, key: str) -> str:
     return f"{_fmt(entry[STREAMING][key])} / {_fmt(entry[FULL][key])}"
 
 
+def _sides(block: dict) -> str:
+    """Side match with its window count, "-" where no window names a side."""
+    if not block["side_windows"]:
+        return "-"
+    return f"{_fmt(block['side_match_rate'])} ({block['side_windows']})"
+
+
 def _table(head: list[str], rows: list[list[str]]) -> list[str]:
     return (["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
             + ["| " + " | ".join(row) + " |" for row in rows])
@@ -269,10 +279,10 @@ def markdown(report: dict, minade6: bool) -> str:
     metrics = [("minADE1 (m)", "minade1_6s")] + ([("minADE6 (m)", "minade6_6s")] if minade6
                                                  else [])
     head = ["mode", "windows", *(n for n, _ in metrics), "CV ADE (m)", "minADE1 / CV",
-            "decision match", "accepted length", "CoC tokens"]
+            "decision match", "side match (windows)", "accepted length", "CoC tokens"]
     rows = [[mode, str(b["windows"]), *(_fmt(b[k]) for _, k in metrics),
              _fmt(b["cv_minade_6s"]), _fmt(b["minade1_cv_ratio"]),
-             _fmt(b["decision_match_rate"]), _fmt(b["accepted_length_mean"], 2),
+             _fmt(b["decision_match_rate"]), _sides(b), _fmt(b["accepted_length_mean"], 2),
              _fmt(b["tokens_per_window"], 1)] for mode, b in report["overall"].items()]
     a = report["agreement"]
     lines = ["All at 6.4 s. " + ("Cells with two figures: streaming / full prefill." if a
@@ -286,7 +296,7 @@ def markdown(report: dict, minade6: bool) -> str:
                           _fmt(a["accepted_length_mean_streaming"], 2)]]) + [""]
     for name, groups in report["breakdowns"].items():
         head = [name, "windows", *(n for n, _ in metrics), "CV ADE (m)", "minADE1 / CV",
-                "decision match", "same CoC"]
+                "decision match", "side match (windows)", "same CoC"]
         if name in PREDICTED_BREAKDOWNS:
             head.append("predicted (streaming)")
         rows = []
@@ -294,7 +304,7 @@ def markdown(report: dict, minade6: bool) -> str:
             row = [group, str(entry[STREAMING]["windows"]),
                    *(_pair(entry, k) for _, k in metrics),
                    _fmt(entry[STREAMING]["cv_minade_6s"]), _pair(entry, "minade1_cv_ratio"),
-                   _pair(entry, "decision_match_rate"),
+                   _pair(entry, "decision_match_rate"), _sides(entry[STREAMING]),
                    _fmt(entry["agreement"]["same_coc"] if entry["agreement"] else None)]
             if name in PREDICTED_BREAKDOWNS:
                 row.append(", ".join(f"{k} {v}" for k, v in entry["predicted"][STREAMING].items()))

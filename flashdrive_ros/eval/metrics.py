@@ -91,8 +91,20 @@ def mean_or_none(values: Iterable[float]) -> float | None:
     return float(array.mean()) if array.size else None
 
 
+SIDES = frozenset({"left", "right"})
+
+
 def words(text: str) -> frozenset[str]:
-    return frozenset("".join(c if c.isalnum() else " " for c in text.lower()).split())
+    return frozenset(_word_list(text))
+
+
+def _word_list(text: str) -> list[str]:
+    return "".join(c if c.isalnum() else " " for c in text.lower()).split()
+
+
+def named_sides(text: str) -> tuple[str, ...]:
+    """The sides ("left", "right") a CoC names, in the order it names them."""
+    return tuple(w for w in _word_list(text) if w in SIDES)
 
 
 def nearest_decision(text: str, examples: list[tuple[frozenset[str], str]]) -> str | None:

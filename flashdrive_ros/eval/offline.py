@@ -20,7 +20,7 @@ from flashdrive_ros.engine.types import Plan, Window
 from flashdrive_ros.engine.window import WindowBuilder, WindowLimits, WindowRejection
 from flashdrive_ros.eval.errors import ReplayError, TopicsConfigError
 from flashdrive_ros.eval.ground_truth import OdometryTrack
-from flashdrive_ros.eval.metrics import nearest_decision, window_metrics, words
+from flashdrive_ros.eval.metrics import named_sides, nearest_decision, window_metrics, words
 from flashdrive_ros.eval.records import ImageRecord, LabelRecord, OdometryRecord, RecordSource
 from flashdrive_ros.eval.summary import SkipCounter, WindowResult
 from flashdrive_ros.eval.topics import TopicMapping
@@ -85,6 +85,7 @@ class LabelIndex:
         self.decisions = [str(label.values["decision"]) for label in ordered]
         self.tags = [tuple(map(str, tags)) if isinstance(tags := label.values.get("tags"), list)
                      else () for label in ordered]
+        self.sides = [named_sides(str(label.values.get("coc", ""))) for label in ordered]
         self.tolerance = tolerance
         examples = {str(label.values.get("coc", "")): str(label.values["decision"])
                     for label in ordered}
@@ -108,6 +109,11 @@ class LabelIndex:
     def tags_at(self, t: float) -> tuple[str, ...]:
         best = self._nearest(t)
         return () if best is None else self.tags[best]
+
+    def sides_at(self, t: float) -> tuple[str, ...]:
+        """The sides the labelled CoC nearest `t` names (named_sides)."""
+        best = self._nearest(t)
+        return () if best is None else self.sides[best]
 
 
 def check_camera_count(model: ModelConfig, topics: TopicMapping) -> None:
@@ -217,6 +223,6 @@ class OfflineReplay:
                 tokens_generated=plan.tokens_generated, coc_text=plan.coc_text,
                 decision=decision, predicted_decision=self.labels.predicted_decision(
                     plan.coc_text) if decision is not None else None,
-                tags=self.labels.tags_at(t0)))
+                tags=self.labels.tags_at(t0), label_sides=self.labels.sides_at(t0)))
         limit = self.settings.max_windows
         return limit is not None and len(next(iter(self.out.results.values()))) >= limit

@@ -218,5 +218,6 @@ def plan_results(recording: Recording, track: OdometryTrack, labels: LabelIndex,
             tokens_generated=int(tokens or 0), coc_text=plan.coc_text,
             decision=labels.decision_at(plan.t0),
             predicted_decision=labels.predicted_decision(plan.coc_text),
-            plan_age_s=plan.received_s - plan.t0, tags=labels.tags_at(plan.t0)))
+            plan_age_s=plan.received_s - plan.t0, tags=labels.tags_at(plan.t0),
+            label_sides=labels.sides_at(plan.t0)))
     return results, skipped

@@ -19,6 +19,7 @@ TABLE_METRICS = (
     ("accepted_length_mean", "accepted length (mean)"),
     ("tokens_per_window", "CoC tokens per window"),
     ("decision_match_rate", "decision match rate"),
+    ("side_match_rate", "side match rate (bends, nudges)"),
 )
 
 
@@ -79,15 +80,17 @@ def _rows(report: dict) -> tuple[list[str], list[list[str]]]:
     return header, rows
 
 
-SCENARIO_HEADER = ["windows", "minADE1 (m)", "CV ADE (m)", "minADE1 / CV", "decision match"]
+SCENARIO_HEADER = ["windows", "minADE1 (m)", "CV ADE (m)", "minADE1 / CV", "decision match",
+                   "side match"]
 
 
 def scenario_rows(block: dict) -> list[list[str]]:
     """Per scenario tag of the sim labels (a window counts under each of its tags): windows,
     minADE1 and constant-velocity ADE at 6.4 s on the same windows, their ratio, decision
-    match."""
+    match, side match."""
     return [[tag, str(g["windows"]), _fmt(g["minade1_6s"]), _fmt(g["cv_minade_6s"]),
-             _fmt(g["minade1_cv_ratio"]), _fmt(g["decision_match_rate"])]
+             _fmt(g["minade1_cv_ratio"]), _fmt(g["decision_match_rate"]),
+             _fmt(g["side_match_rate"])]
             for tag, g in block.get("scenarios", {}).items()]
 
 

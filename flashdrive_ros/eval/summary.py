@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from flashdrive_ros.engine.types import STAGES
-from flashdrive_ros.eval.metrics import mean_or_none, percentiles
+from flashdrive_ros.eval.metrics import mean_or_none, named_sides, percentiles
 
 
 @dataclass
@@ -31,6 +31,7 @@ class WindowResult:
     predicted_decision: str | None = None
     plan_age_s: float | None = None
     tags: tuple[str, ...] = ()
+    label_sides: tuple[str, ...] = ()
 
     @property
     def decision_match(self) -> bool | None:
@@ -39,6 +40,15 @@ class WindowResult:
         if self.decision is None:
             return None
         return self.decision == self.predicted_decision
+
+    @property
+    def side_match(self) -> bool | None:
+        """On a window whose labelled CoC names a side (a bend, a nudge) and whose CoC names
+        the labelled decision: the CoC names the same sides in the same order; None
+        elsewhere (a wrong decision is counted by decision_match)."""
+        if not self.label_sides or not self.decision_match:
+            return None
+        return named_sides(self.coc_text) == self.label_sides
 
 
 @dataclass
@@ -78,6 +88,9 @@ def summarize(results: list[WindowResult], skipped: SkipCounter,
     matches = [r.decision_match for r in results if r.decision_match is not None]
     block["decision_match_rate"] = mean_or_none(float(m) for m in matches)
     block["labelled_windows"] = len(matches)
+    sides = [r.side_match for r in results if r.side_match is not None]
+    block["side_match_rate"] = mean_or_none(float(m) for m in sides)
+    block["side_windows"] = len(sides)
     ages = [r.plan_age_s for r in results if r.plan_age_s is not None]
     if ages:
         block["plan_age_s"] = percentiles(ages)
@@ -88,7 +101,7 @@ def summarize(results: list[WindowResult], skipped: SkipCounter,
          "total_ms": r.timings_ms.get("total"), "accepted_length_mean":
          mean_or_none(r.accepted_lengths), "tokens": r.tokens_generated, "coc": r.coc_text,
          "decision": r.decision, "predicted_decision": r.predicted_decision,
-         "decision_match": r.decision_match, "tags": list(r.tags)}
+         "decision_match": r.decision_match, "side_match": r.side_match, "tags": list(r.tags)}
         for r in results]
     return block
 
@@ -96,15 +109,18 @@ def summarize(results: list[WindowResult], skipped: SkipCounter,
 def group_block(results: list[WindowResult]) -> dict:
     """Accuracy of a group of windows: mean minADE1 / minADE6 / constant-velocity ADE at
     6.4 s, minADE1 / CV as the ratio of those two means over the same windows, decision
-    match over the labelled ones."""
+    match over the labelled ones, side match over those whose label names a side and whose
+    decision matches."""
     minade1 = mean_or_none(r.metrics["minade1_6s"] for r in results)
     cv = mean_or_none(r.metrics["cv_minade_6s"] for r in results)
     matches = [float(r.decision_match) for r in results if r.decision_match is not None]
+    sides = [float(r.side_match) for r in results if r.side_match is not None]
     return {"windows": len(results), "minade1_6s": minade1,
             "minade6_6s": mean_or_none(r.metrics["minade6_6s"] for r in results),
             "cv_minade_6s": cv,
             "minade1_cv_ratio": minade1 / cv if minade1 is not None and cv else None,
-            "decision_match_rate": mean_or_none(matches), "labelled_windows": len(matches)}
+            "decision_match_rate": mean_or_none(matches), "labelled_windows": len(matches),
+            "side_match_rate": mean_or_none(sides), "side_windows": len(sides)}
 
 
 def group_members(keys: list[Iterable[str]]) -> dict[str, list[int]]:
