@@ -22,7 +22,8 @@
 #        out/retrain/model. Exit 3 if the target schedule did not end (then run resume again:
 #        it goes on from out/retrain).
 # eval   (the next call on the same warm machine, about 7 min): the 16 drives with streaming
-#        and full prefill on the model of the last train or resume call.
+#        and full prefill on the model of the last train or resume call, or on MODEL_DIR
+#        (a carried model directory, e.g. one unpacked from an earlier call).
 # policy (a call before `target`, <= 9.5 min): closed-loop drives of POLICY_MODEL
 #        (models/default) labelled by the expert, DRIVES of SECONDS_PER_DRIVE, written to
 #        out/policy_drives; then `TRAIN_ARGS="--extra-drives out/policy_drives" ... target`
@@ -30,7 +31,7 @@
 # drive  (a call on the same warm machine): the closed-loop benchmark on that model,
 #        DRIVES drives of SECONDS_PER_DRIVE from seed DRIVE_SEED (1000000) in flashdrive mode
 #        at 128 ms latency (flashdrive-drive); run it beside `eval` with WORKERS splitting the
-#        cores between them.
+#        cores between them. MODEL_DIR as for eval.
 # The run directories (out/retrain, out/retrain_target) are ignored by git, so they stay on
 # the machine between calls while it is held; a machine given back between `target` and
 # `resume` takes the checkpoint with it (~100 MB with the optimizer state, and the drive
@@ -60,6 +61,7 @@ drives="${DRIVES:-16}"
 seconds="${SECONDS_PER_DRIVE:-60}"
 read -r -a train_args <<< "${TRAIN_ARGS:-}"
 workers="${WORKERS:-$(( $(nproc) < drives ? $(nproc) : drives ))}"
+model_dir="${MODEL_DIR:-${run_dir}/model}"
 
 left() { echo $(( start + total_s - $(date +%s) - ${1:-0} )); }
 
@@ -85,8 +87,8 @@ train() {
 }
 
 have_model() {
-    if [ ! -f "${run_dir}/model/config.json" ]; then
-        echo "no trained model in ${run_dir}/model (run the train phase first)"
+    if [ ! -f "${model_dir}/config.json" ]; then
+        echo "no model in ${model_dir} (run the train phase first, or set MODEL_DIR)"
         return 2
     fi
     mkdir -p "${logs}"
@@ -96,7 +98,7 @@ evaluate() {
     local extra=("$@")
     have_model || return 2
     run_module "${logs}/held_out_${phase}.log" 15 flashdrive_ros.eval.held_out_drives \
-        --model-dir "${run_dir}/model" --out "${run_dir}/held_out" --drives "${drives}" \
+        --model-dir "${model_dir}" --out "${run_dir}/held_out" --drives "${drives}" \
         --seconds "${seconds}" \
         --first-seed 1000100 --workers "${workers}" --threads 1 --device cpu "${extra[@]}"
     local status=$?
@@ -109,7 +111,7 @@ closed_loop() {
     have_model || return 2
     rm -rf "${run_dir}/closed_loop"
     run_module "${logs}/closed_loop.log" 15 flashdrive_ros.closed_loop.cli \
-        --model-dir "${run_dir}/model" --seconds "${seconds}" --seed "${DRIVE_SEED:-1000000}" \
+        --model-dir "${model_dir}" --seconds "${seconds}" --seed "${DRIVE_SEED:-1000000}" \
         --drives "${drives}" --variants flashdrive --latency-ms 128 --workers "${workers}" \
         --threads 1 --no-pictures --plan-trace --out "${run_dir}/closed_loop"
     local status=$?
@@ -133,16 +135,23 @@ policy_drives() {
 
 pack() {
     mkdir -p "${out}"
-    local files=()
-    for f in summary.json coverage.md train_log.jsonl logs held_out/held_out.json \
-             held_out/held_out.md closed_loop/report.json closed_loop/report.md \
-             policy_coverage.md \
-             model/config.json model/tokenizer.json model/manifest.json \
-             model/drafter.safetensors model/drafter_mrope.safetensors; do
+    local files=() wanted=(summary.json coverage.md train_log.jsonl logs held_out/held_out.json
+                           held_out/held_out.md closed_loop/report.json closed_loop/report.md
+                           policy_coverage.md)
+    local own_model=false
+    [ "${model_dir}" = "${run_dir}/model" ] && own_model=true
+    if "${own_model}"; then
+        wanted+=(model/config.json model/tokenizer.json model/manifest.json
+                 model/drafter.safetensors model/drafter_mrope.safetensors)
+    else
+        wanted=("logs/held_out_${phase}.log" logs/closed_loop.log held_out/held_out.json
+                held_out/held_out.md closed_loop/report.json closed_loop/report.md)
+    fi
+    for f in "${wanted[@]}"; do
         [ -e "${run_dir}/${f}" ] && files+=("${f}")
     done
     tar -czf "${out}/retrain_${phase}.tar.gz" -C "${run_dir}" "${files[@]}"
-    if [ -f "${run_dir}/model/model.safetensors" ]; then
+    if "${own_model}" && [ -f "${run_dir}/model/model.safetensors" ]; then
         cp "${run_dir}/model/model.safetensors" "${out}/"
     fi
     ls -l "${out}"
@@ -187,7 +196,7 @@ case "${phase}" in
         exit 2
         ;;
 esac
-[ -f "${run_dir}/summary.json" ] && "${python}" - "${run_dir}/summary.json" <<'EOF'
+[ "${model_dir}" = "${run_dir}/model" ] && [ -f "${run_dir}/summary.json" ] && "${python}" - "${run_dir}/summary.json" <<'EOF'
 import json, sys
 s = json.load(open(sys.argv[1]))
 print("calls:", s.get("calls"))
