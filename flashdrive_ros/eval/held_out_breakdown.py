@@ -2,7 +2,7 @@
 decision, ego speed band, time into the drive and, for the windows where the ego stands, the
 labelled decision (does the model start from rest at green, or read it from its own motion)
 (minADE against constant velocity on the same windows, decision match, side match: a bend's or
-a nudge's side named right), the streaming-vs-full
+a nudge's side named correctly), the streaming-vs-full
 agreement, and the targets a model is held to; as a JSON-ready dict and markdown tables.
 Drives replayed with streaming alone give the same report without the agreement; the checks
 that need full prefill are then marked not measured."""
