@@ -53,3 +53,50 @@ def test_detached_velocity_is_the_velocity_of_the_cache_it_copied(parts):
     if cache.k_rot is not None:
         cache.k_rot.normal_()
     torch.testing.assert_close(detached(x, t), want, rtol=0, atol=0)
+
+
+def test_staged_velocities_equal_the_concatenating_ones(parts):
+    model, tok, drafter = parts
+    eng = Engine(model, tok, drafter, EngineConfig(max_coc_tokens=MAX_COC))
+    eng.reason(window(0))
+    cache = eng.stream.cache
+    x = torch.randn(3, model.cfg.action.num_waypoints, 2)
+    t = torch.tensor([0.0, 0.4, 0.9])
+    want = model.velocity_fn(cache, cache.length)(x, t)
+    live = model.velocity_fn(cache, cache.length, staged=True)
+    detached = model.detached_velocity_fn(cache, cache.length, staged=True, num_samples=3)
+    for fn in (live, detached):
+        assert torch.equal(fn(x, t), want) and torch.equal(fn(x, t), want)
+    assert torch.equal(live(x[:2], t[:2]), want[:2])
+    with pytest.raises(ValueError, match="staged for 3 samples"):
+        detached(x[:2], t[:2])
+    cache.k.normal_()
+    cache.v.normal_()
+    if cache.k_rot is not None:
+        cache.k_rot.normal_()
+    assert torch.equal(detached(x, t), want)
+
+
+@pytest.mark.parametrize("act_apart", [False, True])
+def test_engine_plans_are_the_same_with_and_without_the_staged_prefix(parts, act_apart):
+    model, tok, drafter = parts
+    plans = {}
+    for staged in (True, False):
+        eng = Engine(model, tok, drafter, EngineConfig(max_coc_tokens=MAX_COC, num_samples=2,
+                                                       staged_prefix=staged))
+        if act_apart:
+            plans[staged] = [eng.act(eng.reason(window(s), detach=True)) for s in range(3)]
+        else:
+            plans[staged] = [eng.step(window(s)) for s in range(3)]
+    for a, b in zip(plans[True], plans[False]):
+        _same(a, b)
+
+
+def test_staged_prefix_defaults_and_refusals():
+    from flashdrive_ros.model.config import ConfigError
+
+    assert EngineConfig().staged_prefix is True
+    assert EngineConfig.baseline().staged_prefix is False
+    assert EngineConfig.baseline(staged_prefix=True).staged_prefix is True
+    with pytest.raises(ConfigError, match="staged_prefix"):
+        EngineConfig(staged_prefix="yes")

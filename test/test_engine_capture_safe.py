@@ -143,8 +143,10 @@ def test_eager_graphed_encoder_and_flow_equal_the_plain_steps(parts):
     x0 = torch.randn(2, 64, 2)
     with torch.no_grad():
         got = GraphedFlow(eng.model, cache, schedule)(x0, cache.length)
+        staged = GraphedFlow(eng.model, cache, schedule, staged=True)(x0, cache.length)
         want = euler_cached(eng.model.velocity_fn(cache, cache.length), x0, schedule)
     torch.testing.assert_close(got, want, rtol=0, atol=1e-5)
+    assert torch.equal(staged, got)
 
 
 @pytest.mark.parametrize("speculative,temperature", [(True, 0.0), (False, 0.0), (True, 1.0)])

@@ -142,33 +142,59 @@ def test_precomputed_rotated_prefix_gives_same_output():
             expert(x, pos, cache, 21, prefix)
 
 
-def test_attention_equals_softmax_over_masked_prefix_and_own_keys():
-    from flashdrive_ros.model.expert import ExpertAttention
+@pytest.mark.parametrize("staged", [False, True])
+def test_attention_equals_softmax_over_masked_prefix_and_own_keys(staged):
+    from flashdrive_ros.model.expert import ExpertAttention, StagedKV
     from flashdrive_ros.model.rope import apply_rotary
 
     cfg = tiny().expert
     torch.manual_seed(3)
     attn = ExpertAttention(cfg).eval()
     k_samples, n, p, d = 3, 5, 9, cfg.head_dim
-    x = torch.randn(k_samples, n, cfg.hidden_size)
     cos, sin = torch.randn(1, n, d).cos(), torch.randn(1, n, d).sin()
     prefix_k = torch.randn(1, cfg.num_key_value_heads, p, d)
     prefix_v = torch.randn(1, cfg.num_key_value_heads, p, d)
-    prefix_mask = torch.arange(p) < 6
+    mask = torch.cat([torch.arange(p) < 6, torch.ones(n, dtype=torch.bool)])[None, None, None]
+    prefix = (StagedKV.stage(prefix_k, prefix_v, k_samples, n) if staged
+              else (prefix_k, prefix_v))
+    for _ in range(2):
+        x = torch.randn(k_samples, n, cfg.hidden_size)
+        with torch.no_grad():
+            out = attn(x, cos, sin, prefix, mask)
+            h, hkv = cfg.num_attention_heads, cfg.num_key_value_heads
+            q = attn.q_norm(attn.q_proj(x).view(k_samples, n, h, d))
+            k = attn.k_norm(attn.k_proj(x).view(k_samples, n, hkv, d))
+            v = attn.v_proj(x).view(k_samples, n, hkv, d).transpose(1, 2)
+            q = apply_rotary(q.transpose(1, 2), cos, sin)
+            k = apply_rotary(k.transpose(1, 2), cos, sin)
+            rows = []
+            for head in range(h):
+                kv = head // (h // hkv)
+                keys = torch.cat([prefix_k[0, kv, :6].expand(k_samples, -1, -1), k[:, kv]],
+                                 dim=1)
+                values = torch.cat([prefix_v[0, kv, :6].expand(k_samples, -1, -1), v[:, kv]],
+                                   dim=1)
+                weights = (q[:, head] @ keys.transpose(1, 2) * d ** -0.5).softmax(dim=-1)
+                rows.append(weights @ values)  # [K, N, D]
+            expected = attn.o_proj(torch.stack(rows, dim=2).reshape(k_samples, n, h * d))
+        torch.testing.assert_close(out, expected, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("masked", [False, True])
+def test_staged_prefix_gives_the_concatenated_prefix_output_exactly(masked):
+    cfg, expert, cache = _setup(seed=4)
+    pos = expert_positions(cache, 20, 64)
     with torch.no_grad():
-        out = attn(x, cos, sin, prefix_k, prefix_v, prefix_mask)
-        h, hkv = cfg.num_attention_heads, cfg.num_key_value_heads
-        q = attn.q_norm(attn.q_proj(x).view(k_samples, n, h, d))
-        k = attn.k_norm(attn.k_proj(x).view(k_samples, n, hkv, d))
-        v = attn.v_proj(x).view(k_samples, n, hkv, d).transpose(1, 2)
-        q = apply_rotary(q.transpose(1, 2), cos, sin)
-        k = apply_rotary(k.transpose(1, 2), cos, sin)
-        rows = []
-        for head in range(h):
-            kv = head // (h // hkv)
-            keys = torch.cat([prefix_k[0, kv, :6].expand(k_samples, -1, -1), k[:, kv]], dim=1)
-            values = torch.cat([prefix_v[0, kv, :6].expand(k_samples, -1, -1), v[:, kv]], dim=1)
-            weights = (q[:, head] @ keys.transpose(1, 2) * d ** -0.5).softmax(dim=-1)
-            rows.append(weights @ values)  # [K, N, D]
-        expected = attn.o_proj(torch.stack(rows, dim=2).reshape(k_samples, n, h * d))
-    torch.testing.assert_close(out, expected, rtol=1e-5, atol=1e-5)
+        prefix = expert.rotated_prefix(cache, 20, torch.float32)
+        staged = expert.stage(prefix, 3, 64)
+        prefix_mask = (torch.arange(20) % 7 != 3) if masked else None
+        for step in range(3):
+            x = torch.randn(3, 64, cfg.expert.hidden_size)
+            want = expert.forward_prefix(x, pos, prefix, prefix_mask)
+            got = expert.forward_prefix(x, pos, staged, prefix_mask)
+            assert torch.equal(got, want), step
+    assert staged[0].keys.shape == (3, cfg.expert.num_key_value_heads, 20 + 64,
+                                    cfg.expert.head_dim)
+    assert all(torch.equal(layer.keys[:, :, :20], k.expand(3, -1, -1, -1))
+               and torch.equal(layer.values[:, :, :20], v.expand(3, -1, -1, -1))
+               for layer, (k, v) in zip(staged, prefix))

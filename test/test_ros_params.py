@@ -155,7 +155,7 @@ def test_every_engine_switch_is_a_node_parameter():
     from flashdrive_ros.ros.node import engine_config
 
     switches = {f.name for f in dataclasses.fields(EngineConfig) if "bool" in str(f.type)}
-    assert switches == {*SHORTCUTS, "rotated_keys", "padded_logits", "coc_reuse"}
+    assert switches == {*SHORTCUTS, "rotated_keys", "padded_logits", "coc_reuse", "staged_prefix"}
     assert switches <= set(DriveParams.field_names())
     on_cuda = engine_config(DriveParams(dtype="float32"), "cuda")
     assert on_cuda.rotated_keys and on_cuda.padded_logits

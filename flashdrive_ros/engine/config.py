@@ -18,7 +18,7 @@ MODES = ("flashdrive", "baseline")
 BACKENDS = ("torch", "tensorrt")
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 SHORTCUTS = ("streaming", "speculative", "cached_velocity", "cuda_graphs")
-SWITCHES = (*SHORTCUTS, "rotated_keys", "padded_logits", "coc_reuse")
+SWITCHES = (*SHORTCUTS, "rotated_keys", "padded_logits", "coc_reuse", "staged_prefix")
 
 
 def device_problem(device: str, auto: bool = False) -> str | None:
@@ -74,6 +74,12 @@ class EngineConfig:
                                      "window's CoC where the tokens committed so far match it "
                                      "(lossless); without speculative decoding it is turned "
                                      "off and the adjustment reported.")
+    staged_prefix: bool | None = setting(None, "Flow matching copies the backbone prefix's "
+                                         "keys and values once per plan into the action "
+                                         "expert's buffers, instead of concatenating them "
+                                         "with the action tokens' at every layer of every "
+                                         "velocity call; the same plans (default: flashdrive "
+                                         "mode).")
     verify_attention: str = setting("masked", "Attention of the fixed-shape decode and verify "
                                     "steps (CUDA graphs): masked (a dense mask over the cache "
                                     "capacity) or flex (FlexAttention by the cache length).",
@@ -110,6 +116,11 @@ class EngineConfig:
         elif not isinstance(self.padded_logits, bool):
             raise ConfigError(f"padded_logits must be true, false or null, got "
                               f"{self.padded_logits!r}")
+        if self.staged_prefix is None:
+            self.staged_prefix = self.mode == "flashdrive"
+        elif not isinstance(self.staged_prefix, bool):
+            raise ConfigError(f"staged_prefix must be true, false or null, got "
+                              f"{self.staged_prefix!r}")
         if self.coc_reuse is None:
             self.coc_reuse = self.speculative
         elif not isinstance(self.coc_reuse, bool):

@@ -171,7 +171,7 @@ class Engine:
         (`enabled=False`: the same capture-safe steps run eagerly)."""
         return GraphedSteps(self.model, self.target, self.proposer, self.stream.cache,
                             self.image_size, self.cfg.flow_schedule, enabled,
-                            self.cfg.verify_attention)
+                            self.cfg.verify_attention, self.cfg.staged_prefix)
 
     def shapes(self) -> EngineShapes:
         """The step shapes this engine runs (exported graphs and TensorRT profiles)."""
@@ -257,7 +257,9 @@ class Engine:
         velocity = None
         if detach:
             cache = self.stream.cache
-            velocity = self.model.detached_velocity_fn(cache, cache.length)
+            velocity = self.model.detached_velocity_fn(cache, cache.length,
+                                                       self.cfg.staged_prefix,
+                                                       self.cfg.num_samples)
         return Reasoning(window, generator, decoded, plan.full, plan.reason, timer, velocity)
 
     @torch.no_grad()
@@ -377,7 +379,8 @@ class Engine:
         elif self.graphs is not None:
             actions = self.graphs.flow(x0, cache.length)
         else:
-            actions = euler_cached(self.model.velocity_fn(cache, cache.length), x0,
+            actions = euler_cached(self.model.velocity_fn(cache, cache.length,
+                                                          self.cfg.staged_prefix), x0,
                                    self.cfg.flow_schedule)
         history = torch.as_tensor(window.ego_history, dtype=torch.float64)
         v0 = fit_v0(history[:, :3], history[:, 3], a.history_dt)

@@ -154,13 +154,16 @@ class GraphedEncoder:
 
 class GraphedFlow:
     """The whole flow-matching sampler (prefix-key rotation, then every Euler step of
-    `schedule`) as one graph over the whole cache, the prefix length a device tensor."""
+    `schedule`) as one graph over the whole cache, the prefix length a device tensor; staged:
+    the prefix copied once into the expert's StagedKV buffers instead of concatenated at
+    every layer of every step."""
 
     def __init__(self, model: AlpamayoModel, cache: KVCache, schedule: FlowSchedule,
-                 enabled: bool = True) -> None:
+                 enabled: bool = True, staged: bool = False) -> None:
         self.model = model
         self.cache = cache
         self.schedule = schedule
+        self.staged = staged
         self.step = GraphedStep(self._sample, enabled)
 
     def _sample(self, x0: torch.Tensor, prefix_len: torch.Tensor) -> torch.Tensor:
@@ -170,6 +173,8 @@ class GraphedFlow:
         capacity = cache.capacity
         device = cache.positions.device
         prefix = expert.rotated_prefix(cache, capacity, model.action_out_proj.weight.dtype)
+        if self.staged:
+            prefix = expert.stage(prefix, x0.shape[0], x0.shape[1])
         prefix_mask = torch.arange(capacity, device=device) < prefix_len  # [C]
         start = cache.positions[:, 0].index_select(1, prefix_len - 1).max() + 1
         steps = torch.arange(x0.shape[1], device=device) + start
@@ -196,14 +201,15 @@ class GraphedSteps:
     def __init__(self, model: AlpamayoModel, target: Target,
                  proposer: DFlashProposer | EagleProposer | None, cache: KVCache,
                  image_size: tuple[int, int], schedule: FlowSchedule,
-                 enabled: bool = True, verify_attention: str = "masked") -> None:
+                 enabled: bool = True, verify_attention: str = "masked",
+                 staged_prefix: bool = False) -> None:
         weight = model.action_out_proj.weight
         self.encoder = GraphedEncoder(model.vlm.visual, image_size, weight.dtype,
                                       weight.device, enabled)
         self.target = GraphedTarget(target, cache, enabled, verify_attention)
         self.proposer = (GraphedProposer(proposer, enabled)
                          if isinstance(proposer, DFlashProposer) else proposer)
-        self.flow = GraphedFlow(model, cache, schedule, enabled)
+        self.flow = GraphedFlow(model, cache, schedule, enabled, staged_prefix)
 
     @property
     def captured_graphs(self) -> int:

@@ -15,7 +15,7 @@ from torch import nn
 
 from flashdrive_ros.model.action import ActionInProj, ActionSpace, sample_times, velocity
 from flashdrive_ros.model.config import ModelConfig
-from flashdrive_ros.model.expert import ActionExpert, expert_positions
+from flashdrive_ros.model.expert import ActionExpert, StagedKV, expert_positions
 from flashdrive_ros.model.flow import euler_sample
 from flashdrive_ros.model.kv_cache import KVCache
 from flashdrive_ros.model.manifest import verify_manifest
@@ -48,29 +48,63 @@ class AlpamayoModel(nn.Module):
         return velocity(self.expert, self.action_in_proj, self.action_out_proj, x_t, t, cache,
                         prefix_len, positions, prefix)
 
-    def velocity_fn(self, cache: KVCache, prefix_len: int
+    def velocity_fn(self, cache: KVCache, prefix_len: int, staged: bool = False
                     ) -> Callable[[torch.Tensor, torch.Tensor], torch.Tensor]:
-        """(x [K, N, 2], t [K]) -> v, with positions and rotated prefix keys made once."""
+        """(x [K, N, 2], t [K]) -> v, with positions and rotated prefix keys made once; staged:
+        the prefix copied once into the expert's StagedKV buffers at the first call (for its
+        K samples) instead of concatenated at every layer of every call (the same figures)."""
         positions = expert_positions(cache, prefix_len, self.cfg.action.num_waypoints)
         prefix = self.expert.rotated_prefix(cache, prefix_len, self.action_out_proj.weight.dtype)
+        if staged:
+            return self._over_staged(positions, lambda k_samples: self.expert.stage(
+                prefix, k_samples, self.cfg.action.num_waypoints))
 
         def fn(x: torch.Tensor, t: torch.Tensor) -> torch.Tensor:
             return self.velocity(x, t, cache, prefix_len, positions, prefix)
 
         return fn
 
-    def detached_velocity_fn(self, cache: KVCache, prefix_len: int
+    def detached_velocity_fn(self, cache: KVCache, prefix_len: int, staged: bool = False,
+                             num_samples: int = 1
                              ) -> Callable[[torch.Tensor, torch.Tensor], torch.Tensor]:
         """`velocity_fn` over copies of the prefix keys, values and positions: the same
-        function, unaffected by later writes to `cache`."""
+        function, unaffected by later writes to `cache`. staged: the copies are the StagedKV
+        buffers of num_samples samples, made now (the calls must bring that many)."""
         positions = expert_positions(cache, prefix_len, self.cfg.action.num_waypoints)
-        prefix = [(k.clone(), v.clone()) for k, v in self.expert.rotated_prefix(
-            cache, prefix_len, self.action_out_proj.weight.dtype)]
+        prefix = self.expert.rotated_prefix(cache, prefix_len, self.action_out_proj.weight.dtype)
+        if staged:
+            made = self.expert.stage(prefix, num_samples, self.cfg.action.num_waypoints)
+
+            def staged_for(k_samples: int) -> list[StagedKV]:
+                if k_samples != num_samples:
+                    raise ValueError(f"the detached prefix is staged for {num_samples} "
+                                     f"samples, the call brings {k_samples}")
+                return made
+
+            return self._over_staged(positions, staged_for)
+        prefix = [(k.clone(), v.clone()) for k, v in prefix]
 
         def fn(x: torch.Tensor, t: torch.Tensor) -> torch.Tensor:
             tokens = self.action_in_proj(x, sample_times(x, t))  # tokens: [K, N, H_exp]
             return self.action_out_proj(
                 self.expert.forward_prefix(tokens, positions, prefix)).to(x.dtype)
+
+        return fn
+
+    def _over_staged(self, positions: torch.Tensor,
+                     staged_for: Callable[[int], list[StagedKV]]
+                     ) -> Callable[[torch.Tensor, torch.Tensor], torch.Tensor]:
+        """The velocity function over StagedKV buffers; staged_for(K) gives those of K
+        samples, asked at the first call and whenever K changes."""
+        staged: list[StagedKV] = []
+
+        def fn(x: torch.Tensor, t: torch.Tensor) -> torch.Tensor:
+            nonlocal staged
+            if not staged or staged[0].keys.shape[0] != x.shape[0]:
+                staged = staged_for(x.shape[0])
+            tokens = self.action_in_proj(x, sample_times(x, t))  # tokens: [K, N, H_exp]
+            return self.action_out_proj(
+                self.expert.forward_prefix(tokens, positions, staged)).to(x.dtype)
 
         return fn
 

@@ -1,11 +1,16 @@
 """Action expert: a Qwen3-style decoder stack without embeddings over the action tokens.
 
 Layer i attends to the backbone's KV cache layer i (slots [0, prefix_len), batch 1, shared
-by all K samples without copying) plus the K samples' own action tokens, bidirectionally.
-Module names mirror the release checkpoint (`expert.layers.{i}.self_attn.q_proj`, ...).
+by all K samples) plus the K samples' own action tokens, bidirectionally. The prefix reaches a
+layer either as its rotated keys and values, concatenated with the action tokens' at every
+call, or staged (`StagedKV`): copied once per plan into buffers behind which each call writes
+the action tokens' keys and values. Module names mirror the release checkpoint
+(`expert.layers.{i}.self_attn.q_proj`, ...).
 """
 
 from __future__ import annotations
+
+from dataclasses import dataclass
 
 import torch
 from torch import nn
@@ -16,24 +21,57 @@ from flashdrive_ros.model.layers import QKNormAttention, RMSNorm, SwiGLU
 from flashdrive_ros.model.rope import apply_rotary, inverse_frequencies, mrope_cos_sin
 
 
+@dataclass(frozen=True)
+class StagedKV:
+    """One expert layer's keys and values for the velocity calls of a plan: keys (rotated),
+    values: [K, Hkv, P + N, D]; slots [0, prefix_len) the backbone prefix, copied in once,
+    slots [prefix_len, P + N) the action tokens', written by every call."""
+
+    keys: torch.Tensor
+    values: torch.Tensor
+    prefix_len: int
+
+    @classmethod
+    def stage(cls, prefix_k: torch.Tensor, prefix_v: torch.Tensor, k_samples: int,
+              num_tokens: int) -> StagedKV:
+        """prefix_k, prefix_v: [1, Hkv, P, D] -> buffers for k_samples samples of num_tokens
+        action tokens."""
+        _, heads, prefix_len, dim = prefix_k.shape
+        keys = prefix_k.new_empty(k_samples, heads, prefix_len + num_tokens, dim)
+        values = prefix_v.new_empty(k_samples, heads, prefix_len + num_tokens, dim)
+        keys[:, :, :prefix_len] = prefix_k
+        values[:, :, :prefix_len] = prefix_v
+        return cls(keys, values, prefix_len)
+
+    def write(self, k: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """k, v: [K, Hkv, N, D] of the action tokens -> the whole keys and values."""
+        self.keys[:, :, self.prefix_len:] = k
+        self.values[:, :, self.prefix_len:] = v
+        return self.keys, self.values
+
+
+LayerPrefix = tuple[torch.Tensor, torch.Tensor] | StagedKV
+
+
 class ExpertAttention(QKNormAttention):
     def __init__(self, cfg: ExpertConfig) -> None:
         super().__init__(cfg, fused_norm=False)
 
     def forward(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor,
-                prefix_k: torch.Tensor, prefix_v: torch.Tensor,
-                prefix_mask: torch.Tensor | None = None) -> torch.Tensor:
-        """x: [K, N, H_exp]; cos, sin: [1, N, D]; prefix_k (rotated), prefix_v: [1, Hkv, P, D];
-        prefix_mask: optional [P] bool, False = prefix slot not attended."""
-        k_samples, n, _ = x.shape
+                prefix: LayerPrefix, mask: torch.Tensor | None = None) -> torch.Tensor:
+        """x: [K, N, H_exp]; cos, sin: [1, N, D]; prefix: (keys (rotated), values)
+        [1, Hkv, P, D] each, or the layer's StagedKV; mask: optional [1, 1, 1, P + N] bool,
+        False = slot not attended."""
+        k_samples = x.shape[0]
         q = apply_rotary(self.queries(x), cos, sin)  # q: [K, H, N, D]
         k = apply_rotary(self.keys(x), cos, sin)  # k: [K, Hkv, N, D]
-        keys = torch.cat([prefix_k.expand(k_samples, -1, -1, -1), k], dim=2)  # [K,Hkv,P+N,D]
-        values = torch.cat([prefix_v.expand(k_samples, -1, -1, -1), self.values(x)], dim=2)
-        mask = None
-        if prefix_mask is not None:
-            own = torch.ones(n, dtype=torch.bool, device=prefix_mask.device)
-            mask = torch.cat([prefix_mask, own])[None, None, None]  # mask: [1, 1, 1, P + N]
+        v = self.values(x)  # v: [K, Hkv, N, D]
+        if isinstance(prefix, StagedKV):
+            keys, values = prefix.write(k, v)  # keys, values: [K, Hkv, P + N, D]
+        else:
+            prefix_k, prefix_v = prefix
+            keys = torch.cat([prefix_k.expand(k_samples, -1, -1, -1), k], dim=2)
+            values = torch.cat([prefix_v.expand(k_samples, -1, -1, -1), v], dim=2)
         return self.output(self.grouped_attention(q, keys, values, mask))
 
 
@@ -46,10 +84,8 @@ class ExpertLayer(nn.Module):
         self.mlp = SwiGLU(cfg.hidden_size, cfg.intermediate_size)
 
     def forward(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor,
-                prefix_k: torch.Tensor, prefix_v: torch.Tensor,
-                prefix_mask: torch.Tensor | None = None) -> torch.Tensor:
-        x = x + self.self_attn(self.input_layernorm(x), cos, sin, prefix_k, prefix_v,
-                               prefix_mask)
+                prefix: LayerPrefix, mask: torch.Tensor | None = None) -> torch.Tensor:
+        x = x + self.self_attn(self.input_layernorm(x), cos, sin, prefix, mask)
         return x + self.mlp(self.post_attention_layernorm(x))
 
 
@@ -82,16 +118,28 @@ class ActionExpert(nn.Module):
         return self.forward_prefix(x, positions, prefix)
 
     def forward_prefix(self, x: torch.Tensor, positions: torch.Tensor,
-                       prefix: list[tuple[torch.Tensor, torch.Tensor]],
+                       prefix: list[LayerPrefix],
                        prefix_mask: torch.Tensor | None = None) -> torch.Tensor:
         """Capture-safe core of `forward` (no checks, no host reads): x: [K, N_wp, H_exp];
-        positions: [3, 1, N_wp]; prefix: per layer [1, Hkv, P, D] rotated keys and values;
-        prefix_mask: optional [P] bool of the prefix slots to attend -> [K, N_wp, H_exp]."""
+        positions: [3, 1, N_wp]; prefix: per layer [1, Hkv, P, D] rotated keys and values, or
+        `stage(...)` of them; prefix_mask: optional [P] bool of the prefix slots to attend
+        -> [K, N_wp, H_exp]."""
         cos, sin = mrope_cos_sin(positions, self.inv_freq, self.mrope_section,
                                  self.mrope_interleaved, dtype=x.dtype)  # cos: [1, N, D]
-        for layer, (prefix_k, prefix_v) in zip(self.layers, prefix):
-            x = layer(x, cos, sin, prefix_k, prefix_v, prefix_mask)
+        mask = None
+        if prefix_mask is not None:
+            own = torch.ones(x.shape[1], dtype=torch.bool, device=prefix_mask.device)
+            mask = torch.cat([prefix_mask, own])[None, None, None]  # mask: [1, 1, 1, P + N]
+        for layer, layer_prefix in zip(self.layers, prefix):
+            x = layer(x, cos, sin, layer_prefix, mask)
         return self.norm(x)
+
+    @staticmethod
+    def stage(prefix: list[tuple[torch.Tensor, torch.Tensor]], k_samples: int,
+              num_tokens: int) -> list[StagedKV]:
+        """Per layer, `rotated_prefix`'s keys and values copied into the buffers of k_samples
+        samples of num_tokens action tokens (StagedKV): one copy of the prefix per plan."""
+        return [StagedKV.stage(k, v, k_samples, num_tokens) for k, v in prefix]
 
     def rotated_prefix(self, cache: KVCache, prefix_len: int, dtype: torch.dtype
                        ) -> list[tuple[torch.Tensor, torch.Tensor]]:

@@ -113,6 +113,11 @@ class DriveParams:
                             "CoC where the tokens committed so far match it (lossless); used "
                             "when speculative is on (else turned off with a warning in the "
                             "log); applied at the next configure.")
+    staged_prefix: bool = setting(True, "Flow matching copies the backbone prefix's keys and "
+                                "values once per plan into the action expert's buffers "
+                                "instead of concatenating them at every layer of every "
+                                "velocity call (the same plans); used in flashdrive mode; "
+                                "applied at the next configure.")
     drafter_file: str = derived(EngineConfig, "drafter_file", read_only=True)
     mode: str = derived(EngineConfig, "mode", help="flashdrive: the shortcuts above; baseline: "
                         "every shortcut off.", also="Applied at the next configure.")
