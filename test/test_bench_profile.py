@@ -2,6 +2,8 @@ import pytest
 import torch
 
 from flashdrive_ros.bench.profile import main, parse_args
+from flashdrive_ros.bench.shapes import shape_config
+from flashdrive_ros.engine.config import EngineConfig
 
 
 def test_profile_prints_stages_and_kernels_per_variant(capsys):
@@ -26,6 +28,22 @@ def test_action_stage_profiles_only_the_action_expert(capsys):
                  if line.strip().startswith("stage:action") and "%" in line]
     assert len(table_row) == 1 and table_row[0][-1] == "2"
     assert "aten::" in out
+
+
+def test_action_stage_shows_the_prefix_copies_the_staged_prefix_saves(capsys):
+    assert main(["--shape", "tiny", "--windows", "1", "--warmup", "0", "--coc-tokens", "2",
+                 "--top", "1000", "--stage", "action", "--staged-prefix", "on,off"]) == 0
+    out = capsys.readouterr().out
+    cats = {}
+    for section in out.split("\ntiny flashdrive stage action")[1:]:
+        staged = "staged_prefix=True" in section.splitlines()[0]
+        rows = [line.split() for line in section.splitlines()
+                if line.strip().startswith("aten::cat ")]
+        cats[staged] = int(rows[0][-1])
+    layers = shape_config("tiny").expert.num_hidden_layers
+    schedule = EngineConfig().flow_schedule
+    velocity_calls = schedule.num_steps - len(schedule.reuse_steps)
+    assert cats[False] - cats[True] == 2 * layers * velocity_calls  # the keys' and values'
 
 
 def test_switch_values_are_checked():

@@ -1,14 +1,14 @@
 """Where one engine variant's time goes: torch.profiler over sliding windows at a bench shape.
 
 Prints the per-stage wall time (profiler ranges `stage:*`, CPU side) and the CUDA kernels
-that take the most device time, for every combination of the `--graphs` and
-`--rotated-keys` values given (one model build). With CUDA graphs on, kernels inside graphs
+that take the most device time, for every combination of the `--graphs`, `--rotated-keys`
+and `--staged-prefix` values given (one model build). With CUDA graphs on, kernels inside graphs
 appear as graph launches; profile with `--graphs off` to see them.
 
     python -m flashdrive_ros.bench.profile --shape alpamayo-1.5-10b --device cuda \
         --graphs off,on --rotated-keys on,off
     python -m flashdrive_ros.bench.profile --shape alpamayo-1.5-10b --device cuda \
-        --graphs off,on --stage action
+        --graphs off,on --stage action --staged-prefix on,off
 
 `--stage action` profiles only the action stage (flow matching) of each window, reasoned
 outside the profiler: one profiler per window's action stage, their averages summed (a
@@ -44,6 +44,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                         help="on, off or on,off")
     parser.add_argument("--rotated-keys", type=switch_values, default=["on"],
                         help="on, off or on,off")
+    parser.add_argument("--staged-prefix", type=switch_values, default=["on"],
+                        help="on, off or on,off")
     parser.add_argument("--stage", choices=STAGES, default="all",
                         help="all: whole windows; action: only their action stage")
     parser.add_argument("--coc-tokens", type=int, default=16)
@@ -62,13 +64,14 @@ def switch_values(text: str) -> list[str]:
     return values
 
 
-def engine_config(args: argparse.Namespace, dtype: str, graphs: str, rotated: str
-                  ) -> EngineConfig:
+def engine_config(args: argparse.Namespace, dtype: str, graphs: str, rotated: str,
+                  staged: str = "on") -> EngineConfig:
     common = dict(mode=args.mode, device=args.device, dtype=dtype,
                   max_coc_tokens=args.coc_tokens, coc_reuse=False)
     if args.mode == "baseline":
         return EngineConfig(**common)
-    return EngineConfig(cuda_graphs=graphs == "on", rotated_keys=rotated == "on", **common)
+    return EngineConfig(cuda_graphs=graphs == "on", rotated_keys=rotated == "on",
+                        staged_prefix=staged == "on", **common)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -77,8 +80,9 @@ def main(argv: list[str] | None = None) -> int:
         torch.set_num_threads(args.threads)
     dtype = args.dtype or ("bfloat16" if args.device.startswith("cuda") else "float32")
     parts = build_parts(args.shape, args.device, DTYPES[dtype])
-    for graphs, rotated in itertools.product(args.graphs, args.rotated_keys):
-        profile_variant(args, parts, engine_config(args, dtype, graphs, rotated))
+    for graphs, rotated, staged in itertools.product(args.graphs, args.rotated_keys,
+                                                     args.staged_prefix):
+        profile_variant(args, parts, engine_config(args, dtype, graphs, rotated, staged))
     return 0
 
 
@@ -108,7 +112,8 @@ def profile_variant(args: argparse.Namespace, parts, cfg: EngineConfig) -> None:
                 plans.append(engine.step(window))
         events = prof.key_averages()
     print(f"\n{args.shape} {cfg.mode} stage {args.stage} cuda_graphs={cfg.cuda_graphs} "
-          f"rotated_keys={cfg.rotated_keys} {cfg.dtype} on {args.device}, {args.windows} "
+          f"rotated_keys={cfg.rotated_keys} staged_prefix={cfg.staged_prefix} {cfg.dtype} on "
+          f"{args.device}, {args.windows} "
           f"windows after {args.warmup}")
     for name in ("encode", "prefill", "decode", "action", "total"):
         values = sorted(p.timings_ms[name] for p in plans)
