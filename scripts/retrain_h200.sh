@@ -62,6 +62,8 @@ seconds="${SECONDS_PER_DRIVE:-60}"
 read -r -a train_args <<< "${TRAIN_ARGS:-}"
 workers="${WORKERS:-$(( $(nproc) < drives ? $(nproc) : drives ))}"
 model_dir="${MODEL_DIR:-${run_dir}/model}"
+own_model=true
+[ -n "${MODEL_DIR:-}" ] && own_model=false
 
 left() { echo $(( start + total_s - $(date +%s) - ${1:-0} )); }
 
@@ -138,8 +140,6 @@ pack() {
     local files=() wanted=(summary.json coverage.md train_log.jsonl logs held_out/held_out.json
                            held_out/held_out.md closed_loop/report.json closed_loop/report.md
                            policy_coverage.md)
-    local own_model=false
-    [ "${model_dir}" = "${run_dir}/model" ] && own_model=true
     if "${own_model}"; then
         wanted+=(model/config.json model/tokenizer.json model/manifest.json
                  model/drafter.safetensors model/drafter_mrope.safetensors)
@@ -196,7 +196,7 @@ case "${phase}" in
         exit 2
         ;;
 esac
-[ "${model_dir}" = "${run_dir}/model" ] && [ -f "${run_dir}/summary.json" ] && "${python}" - "${run_dir}/summary.json" <<'EOF'
+"${own_model}" && [ -f "${run_dir}/summary.json" ] && "${python}" - "${run_dir}/summary.json" <<'EOF'
 import json, sys
 s = json.load(open(sys.argv[1]))
 print("calls:", s.get("calls"))

@@ -65,7 +65,7 @@ def switch_values(text: str) -> list[str]:
 
 
 def engine_config(args: argparse.Namespace, dtype: str, graphs: str, rotated: str,
-                  staged: str = "on") -> EngineConfig:
+                  staged: str) -> EngineConfig:
     common = dict(mode=args.mode, device=args.device, dtype=dtype,
                   max_coc_tokens=args.coc_tokens, coc_reuse=False)
     if args.mode == "baseline":

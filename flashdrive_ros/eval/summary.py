@@ -85,12 +85,7 @@ def summarize(results: list[WindowResult], skipped: SkipCounter,
     block["control_rate_hz"] = control_rate_hz
     block["within_control_period"] = (
         float(np.mean(np.array(totals) <= period_ms)) if totals else None)
-    matches = [r.decision_match for r in results if r.decision_match is not None]
-    block["decision_match_rate"] = mean_or_none(float(m) for m in matches)
-    block["labelled_windows"] = len(matches)
-    sides = [r.side_match for r in results if r.side_match is not None]
-    block["side_match_rate"] = mean_or_none(float(m) for m in sides)
-    block["side_windows"] = len(sides)
+    block.update(match_rates(results))
     ages = [r.plan_age_s for r in results if r.plan_age_s is not None]
     if ages:
         block["plan_age_s"] = percentiles(ages)
@@ -106,6 +101,15 @@ def summarize(results: list[WindowResult], skipped: SkipCounter,
     return block
 
 
+def match_rates(results: list[WindowResult]) -> dict:
+    """Decision match over the labelled windows, side match over those whose label names a
+    side and whose decision matches, with their window counts."""
+    matches = [float(r.decision_match) for r in results if r.decision_match is not None]
+    sides = [float(r.side_match) for r in results if r.side_match is not None]
+    return {"decision_match_rate": mean_or_none(matches), "labelled_windows": len(matches),
+            "side_match_rate": mean_or_none(sides), "side_windows": len(sides)}
+
+
 def group_block(results: list[WindowResult]) -> dict:
     """Accuracy of a group of windows: mean minADE1 / minADE6 / constant-velocity ADE at
     6.4 s, minADE1 / CV as the ratio of those two means over the same windows, decision
@@ -113,14 +117,11 @@ def group_block(results: list[WindowResult]) -> dict:
     decision matches."""
     minade1 = mean_or_none(r.metrics["minade1_6s"] for r in results)
     cv = mean_or_none(r.metrics["cv_minade_6s"] for r in results)
-    matches = [float(r.decision_match) for r in results if r.decision_match is not None]
-    sides = [float(r.side_match) for r in results if r.side_match is not None]
     return {"windows": len(results), "minade1_6s": minade1,
             "minade6_6s": mean_or_none(r.metrics["minade6_6s"] for r in results),
             "cv_minade_6s": cv,
             "minade1_cv_ratio": minade1 / cv if minade1 is not None and cv else None,
-            "decision_match_rate": mean_or_none(matches), "labelled_windows": len(matches),
-            "side_match_rate": mean_or_none(sides), "side_windows": len(sides)}
+            **match_rates(results)}
 
 
 def group_members(keys: list[Iterable[str]]) -> dict[str, list[int]]:
