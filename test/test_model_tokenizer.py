@@ -35,6 +35,18 @@ def test_round_trip_and_specials_are_single_tokens(tok):
     assert tok.decode(tok.encode(plain)) == plain
 
 
+def test_word_marks_cover_the_tokens_of_whole_words_only(tok):
+    text = "Nudge to the left of the leftover cart, bright lights on the right"
+    ids = tok.encode(text)
+    marks = tok.word_marks(text, ("left", "right"))
+    assert len(marks) == len(ids)
+    assert tok.decode([i for i, m in zip(ids, marks) if m]).split() == ["left", "right"]
+    assert not any(tok.word_marks("Keep lane, leftover and bright", ("left", "right")))
+    unseen = "zqx leftz left"
+    marked = [i for i, m in zip(tok.encode(unseen), tok.word_marks(unseen, ("left",))) if m]
+    assert tok.decode(marked).strip() == "left"
+
+
 def test_vocabulary_layout_mirrors_release(tok):
     assert tok.vocab_size <= 4600
     first = tok.token_id(QWEN_SPECIALS[0])

@@ -25,7 +25,6 @@ from flashdrive_ros.train.pipeline import main, parse_args
 from flashdrive_ros.train.run_data import train_tokenizer
 from flashdrive_ros.train.target_train import (
     coc_loss,
-    decision_weights,
     run_backbone,
     target_step_losses,
     train_target,
@@ -57,14 +56,17 @@ def test_every_label_sentence_names_its_decision_with_its_first_word():
 def test_focus_settings_are_validated():
     assert DecisionFocus().token_weight > 1.0 and 0.0 < DecisionFocus().balance <= 1.0
     for bad in ({"token_weight": 0.5}, {"token_weight": float("nan")}, {"balance": -0.1},
-                {"balance": 1.5}, {"start_weight": 0.5}, {"start_weight": float("inf")}):
+                {"balance": 1.5}, {"start_weight": 0.5}, {"start_weight": float("inf")},
+                {"side_weight": 0.9}, {"side_weight": float("nan")}):
         with pytest.raises(ValueError, match="DecisionFocus"):
             DecisionFocus(**bad)
-    for flag, value in (("--decision-balance", "2"), ("--start-weight", "0.5")):
+    for flag, value in (("--decision-balance", "2"), ("--start-weight", "0.5"),
+                        ("--side-weight", "0")):
         with pytest.raises(SystemExit) as exit_info:
             main(["--out", "unused", "--smoke", flag, value])
         assert exit_info.value.code == 2
     assert parse_args(["--out", "o", "--start-weight", "4"])[1].decision.start_weight == 4.0
+    assert parse_args(["--out", "o", "--side-weight", "3"])[1].decision.side_weight == 3.0
     assert DecisionFocus().uniform is False and PLAIN.uniform
 
 
@@ -135,33 +137,45 @@ def test_decisive_mask_covers_the_shared_prefix_and_the_first_differing_token(
         assert int(data.decisive_lens[row]) == shared + 1
 
 
-def test_token_weight_scales_the_gradient_of_the_deciding_tokens_only(two_decision_data):
+def test_side_mask_marks_the_labels_of_the_side_words(two_decision_data):
+    data = two_decision_data
+    batch = data.batch(torch.arange(min(len(data), 4)), "cpu")
+    side_words = data.tokenizer.decode(batch.labels[batch.sided].tolist()).split()
+    assert side_words == ["left"] * int((data.decision[:4] == DECISIONS.index("turn")).sum())
+    assert not (batch.sided & batch.decisive).any()
+    plain = data.batch(torch.arange(2), "cpu", with_coc=False)
+    assert not plain.sided.any()
+
+
+@pytest.mark.parametrize("focus", [DecisionFocus(token_weight=5.0),
+                                   DecisionFocus(token_weight=1.0, side_weight=5.0),
+                                   DecisionFocus(token_weight=3.0, side_weight=5.0)])
+def test_loss_weights_scale_the_gradient_of_the_deciding_tokens_and_side_words_only(
+        two_decision_data, focus):
     data = two_decision_data
     torch.manual_seed(0)
     model = AlpamayoModel(data.cfg).double()
     batch = data.batch(torch.arange(min(len(data), 4)), "cpu")
     out, _ = run_backbone(model, batch, data.image_token_id, torch.float64)
-    grads = {}
-    for weight in (1.0, 5.0):
+    assert PLAIN.loss_weights(batch.decisive, batch.sided) is None
+    grads = []
+    for weights in (None, focus.loss_weights(batch.decisive, batch.sided)):
         hidden = out.hidden.detach().requires_grad_(True)
-        ce, _ = coc_loss(model, hidden, batch.labels,
-                         decision_weights(batch.decisive, weight))
+        ce, _ = coc_loss(model, hidden, batch.labels, weights)
         ce.backward()
-        grads[weight] = hidden.grad.norm(dim=-1)  # [B, T]
+        grads.append(hidden.grad.norm(dim=-1))  # [B, T]
     keep = batch.labels != IGNORE
-    decisive = batch.decisive[keep]
-    ratio = grads[5.0][keep] / grads[1.0][keep]
-    weight_sum = float(decision_weights(batch.decisive, 5.0)[keep].sum())
-    expected = torch.where(decisive, 5.0, 1.0).double() * int(keep.sum()) / weight_sum
-    assert bool(decisive.any()) and not bool(decisive.all())
-    torch.testing.assert_close(ratio, expected, rtol=1e-5, atol=0.0)  # float32 logits
-    plain, _ = coc_loss(model, out.hidden, batch.labels)
-    unit, _ = coc_loss(model, out.hidden, batch.labels, decision_weights(batch.decisive, 1.0))
-    torch.testing.assert_close(plain, unit, rtol=1e-6, atol=0.0)
+    decisive, sided = batch.decisive[keep], batch.sided[keep]
+    assert bool(decisive.any()) and bool(sided.any()) and not bool((decisive | sided).all())
+    weight = torch.where(sided, focus.side_weight,
+                         torch.where(decisive, focus.token_weight, 1.0)).double()
+    expected = weight * int(keep.sum()) / float(weight.sum())
+    torch.testing.assert_close(grads[1][keep] / grads[0][keep], expected, rtol=1e-5,
+                               atol=0.0)  # float32 logits
     gen = torch.Generator().manual_seed(0)
     losses = target_step_losses(model, batch, data.image_token_id, torch.float64, gen,
-                                grad=False, token_weight=5.0)
-    assert losses["decision_hit"].shape == (batch.input_ids.shape[0],)
+                                grad=False, focus=focus)
+    assert losses["decision_hit"].shape == losses["side_hit"].shape == (batch.input_ids.shape[0],)
 
 
 def test_balanced_target_training_runs_and_reports_the_accuracy_per_decision(
@@ -175,5 +189,6 @@ def test_balanced_target_training_runs_and_reports_the_accuracy_per_decision(
                        log_every=1, focus=DecisionFocus(token_weight=5.0, balance=1.0))
     log.close()
     assert out["steps"] == 2 and np.isfinite(out["final_coc_loss"])
-    assert {"eval_decision_acc", "eval_decision_acc_follow", "eval_decision_acc_turn"} <= set(out)
+    assert {"eval_decision_acc", "eval_decision_acc_follow", "eval_decision_acc_turn",
+            "eval_side_acc"} <= set(out)
     assert 0.0 <= out["final_decision_acc"] <= 1.0

@@ -74,6 +74,7 @@ def test_smoke_records_the_decision_focus_and_the_decision_accuracy(smoke_run):
     assert sum(focus["drawn_share"].values()) == pytest.approx(1.0, abs=1e-3)
     assert 0.0 <= focus["start_from_rest_share"] <= 1.0 and focus["start_weight"] == 1.0
     assert focus["decisive_tokens_mean"] >= 1.0
+    assert focus["side_weight"] == 1.0 and 0.0 <= focus["side_word_windows_share"] <= 1.0
     target = summary["target"]
     assert 0.0 <= target["eval_decision_acc"] <= 1.0
     assert 0.0 <= target["final_decision_acc"] <= 1.0

@@ -11,13 +11,13 @@ from flashdrive_ros.model.flow import interpolate
 from flashdrive_ros.model.preprocess import normalize, patchify
 from flashdrive_ros.train.batched_expert import batched_velocity
 from flashdrive_ros.train.dataset import TrainSet
+from flashdrive_ros.train.decision_focus import DecisionFocus
 from flashdrive_ros.train.generate import generate_drive
 from flashdrive_ros.train.grad_cache import GradKVCache
 from flashdrive_ros.train.run_data import train_tokenizer
 from flashdrive_ros.train.target_train import (
     coc_loss,
     decision_hits,
-    decision_weights,
     flow_matching_loss,
     flow_matching_loss_at,
     merged_grid,
@@ -74,7 +74,8 @@ def test_images_of_one_size_encode_the_same_as_one_grid_row(data, model):
 def test_coc_loss_from_the_first_label_column_equals_the_masked_loss(data, model):
     batch = data.batch(_rows(data), "cpu")
     out, _ = run_backbone(model, batch, data.image_token_id, torch.float64)
-    for weights in (None, decision_weights(batch.decisive, 5.0)):
+    focus = DecisionFocus(token_weight=5.0)
+    for weights in (None, focus.loss_weights(batch.decisive, batch.sided)):
         grads, values = [], []
         for start in (None, batch.coc_start):
             hidden = out.hidden.detach().requires_grad_(True)
@@ -152,12 +153,13 @@ def test_target_step_equals_the_step_before_its_rewrite(data):
         for _ in range(2):
             if variant == "new":
                 target_step(model, opt, data, rows, torch.device("cpu"),
-                            contextlib.nullcontext, torch.float32, gen, 1.0, 5.0, 1)
+                            contextlib.nullcontext, torch.float32, gen, 1.0,
+                            DecisionFocus(token_weight=5.0), 1)
                 continue
             batch = data.batch(rows, "cpu")
             out, cache = _old_backbone(model, batch, data.image_token_id)
-            ce, _ = coc_loss(model, out.hidden, batch.labels,
-                             decision_weights(batch.decisive, 5.0))
+            weights = DecisionFocus(token_weight=5.0).loss_weights(batch.decisive, batch.sided)
+            ce, _ = coc_loss(model, out.hidden, batch.labels, weights)
             loss = ce + _one_draw_loss(model, cache, batch.actions, batch.seq_lens, gen)
             opt.zero_grad(set_to_none=True)
             loss.backward()

@@ -28,7 +28,7 @@ from flashdrive_ros.train.actions import (
     history_v0,
     normalize_controls,
 )
-from flashdrive_ros.train.decision_focus import decisive_lengths
+from flashdrive_ros.train.decision_focus import SIDE_WORDS, decisive_lengths
 from flashdrive_ros.train.drive import Drive, to_ego_frame
 
 IGNORE = -100
@@ -40,6 +40,7 @@ class TrainBatch:
     (IGNORE elsewhere); positions: [3, B, T]; pixel_patches / grid_thw: the B * V * F images in
     prompt order; seq_lens: [B] valid tokens (prompt + CoC); actions: [B, N_wp, 2]; decisive:
     [B, T] bool, True at the label positions of the CoC tokens that decide the decision;
+    sided: [B, T] bool, True at the label positions of the CoC's side words (SIDE_WORDS);
     coc_start: first label column (None without CoC); seq_bounds: (min, max) of seq_lens,
     read on the host. grid_thw stays on the CPU (the vision encoder reads it there)."""
 
@@ -52,6 +53,7 @@ class TrainBatch:
     actions: torch.Tensor
     rows: torch.Tensor
     decisive: torch.Tensor
+    sided: torch.Tensor
     coc_start: int | None = None
     seq_bounds: tuple[int, int] | None = None
 
@@ -63,7 +65,7 @@ class TrainSet:
                  coc_lens: torch.Tensor, actions: torch.Tensor, v0: np.ndarray,
                  future: np.ndarray, decision: np.ndarray, drive_of: np.ndarray,
                  step_of: np.ndarray, stats: dict[str, float],
-                 decisive_lens: np.ndarray) -> None:
+                 decisive_lens: np.ndarray, side_cols: torch.Tensor) -> None:
         self.cfg = cfg
         self.tokenizer = tokenizer
         self.frames = frames  # [S_total, V, H, W, 3] uint8
@@ -80,6 +82,7 @@ class TrainSet:
         self.step_of = step_of  # [N]
         self.stats = stats
         self.decisive_lens = torch.as_tensor(decisive_lens, dtype=torch.long)  # [N]
+        self.side_cols = side_cols  # [N, M] bool: coc_ids columns holding a side word
         self.builder = PromptBuilder(cfg, tokenizer)
         hist_tok = HistoryTokenizer(cfg.action, tokenizer.traj_token_start)
         self.history_ids = torch.as_tensor(
@@ -105,7 +108,7 @@ class TrainSet:
         a, p = cfg.action, cfg.prompt
         cot_end = tokenizer.token_id("cot_end")
         future_start = tokenizer.token_id("traj_future_start")
-        frames, stamps, frame_index, history, coc, future = [], [], [], [], [], []
+        frames, stamps, frame_index, history, coc, sides, future = [], [], [], [], [], [], []
         decision, drive_of, step_of = [], [], []
         offset = 0
         for d_index, drive in enumerate(drives):
@@ -120,6 +123,8 @@ class TrainSet:
                                             drive.poses[step]))
                 coc.append(tokenizer.encode(drive.coc[step])[:p.max_coc_tokens - 1]
                            + [cot_end, future_start])
+                sides.append(tokenizer.word_marks(drive.coc[step], SIDE_WORDS)[
+                    :p.max_coc_tokens - 1] + [False, False])
                 future.append(drive.expert_future[step])
                 decision.append(int(drive.decision[step]))
                 drive_of.append(d_index)
@@ -133,8 +138,10 @@ class TrainSet:
         width = max((len(c) for c in coc), default=2)
         coc_ids = torch.full((len(coc), width), tokenizer.token_id("<|endoftext|>"),
                              dtype=torch.long)
-        for i, ids in enumerate(coc):
+        side_cols = torch.zeros(coc_ids.shape, dtype=torch.bool)
+        for i, (ids, marks) in enumerate(zip(coc, sides)):
             coc_ids[i, :len(ids)] = torch.tensor(ids)
+            side_cols[i, :len(marks)] = torch.tensor(marks, dtype=torch.bool)
         all_frames = np.concatenate(frames) if frames else np.zeros((0,), np.uint8)
         all_stamps = np.concatenate(stamps) if stamps else np.zeros(0)
         decisive = decisive_lengths([ids[:-2] for ids in coc], decision)
@@ -144,7 +151,7 @@ class TrainSet:
                    history_arr, coc_ids, torch.tensor([len(c) for c in coc], dtype=torch.long),
                    torch.from_numpy(normalize_controls(controls, stats)), v0, future_arr,
                    np.asarray(decision, dtype=np.int64), np.asarray(drive_of, dtype=np.int64),
-                   np.asarray(step_of, dtype=np.int64), stats, decisive)
+                   np.asarray(step_of, dtype=np.int64), stats, decisive, side_cols)
 
     def images(self, rows: torch.Tensor) -> torch.Tensor:
         """uint8 [B, V, F, H, W, 3] of the windows `rows`."""
@@ -213,18 +220,28 @@ class TrainSet:
         cols = torch.arange(width)[None, :] - offset
         return (cols >= 0) & (cols < self.decisive_lens[rows.cpu()][:, None])
 
+    def side_mask(self, rows: torch.Tensor, width: int, offset: int = 0) -> torch.Tensor:
+        """[B, width] bool: True at columns offset + c for the side-word columns c of the
+        rows' CoCs."""
+        cols = self.side_cols[rows.cpu()][:, :max(width - offset, 0)]  # cols: [B, <= width]
+        out = torch.zeros((cols.shape[0], width), dtype=torch.bool)
+        out[:, offset:offset + cols.shape[1]] = cols
+        return out
+
     def batch(self, rows: torch.Tensor, device: torch.device | str,
               with_coc: bool = True) -> TrainBatch:
         ids, labels, seq_lens = self.token_rows(rows, with_coc)
         patches, grid = self.pixels(rows, device)
         positions = self.positions_for(ids.shape[1], grid, ids.shape[0])
+        none = torch.zeros(ids.shape, dtype=torch.bool)
         decisive = (self.decisive_mask(rows, ids.shape[1], self.prompt_len - 1) if with_coc
-                    else torch.zeros(ids.shape, dtype=torch.bool))
+                    else none)
+        sided = self.side_mask(rows, ids.shape[1], self.prompt_len - 1) if with_coc else none
         return TrainBatch(to_device(ids, device), to_device(labels, device),
                           to_device(positions, device), patches, grid,
                           to_device(seq_lens, device),
                           to_device(self.actions[rows.cpu()], device), rows,
-                          to_device(decisive, device),
+                          to_device(decisive, device), to_device(sided, device),
                           coc_start=self.prompt_len - 1 if with_coc else None,
                           seq_bounds=(int(seq_lens.min()), int(seq_lens.max())))
 

@@ -7,7 +7,9 @@ same way names the same decision. The target's CoC loss weighs those tokens `tok
 and training rows are drawn with weights count(decision) ** -balance, so rare decisions
 (follow, slow) are seen more often. Starts from rest (the ego stands, the label is not to
 stop) are drawn `start_weight` times as often again: there the decision is in the images
-(a green lamp, a crossing left clear) and not in the ego's own motion.
+(a green lamp, a crossing left clear) and not in the ego's own motion. The words that name a
+side (a bend to the left or right, the side of a parked car) weigh `side_weight` times in the
+CoC loss: a bend read on the wrong side is the right decision with a wrong plan.
 """
 
 from __future__ import annotations
@@ -18,18 +20,22 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from flashdrive_ros.sim.labels import DECISIONS, STANDING_MPS
+from flashdrive_ros.sim.labels import DECISIONS, FILLS, STANDING_MPS
+
+SIDE_WORDS = FILLS["side"]
 
 
 @dataclass(frozen=True)
 class DecisionFocus:
     """token_weight: CoC loss weight of the tokens that decide the decision (1: plain mean);
     balance: 0 draws training windows uniformly, 1 draws every decision equally often;
-    start_weight: draw weight factor of the starts from rest (1: none)."""
+    start_weight: draw weight factor of the starts from rest (1: none);
+    side_weight: CoC loss weight of the words that name a side (SIDE_WORDS; 1: none)."""
 
     token_weight: float = 5.0
     balance: float = 0.5
     start_weight: float = 1.0
+    side_weight: float = 1.0
 
     def __post_init__(self) -> None:
         if not (np.isfinite(self.token_weight) and self.token_weight >= 1.0):
@@ -40,11 +46,29 @@ class DecisionFocus:
         if not (np.isfinite(self.start_weight) and self.start_weight >= 1.0):
             raise ValueError(f"DecisionFocus.start_weight must be a finite number >= 1, got "
                              f"{self.start_weight}")
+        if not (np.isfinite(self.side_weight) and self.side_weight >= 1.0):
+            raise ValueError(f"DecisionFocus.side_weight must be a finite number >= 1, got "
+                             f"{self.side_weight}")
 
     @property
     def uniform(self) -> bool:
         """True when every window is drawn equally often."""
         return self.balance == 0.0 and self.start_weight == 1.0
+
+
+    @property
+    def plain_loss(self) -> bool:
+        """True when every CoC token weighs the same in the loss."""
+        return self.token_weight == 1.0 and self.side_weight == 1.0
+
+    def loss_weights(self, decisive: torch.Tensor, sided: torch.Tensor) -> torch.Tensor | None:
+        """decisive, sided: [B, T] bool -> [B, T] float CoC loss weights: token_weight at the
+        deciding tokens, side_weight at the side words (the larger where both), 1 elsewhere;
+        None when all are 1."""
+        if self.plain_loss:
+            return None
+        return torch.maximum(1.0 + (self.token_weight - 1.0) * decisive.float(),
+                             1.0 + (self.side_weight - 1.0) * sided.float())
 
 
 PLAIN = DecisionFocus(token_weight=1.0, balance=0.0)

@@ -148,7 +148,9 @@ def run(out: Path, recipe: Recipe, minutes_budget: float, device: torch.device, 
                                "start_from_rest_share": start_share(
                                    data.decision, data.v0, recipe.decision),
                                "decisive_tokens_mean": float(
-                                   data.decisive_lens.float().mean())}})
+                                   data.decisive_lens.float().mean()),
+                               "side_word_windows_share": round(float(
+                                   data.side_cols.any(dim=1).float().mean()), 4)}})
 
     remaining = max(minutes_budget * 60 - (time.monotonic() - start) - recipe.reserve_seconds,
                     1.0)
@@ -192,7 +194,7 @@ def run(out: Path, recipe: Recipe, minutes_budget: float, device: torch.device, 
     scale = later / (1.0 - recipe.target_share)
     summary["streaming_backbone"] = train_backbone_streaming(
         model, data, eval_data, recipe.backbone, recipe.backbone_share * scale, seed, log,
-        device, autocast, cache_dtype, token_weight=recipe.decision.token_weight)
+        device, autocast, cache_dtype, focus=recipe.decision)
 
     if cfg.drafter is None:
         raise ValueError(f"preset {recipe.preset!r} has no drafter section")
@@ -314,6 +316,9 @@ def parse_args(argv: list[str] | None = None) -> tuple[argparse.Namespace, Recip
                         help=f"draw weight factor of the starts from rest, windows where the "
                              f"ego stands and the label is not to stop (default "
                              f"{DecisionFocus.start_weight}: none)")
+    parser.add_argument("--side-weight", type=float, default=None,
+                        help=f"CoC loss weight of the words that name a side, left or right "
+                             f"(default {DecisionFocus.side_weight}: none)")
     parser.add_argument("--flow-draws", type=int, default=None,
                         help=f"(noise, time) draws per window in the target's flow loss "
                              f"(default {Recipe.flow_draws})")
@@ -350,7 +355,8 @@ def parse_args(argv: list[str] | None = None) -> tuple[argparse.Namespace, Recip
     focus = {name: value for name, value in (
         ("token_weight", args.decision_token_weight),
         ("balance", args.decision_balance),
-        ("start_weight", args.start_weight)) if value is not None}
+        ("start_weight", args.start_weight),
+        ("side_weight", args.side_weight)) if value is not None}
     if args.target_call_steps is not None and (args.stages != "target"
                                                or args.target_call_steps < 1):
         parser.error("--target-call-steps takes a count >= 1 and --stages target")

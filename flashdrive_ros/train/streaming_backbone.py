@@ -22,11 +22,12 @@ import torch
 
 from flashdrive_ros.model.alpamayo import AlpamayoModel
 from flashdrive_ros.train.dataset import IGNORE, TrainSet
+from flashdrive_ros.train.decision_focus import PLAIN, DecisionFocus
 from flashdrive_ros.train.log import TrainLog
 from flashdrive_ros.train.schedule import Progress
 from flashdrive_ros.train.streaming_rollout import StreamedWindow, StreamingRollout
 from flashdrive_ros.train.streaming_tune import sequence_ends
-from flashdrive_ros.train.target_train import coc_loss, decision_weights, flow_matching_loss
+from flashdrive_ros.train.target_train import coc_loss, flow_matching_loss
 
 Autocast = Callable[[], contextlib.AbstractContextManager]
 
@@ -112,15 +113,15 @@ class SequenceSampler:
 
 def _step_losses(model: AlpamayoModel, rollout: StreamingRollout, ends: torch.Tensor,
                  length: int, generator: torch.Generator, autocast: Autocast,
-                 token_weight: float = 1.0) -> dict[str, torch.Tensor]:
-    """token_weight: CoC loss weight of the tokens that decide the decision."""
+                 focus: DecisionFocus = PLAIN) -> dict[str, torch.Tensor]:
+    """focus: the CoC loss weights of the deciding tokens and the side words."""
     with autocast():
         window = rollout.stream(ends, length)
         actions = rollout.data.actions[ends.cpu()].to(rollout.device)
-        weights = None
-        if token_weight != 1.0:
-            decisive = rollout.data.decisive_mask(ends, window.coc_ids.shape[1])
-            weights = decision_weights(decisive.to(rollout.device), token_weight)
+        width = window.coc_ids.shape[1]
+        weights = None if focus.plain_loss else focus.loss_weights(
+            rollout.data.decisive_mask(ends, width).to(rollout.device),
+            rollout.data.side_mask(ends, width).to(rollout.device))
         return window_losses(model, window, actions, generator, weights)
 
 
@@ -163,10 +164,9 @@ def trainable_parameters(model: AlpamayoModel, train_vision: bool
 def train_backbone_streaming(model: AlpamayoModel, data: TrainSet, eval_data: TrainSet,
                              cfg: BackboneStreamingConfig, seconds: float | None, seed: int,
                              log: TrainLog, device: torch.device, autocast: Autocast,
-                             cache_dtype: torch.dtype, token_weight: float = 1.0
+                             cache_dtype: torch.dtype, focus: DecisionFocus = PLAIN
                              ) -> dict[str, float]:
-    """token_weight: CoC loss weight of the deciding tokens in training steps (held-out
-    losses stay plain means)."""
+    """focus: the CoC loss weights of training steps (held-out losses stay plain means)."""
     rollout = StreamingRollout(model, data, cache_dtype, device)
     eval_rollout = StreamingRollout(model, eval_data, cache_dtype, device)
     lengths = range(cfg.min_windows, cfg.max_windows + 1)
@@ -198,7 +198,7 @@ def train_backbone_streaming(model: AlpamayoModel, data: TrainSet, eval_data: Tr
             if count == 0:
                 continue
             losses = _step_losses(model, rollout, source.draw(count, run, pick), run, noise,
-                                  autocast, token_weight)
+                                  autocast, focus)
             loss = losses["coc_loss"] + cfg.flow_weight * losses["flow_loss"]
             (loss * (count / rows_per_step)).backward()
             record.update({f"{name}_{k}": float(v.detach()) for k, v in losses.items()})

@@ -96,11 +96,6 @@ def _coc_loss_from(model: AlpamayoModel, hidden: torch.Tensor, labels: torch.Ten
     return (ce * w).sum() / w.sum(), acc
 
 
-def decision_weights(decisive: torch.Tensor, token_weight: float) -> torch.Tensor:
-    """decisive: [B, T] bool -> [B, T] float: token_weight there, 1 elsewhere."""
-    return 1.0 + (token_weight - 1.0) * decisive.float()
-
-
 def decision_hits(model: AlpamayoModel, hidden: torch.Tensor, labels: torch.Tensor,
                   decisive: torch.Tensor, start: int | None = None) -> torch.Tensor:
     """[B] bool: every deciding CoC token of the row is the argmax of its logits; `start`
@@ -149,16 +144,21 @@ def flow_matching_loss_at(model: AlpamayoModel, cache, actions: torch.Tensor,
 
 def target_step_losses(model: AlpamayoModel, batch: TrainBatch, image_token_id: int,
                        cache_dtype: torch.dtype, generator: torch.Generator, grad: bool = True,
-                       token_weight: float = 1.0, flow_draws: int = 1
+                       focus: DecisionFocus = PLAIN, flow_draws: int = 1
                        ) -> dict[str, torch.Tensor]:
-    """coc_loss weighs the deciding tokens `token_weight` times; decision_hit: [B] bool."""
+    """coc_loss weighs the CoC tokens by `focus.loss_weights`; decision_hit: [B] bool; without
+    grad also side_hit: [B] bool, every side word of the row is its argmax."""
     out, cache = run_backbone(model, batch, image_token_id, cache_dtype, grad)
-    weights = None if token_weight == 1.0 else decision_weights(batch.decisive, token_weight)
+    weights = focus.loss_weights(batch.decisive, batch.sided)
     ce, acc = coc_loss(model, out.hidden, batch.labels, weights, batch.coc_start)
     with torch.no_grad():
-        hits = decision_hits(model, out.hidden, batch.labels, batch.decisive, batch.coc_start)
+        hits = {"decision_hit": decision_hits(model, out.hidden, batch.labels, batch.decisive,
+                                              batch.coc_start)}
+        if not grad:
+            hits["side_hit"] = decision_hits(model, out.hidden, batch.labels, batch.sided,
+                                             batch.coc_start)
     fm = flow_loss(model, cache, batch, generator, flow_draws)
-    return {"coc_loss": ce, "coc_acc": acc, "flow_loss": fm, "decision_hit": hits}
+    return {"coc_loss": ce, "coc_acc": acc, "flow_loss": fm, **hits}
 
 
 @torch.no_grad()
@@ -166,11 +166,11 @@ def evaluate_target(model: AlpamayoModel, data: TrainSet, rows: torch.Tensor,
                     device: torch.device, autocast: Autocast, cache_dtype: torch.dtype,
                     seed: int, batch_size: int = 32) -> dict[str, float]:
     """Plain (unweighted) mean losses, token accuracy, decision_acc and decision_acc_<name>
-    per decision present among `rows`."""
+    per decision present among `rows`, side_acc over the rows whose CoC names a side."""
     model.eval()
     gen = torch.Generator(device=device).manual_seed(seed)
     totals: dict[str, float] = {}
-    hits = []
+    hits, side_hits = [], []
     count = 0
     for start in range(0, len(rows), batch_size):
         chunk = rows[start:start + batch_size]
@@ -179,6 +179,7 @@ def evaluate_target(model: AlpamayoModel, data: TrainSet, rows: torch.Tensor,
             losses = target_step_losses(model, batch, data.image_token_id, cache_dtype, gen,
                                         grad=False)
         hits.append(losses.pop("decision_hit").cpu())
+        side_hits.append(losses.pop("side_hit").cpu())
         for k, v in losses.items():
             totals[k] = totals.get(k, 0.0) + float(v) * len(chunk)
         count += len(chunk)
@@ -191,20 +192,23 @@ def evaluate_target(model: AlpamayoModel, data: TrainSet, rows: torch.Tensor,
         for i, name in enumerate(DECISIONS):
             if bool((decision == i).any()):
                 metrics[f"decision_acc_{name}"] = float(hit[decision == i].mean())
+        sided = data.side_cols[rows.cpu()].any(dim=1)
+        if bool(sided.any()):
+            metrics["side_acc"] = float(torch.cat(side_hits)[sided].float().mean())
     return metrics
 
 
 def target_step(model: AlpamayoModel, opt: torch.optim.Optimizer, data: TrainSet,
                 rows: torch.Tensor, device: torch.device, autocast: Autocast,
                 cache_dtype: torch.dtype, generator: torch.Generator, flow_weight: float,
-                token_weight: float, flow_draws: int
+                focus: DecisionFocus, flow_draws: int
                 ) -> tuple[dict[str, torch.Tensor], torch.Tensor, torch.Tensor]:
     """One optimizer step on the windows `rows` -> (losses, decision_hit [B], grad norm);
     nothing is read back from the device."""
     batch = data.batch(rows, device)
     with autocast():
         losses = target_step_losses(model, batch, data.image_token_id, cache_dtype, generator,
-                                    token_weight=token_weight, flow_draws=flow_draws)
+                                    focus=focus, flow_draws=flow_draws)
     hit = losses.pop("decision_hit")
     loss = losses["coc_loss"] + flow_weight * losses["flow_loss"]
     opt.zero_grad(set_to_none=True)
@@ -266,7 +270,7 @@ class TargetTrainer:
                 group["lr"] = self.lr * progress.lr_factor()
             losses, hit, norm = target_step(
                 self.model, self.opt, self.data, self.draw_rows(), self.device, self.autocast,
-                self.cache_dtype, self.gen, self.flow_weight, self.focus.token_weight,
+                self.cache_dtype, self.gen, self.flow_weight, self.focus,
                 self.flow_draws)
             step = progress.step
             progress.step += 1
