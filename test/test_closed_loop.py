@@ -238,6 +238,10 @@ def test_cli_compares_baseline_and_flashdrive_on_the_tiny_model(tmp_path, one_th
         assert (out / d["picture"]).read_bytes().startswith(b"\x89PNG")
     assert "flashdrive_vs_baseline" in report
     assert "| route completion |" in (out / "report.md").read_text()
+    assert "## Standing at a stop line" in (out / "report.md").read_text()
+    for name, block in report["variants"].items():
+        waits = [d["light_waits"] for d in report["drives"] if d["variant"] == name]
+        assert block["light_waits"]["red_plans"] == sum(w["red_plans"] for w in waits)
 
     pooled = tmp_path / "pooled"
     assert main(["--model-dir", str(model), "--seconds", "2.5", "--seed", str(SEED),

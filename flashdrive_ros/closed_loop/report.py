@@ -5,6 +5,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import numpy as np
+
 TABLE = (("clean_drive_rate", "drives without collision or red-light violation", None),
          ("route_completion", "route completion", 3),
          ("collisions", "collisions per drive", 2),
@@ -41,6 +43,17 @@ def markdown(report: dict) -> str:
     for key, label, digits in TABLE:
         lines.append(f"| {label} | " + " | ".join(_cell(v[key], digits)
                                                   for v in variants.values()) + " |")
+    lines += ["", "## Standing at a stop line (plans within 15 m of it, CoC decision)", "",
+              "| variant | at red or yellow: plans naming go | at green: plans naming stop | "
+              "base_link to the line at red, median of the drives' medians (m) |",
+              "|---|---|---|---|"]
+    for name, block in variants.items():
+        waits = block["light_waits"]
+        gaps = [d["light_waits"]["red_gap_m"] for d in report["drives"]
+                if d["variant"] == name and d["light_waits"]["red_gap_m"] is not None]
+        gap = f"{float(np.median(gaps)):.2f}" if gaps else "-"
+        lines.append(f"| {name} | {waits['red_go']} / {waits['red_plans']} | "
+                     f"{waits['green_stay']} / {waits['green_plans']} | {gap} |")
     lines += ["", "## Per scenario (spans reached / completed / clean, collisions, red-light "
               "violations, off road s)", "",
               "| variant | scenario | reached | completed | clean | collisions | red light | "

@@ -9,6 +9,8 @@ from functools import partial
 from pathlib import Path
 
 from flashdrive_ros.closed_loop.expert_planner import ExpertPlanner
+from flashdrive_ros.closed_loop.light_waits import light_waits
+from flashdrive_ros.closed_loop.plan_trace import plan_trace, write_plan_trace
 from flashdrive_ros.closed_loop.report import write_report
 from flashdrive_ros.closed_loop.runner import ClosedLoopDrive, DriveResult, DriveSettings
 from flashdrive_ros.closed_loop.summary import variant_summary
@@ -118,8 +120,8 @@ def _drive_in_process(options: RunOptions, model: ModelConfig, variant: str,
 
 
 def drive_metrics(job: tuple[str, int], options: RunOptions, model: ModelConfig) -> dict:
-    """One (variant, seed) drive's metrics; its top-down picture and plan trace written beside
-    the report."""
+    """One (variant, seed) drive's metrics, the light read while waiting at a stop line among
+    them; its top-down picture and plan trace written beside the report."""
     variant, seed = job
     if options.through_ros:
         from flashdrive_ros.closed_loop.through_ros import drive_through_ros
@@ -134,11 +136,11 @@ def drive_metrics(job: tuple[str, int], options: RunOptions, model: ModelConfig)
         name = f"drive_{variant}_{seed}.png"
         draw_drive(result, options.out_dir / name)
         metrics["picture"] = name
+    trace = plan_trace(result)
+    metrics["light_waits"] = light_waits(trace)
     if options.plan_trace:
-        from flashdrive_ros.closed_loop.plan_trace import plan_trace, write_plan_trace
-
         name = f"plans_{variant}_{seed}.csv"
-        write_plan_trace(plan_trace(result), options.out_dir / name)
+        write_plan_trace(trace, options.out_dir / name)
         metrics["plan_trace"] = name
     return metrics
 

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from flashdrive_ros.closed_loop.light_waits import summed_light_waits
+
 SPREAD_KEYS = ("route_completion", "collisions", "red_light_violations", "off_road_s",
                "lane_departure_s", "stop_line_overshoot_m", "mean_speed_mps", "fallback_s")
 
@@ -35,6 +37,7 @@ def variant_summary(drives: list[dict]) -> dict:
         out[key] = _mean_std([d["comfort"][key] for d in drives])
     for key in ("mean", "abs_p95"):
         out[f"lane_offset_{key}_m"] = _mean_std([d["lane_offset_m"][key] for d in drives])
+    out["light_waits"] = summed_light_waits(drives)
     out["scenarios"] = scenario_summary(drives)
     return out
 
