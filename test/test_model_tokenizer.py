@@ -35,15 +35,15 @@ def test_round_trip_and_specials_are_single_tokens(tok):
     assert tok.decode(tok.encode(plain)) == plain
 
 
-def test_word_marks_cover_the_tokens_of_whole_words_only(tok):
+def test_encode_marking_covers_the_tokens_of_whole_words_only(tok):
     text = "Nudge to the left of the leftover cart, bright lights on the right"
-    ids = tok.encode(text)
-    marks = tok.word_marks(text, ("left", "right"))
+    ids, marks = tok.encode_marking(text, ("left", "right"))
+    assert ids == tok.encode(text)
     assert len(marks) == len(ids)
     assert tok.decode([i for i, m in zip(ids, marks) if m]).split() == ["left", "right"]
-    assert not any(tok.word_marks("Keep lane, leftover and bright", ("left", "right")))
+    assert not any(tok.encode_marking("Keep lane, leftover and bright", ("left", "right"))[1])
     unseen = "zqx leftz left"
-    marked = [i for i, m in zip(tok.encode(unseen), tok.word_marks(unseen, ("left",))) if m]
+    marked = [i for i, m in zip(*tok.encode_marking(unseen, ("left",))) if m]
     assert tok.decode(marked).strip() == "left"
 
 

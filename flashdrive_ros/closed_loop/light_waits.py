@@ -40,8 +40,12 @@ def light_waits(trace: list[dict]) -> dict:
 
 def summed_light_waits(drives: list[dict]) -> dict:
     """The counts summed over drives, with the shares red_go / red_plans and
-    green_stay / green_plans (None without plans)."""
+    green_stay / green_plans (None without plans) and red_gap_m, the median of the drives'
+    red_gap_m (None without one)."""
     out = {key: sum(d["light_waits"][key] for d in drives) for key in COUNTS}
+    gaps = [d["light_waits"]["red_gap_m"] for d in drives
+            if d["light_waits"]["red_gap_m"] is not None]
+    out["red_gap_m"] = round(float(np.median(gaps)), 2) if gaps else None
     out["red_go_share"] = (round(out["red_go"] / out["red_plans"], 4)
                            if out["red_plans"] else None)
     out["green_stay_share"] = (round(out["green_stay"] / out["green_plans"], 4)

@@ -5,8 +5,6 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-import numpy as np
-
 TABLE = (("clean_drive_rate", "drives without collision or red-light violation", None),
          ("route_completion", "route completion", 3),
          ("collisions", "collisions per drive", 2),
@@ -49,9 +47,7 @@ def markdown(report: dict) -> str:
               "|---|---|---|---|"]
     for name, block in variants.items():
         waits = block["light_waits"]
-        gaps = [d["light_waits"]["red_gap_m"] for d in report["drives"]
-                if d["variant"] == name and d["light_waits"]["red_gap_m"] is not None]
-        gap = f"{float(np.median(gaps)):.2f}" if gaps else "-"
+        gap = "-" if waits["red_gap_m"] is None else f"{waits['red_gap_m']:.2f}"
         lines.append(f"| {name} | {waits['red_go']} / {waits['red_plans']} | "
                      f"{waits['green_stay']} / {waits['green_plans']} | {gap} |")
     lines += ["", "## Per scenario (spans reached / completed / clean, collisions, red-light "

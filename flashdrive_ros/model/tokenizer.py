@@ -86,13 +86,14 @@ class TextTokenizer:
     def encode(self, text: str) -> list[int]:
         return self.tokenizer.encode(text, add_special_tokens=False).ids
 
-    def word_marks(self, text: str, words: Iterable[str]) -> list[bool]:
-        """Per token of encode(text): True where the token overlaps one of `words` standing
-        as a whole word in `text`."""
+    def encode_marking(self, text: str, words: Iterable[str]) -> tuple[list[int], list[bool]]:
+        """encode(text), and per token whether it overlaps one of `words` standing as a whole
+        word in `text` (one encoding)."""
         spans = [m.span() for m in re.finditer(
             r"\b(?:" + "|".join(map(re.escape, words)) + r")\b", text)]
-        offsets = self.tokenizer.encode(text, add_special_tokens=False).offsets
-        return [any(a < stop and start < b for start, stop in spans) for a, b in offsets]
+        encoding = self.tokenizer.encode(text, add_special_tokens=False)
+        return encoding.ids, [any(a < stop and start < b for start, stop in spans)
+                              for a, b in encoding.offsets]
 
     def decode(self, ids: Iterable[int], skip_special_tokens: bool = False) -> str:
         ids = [int(i) for i in ids]

@@ -121,10 +121,9 @@ class TrainSet:
                 frame_index.append(offset + np.arange(step - p.num_frames + 1, step + 1))
                 history.append(to_ego_frame(drive.poses[step - a.num_history + 1:step + 1],
                                             drive.poses[step]))
-                coc.append(tokenizer.encode(drive.coc[step])[:p.max_coc_tokens - 1]
-                           + [cot_end, future_start])
-                sides.append(tokenizer.word_marks(drive.coc[step], SIDE_WORDS)[
-                    :p.max_coc_tokens - 1] + [False, False])
+                ids, marks = tokenizer.encode_marking(drive.coc[step], SIDE_WORDS)
+                coc.append(ids[:p.max_coc_tokens - 1] + [cot_end, future_start])
+                sides.append(marks[:p.max_coc_tokens - 1] + [False, False])
                 future.append(drive.expert_future[step])
                 decision.append(int(drive.decision[step]))
                 drive_of.append(d_index)

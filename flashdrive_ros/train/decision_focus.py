@@ -55,7 +55,6 @@ class DecisionFocus:
         """True when every window is drawn equally often."""
         return self.balance == 0.0 and self.start_weight == 1.0
 
-
     @property
     def plain_loss(self) -> bool:
         """True when every CoC token weighs the same in the loss."""
