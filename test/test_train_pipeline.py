@@ -160,6 +160,8 @@ def test_training_drives_start_at_the_seed_offset(tmp_path):
     _, train, _, summary = fresh_data(tmp_path, recipe, 1, log, 0.0, None)
     assert [d.seed for d in train] == train_seeds(2, 5) == [5, 6]
     assert summary["train_seeds"] == [5, 6]
+    assert summary["light_branch_drives"] == 0
+    assert summary["light_branches"] == dataclasses.asdict(recipe.light_branches)
     with pytest.raises(ValueError, match="train_seed_offset"):
         dataclasses.replace(smoke(), train_seed_offset=-1)
 
@@ -171,6 +173,10 @@ def test_the_command_line_sets_the_recipe():
     assert (recipe.init_from, recipe.target_lr, recipe.target_batch, recipe.train_seed_offset,
             recipe.train_drives) == ("models/default", 3e-4, 96, 56, 32)
     assert parse_args(["--out", "o"])[1] == Recipe()
-    for bad in (["--target-batch", "0"], ["--train-seed-offset", "-1"]):
+    _, recipe = parse_args(["--out", "o", "--early-greens", "3", "--held-red", "off"])
+    assert (recipe.light_branches.early_greens, recipe.light_branches.held_red) == (3, False)
+    assert parse_args(["--out", "o", "--early-greens", "0"])[1].light_branches.held_red
+    for bad in (["--target-batch", "0"], ["--train-seed-offset", "-1"],
+                ["--early-greens", "-1"], ["--held-red", "maybe"]):
         with pytest.raises(SystemExit):
             parse_args(["--out", "o", *bad])

@@ -7,6 +7,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from flashdrive_ros.sim.entities import LightEdit
 from flashdrive_ros.sim.expert import Expert, ExpertInfo
 from flashdrive_ros.sim.scenarios import build_world
 from flashdrive_ros.sim.vehicle import EgoState, step_bicycle
@@ -76,6 +77,20 @@ class DriveLog:
         idx = i0 + SUBSTEPS * np.arange(1, FUTURE_STEPS + 1)
         return to_frame(self.ego[i0, 1:4], self.ego[idx, 1:4])
 
+    def cut(self, first_frame: int, frame_count: int) -> DriveLog:
+        """The frames first_frame .. first_frame + frame_count - 1 as a drive of their own
+        (times from 0 at first_frame; the future horizon after them kept)."""
+        end_row = (first_frame + frame_count - 1 + FUTURE_STEPS) * SUBSTEPS + 1
+        if first_frame < 0 or frame_count < 1 or end_row > len(self.ego):
+            raise ValueError(f"frames {first_frame} + {frame_count} with their future are not "
+                             f"all in this {self.frame_count}-frame drive")
+        ego = self.ego[first_frame * SUBSTEPS:end_row].copy()
+        ego[:, 0] -= ego[0, 0]
+        frames = slice(first_frame, first_frame + frame_count)
+        planned = None if self.planned is None else self.planned[frames]
+        return DriveLog(self.world, (frame_count - 1) / FRAME_HZ, ego, self.scenes[frames],
+                        self.infos[frames], planned)
+
     def history(self, k: int) -> np.ndarray:
         """float64 [16, 4] (x, y, z, yaw) of the 16 poses up to frame k (oldest first)."""
         if k < HISTORY_STEPS - 1:
@@ -112,14 +127,18 @@ def _snapshot(world: World, t: float, ego: EgoState, route_s: float) -> SceneSna
     return SceneSnapshot(t, ego, route_s, tuple(boxes), lights)
 
 
-def simulate(seed: int, seconds: float, blocks: tuple[str, ...] | None = None) -> DriveLog:
+def simulate(seed: int, seconds: float, blocks: tuple[str, ...] | None = None,
+             light_edits: tuple[LightEdit, ...] = ()) -> DriveLog:
     """Drive for `seconds` plus the future horizon; deterministic for a seed.
 
     blocks: scenario blocks to start the route with (see scenarios.build_world).
+    light_edits: changes to the lights' cycles, each made at the first step at or after its
+    time (the drive is the seed's own until then).
     """
     if seconds <= 0:
         raise ValueError(f"seconds must be > 0, got {seconds}")
     world = build_world(seed, seconds, blocks)
+    pending = sorted(light_edits, key=lambda edit: edit.t)
     expert = Expert(world)
     x, y, yaw = world.route.pose_at(world.ego_start_s)
     ox, oy = world.route.offset_point(world.ego_start_s, EGO_LANE_D)
@@ -129,6 +148,8 @@ def simulate(seed: int, seconds: float, blocks: tuple[str, ...] | None = None) -
     rows, scenes, infos = [], [], []
     for i in range(n_steps):
         t = i * dt
+        while pending and pending[0].t <= t + 1e-9:
+            pending.pop(0).apply(world.lights())
         accel, steer, info = expert.control(t, ego)
         if i % SUBSTEPS == 0:
             scenes.append(_snapshot(world, t, ego, info.route_s))

@@ -64,12 +64,49 @@ class TrafficLight:
             return "red"
         return "green"
 
+    def end_red_at(self, t: float) -> None:
+        """The red phase ends at t: green from then on (t inside the red phase of a triggered
+        'stop' cycle)."""
+        if self.mode != "stop" or self.t_trigger is None or self.held is not None:
+            raise ValueError("only a triggered 'stop' cycle that is not held has a red phase "
+                             "to end")
+        red_at = self.t_trigger + self.yellow_time
+        if not red_at < t <= red_at + self.red_time:
+            raise ValueError(f"t = {t} is outside the red phase ({red_at}, "
+                             f"{red_at + self.red_time}]")
+        red_time = t - red_at
+        self.red_time = red_time
+
     def turned_green_at(self) -> float | None:
         if self.t_trigger is None or self.mode == "green" or self.held is not None:
             return None
         if self.mode == "go":
             return self.t_trigger
         return self.t_trigger + self.yellow_time + self.red_time
+
+
+@dataclass(frozen=True)
+class LightEdit:
+    """At time t, light `index` of the world's lights() turns green ('green': its red phase
+    ends at t) or shows red from then on ('red')."""
+
+    t: float
+    index: int
+    state: str
+
+    def __post_init__(self) -> None:
+        if self.state not in ("green", "red"):
+            raise ValueError(f"a light edit turns a light 'green' or 'red', got {self.state!r}")
+        if self.index < 0 or not self.t >= 0.0:
+            raise ValueError(f"light edit needs index >= 0 and t >= 0, got {self.index}, "
+                             f"{self.t}")
+
+    def apply(self, lights: list[TrafficLight]) -> None:
+        light = lights[self.index]
+        if self.state == "red":
+            light.held = "red"
+        else:
+            light.end_red_at(self.t)
 
 
 @dataclass

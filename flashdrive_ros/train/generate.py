@@ -15,6 +15,7 @@ import numpy as np
 
 from flashdrive_ros.model.config import ModelConfig
 from flashdrive_ros.sim.disturbed_drive import Disturbance
+from flashdrive_ros.sim.light_branches import LightBranches
 from flashdrive_ros.train.drive import Drive
 from flashdrive_ros.train.sensor_noise import NO_NOISE, SensorNoise, camera_effects, measured_poses
 
@@ -122,19 +123,50 @@ def drive_jobs(seeds: list[int], seconds: float, cfg: ModelConfig,
             for seed in seeds]
 
 
+def _pool_map(function, jobs: list, workers: int | None) -> list:
+    """[function(job) for job in jobs] on `workers` spawned processes (default: all cores)."""
+    workers = min(workers or os.cpu_count() or 1, len(jobs))
+    if workers <= 1:
+        return [function(job) for job in jobs]
+    with mp.get_context("spawn").Pool(workers) as pool:
+        return pool.map(function, jobs, chunksize=1)
+
+
 def run_drive_jobs(jobs: list[DriveJob], workers: int | None = None) -> list[Drive]:
     """The drives of `jobs` in job order, made by `workers` processes (default: all cores);
     the slowest kinds are handed out first so that no long drive starts last."""
-    workers = min(workers or os.cpu_count() or 1, len(jobs))
-    if workers <= 1:
-        return [_worker(job) for job in jobs]
     order = sorted(range(len(jobs)), key=lambda i: -_job_cost(jobs[i]))
-    with mp.get_context("spawn").Pool(workers) as pool:
-        made = pool.map(_worker, [jobs[i] for i in order], chunksize=1)
+    made = _pool_map(_worker, [jobs[i] for i in order], workers)
     drives: list[Drive | None] = [None] * len(jobs)
     for i, drive in zip(order, made):
         drives[i] = drive
     return drives
+
+
+BranchJob = tuple[int, float, tuple[int, int], SensorNoise, LightBranches]
+
+
+def _branch_worker(args: BranchJob) -> list[Drive]:
+    import torch
+
+    from flashdrive_ros.sim.light_branches import branch_logs
+
+    seed, seconds, image_size, noise, spec = args
+    torch.set_num_threads(1)
+    return [drive_from_log(log, seed, image_size, noise)
+            for log in branch_logs(seed, seconds, spec)]
+
+
+def light_branch_drives(seeds: list[int], seconds: float, cfg: ModelConfig,
+                        spec: LightBranches, noise: SensorNoise = NO_NOISE,
+                        workers: int | None = None) -> list[Drive]:
+    """The forks of the seeds' red-light waits with the light changed
+    (sim/light_branches.py), rendered and labelled like drives, in seed order."""
+    if not spec.enabled or not seeds:
+        return []
+    size = (cfg.prompt.image_height, cfg.prompt.image_width)
+    jobs = [(int(seed), float(seconds), size, noise, spec) for seed in seeds]
+    return [drive for made in _pool_map(_branch_worker, jobs, workers) for drive in made]
 
 
 def generate_drives(seeds: list[int], seconds: float, cfg: ModelConfig,

@@ -44,6 +44,7 @@ from flashdrive_ros.model.tokenizer import (
 )
 from flashdrive_ros.model.weights import save_model_dir
 from flashdrive_ros.sim.labels import DECISIONS
+from flashdrive_ros.sim.light_branches import LightBranches
 from flashdrive_ros.train.checkpoint import (
     RESUME_SUBDIR,
     load_weights,
@@ -306,6 +307,13 @@ def parse_args(argv: list[str] | None = None) -> tuple[argparse.Namespace, Recip
     parser.add_argument("--disturbed-share", type=float, default=None,
                         help=f"share of training drives driven with disturbances (default "
                              f"{Recipe.disturbed_share})")
+    parser.add_argument("--early-greens", type=int, default=None,
+                        help=f"forks per red-light wait of a training seed where the light "
+                             f"turns green early (default {LightBranches.early_greens}; 0: "
+                             f"none)")
+    parser.add_argument("--held-red", choices=("on", "off"), default=None,
+                        help="a fork per red-light wait where the light stays red past its "
+                             "green (default on)")
     parser.add_argument("--decision-token-weight", type=float, default=None,
                         help=f"CoC loss weight of the tokens that decide the decision "
                              f"(default {DecisionFocus.token_weight}; 1: plain mean)")
@@ -357,16 +365,21 @@ def parse_args(argv: list[str] | None = None) -> tuple[argparse.Namespace, Recip
         ("balance", args.decision_balance),
         ("start_weight", args.start_weight),
         ("side_weight", args.side_weight)) if value is not None}
+    branches = {name: value for name, value in (
+        ("early_greens", args.early_greens),
+        ("held_red", None if args.held_red is None else args.held_red == "on"))
+        if value is not None}
     if args.target_call_steps is not None and (args.stages != "target"
                                                or args.target_call_steps < 1):
         parser.error("--target-call-steps takes a count >= 1 and --stages target")
-    if args.resume is not None and (overrides or focus or args.smoke):
+    if args.resume is not None and (overrides or focus or branches or args.smoke):
         parser.error("--resume takes the recipe of the run it resumes; drop the recipe "
                      "options")
     recipe = smoke() if args.smoke else Recipe()
     try:
-        recipe = dataclasses.replace(recipe, **overrides,
-                                     decision=dataclasses.replace(recipe.decision, **focus))
+        recipe = dataclasses.replace(
+            recipe, **overrides, decision=dataclasses.replace(recipe.decision, **focus),
+            light_branches=dataclasses.replace(recipe.light_branches, **branches))
     except ValueError as exc:
         parser.error(str(exc))
     return args, recipe

@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 
 from flashdrive_ros.model.config import ModelConfig, PromptConfig, embedded, tiny
 from flashdrive_ros.sim.disturbed_drive import Disturbance
+from flashdrive_ros.sim.light_branches import LightBranches
 from flashdrive_ros.train.decision_focus import DecisionFocus
 from flashdrive_ros.train.sensor_noise import SensorNoise
 from flashdrive_ros.train.streaming_backbone import BackboneStreamingConfig
@@ -22,7 +23,9 @@ class Recipe:
     expert's way back to its course as the label); held-out drives are exact. With
     `plan_futures` a training frame's future is the expert's plan with the lights held as the
     frame shows them, not what it went on to do once a light changed (held-out drives keep
-    what happened). `extra_drives`
+    what happened). `light_branches` adds, per red-light wait of a training seed, forks of
+    its plain drive where the light turns green early or stays red (the same standing scene
+    under both colours). `extra_drives`
     names a drive cache (closed-loop drives of a model labelled by the expert,
     `train/policy_drives.py`) whose drives join the training drives. A decision
     class with fewer than `min_decision_windows` training windows stops the run. `decision`
@@ -51,6 +54,7 @@ class Recipe:
     disturbed_share: float = 0.5
     disturbance: Disturbance = field(default_factory=Disturbance)
     plan_futures: bool = True
+    light_branches: LightBranches = field(default_factory=LightBranches)
     extra_drives: str | None = None
     init_from: str | None = None
     bpe_tokens: int = 1024

@@ -20,7 +20,12 @@ from flashdrive_ros.sim.seeds import eval_seeds, is_eval_seed, train_seeds
 from flashdrive_ros.train.coverage import check_coverage, coverage, markdown
 from flashdrive_ros.train.drive import Drive
 from flashdrive_ros.train.drive_cache import load_drives, save_drives
-from flashdrive_ros.train.generate import drive_jobs, is_disturbed, run_drive_jobs
+from flashdrive_ros.train.generate import (
+    drive_jobs,
+    is_disturbed,
+    light_branch_drives,
+    run_drive_jobs,
+)
 from flashdrive_ros.train.log import TrainLog
 from flashdrive_ros.train.recipe import Recipe
 
@@ -68,9 +73,11 @@ def fresh_data(out: Path, recipe: Recipe, workers: int | None, log: TrainLog, st
     made = run_drive_jobs(train_jobs + drive_jobs(eval_list, recipe.drive_seconds, probe),
                           workers)
     train_drives, eval_drives = made[:len(train_jobs)], made[len(train_jobs):]
+    branches = light_branch_drives(train_list, recipe.drive_seconds, probe,
+                                   recipe.light_branches, recipe.noise, workers)
     extra = [] if recipe.extra_drives is None else load_extra_drives(Path(recipe.extra_drives),
                                                                       probe)
-    train_drives += extra
+    train_drives += branches + extra
     drives = train_drives + eval_drives
     frames = sum(d.num_steps for d in drives)
     log.write("data", 0, drives=len(drives), frames=frames,
@@ -98,6 +105,8 @@ def fresh_data(out: Path, recipe: Recipe, workers: int | None, log: TrainLog, st
                      "disturbance": dataclasses.asdict(recipe.disturbance),
                      "disturbed_drives": sum(is_disturbed(seed, recipe.disturbed_share)
                                              for seed in train_list),
+                     "light_branches": dataclasses.asdict(recipe.light_branches),
+                     "light_branch_drives": len(branches),
                      "extra_drives": len(extra), "train_drive_count": len(train_drives),
                      "coverage": table}
     return tokenizer, train_drives, eval_drives, summary

@@ -1,0 +1,159 @@
+"""Light branches: a light edit changes the cycle from its time on and nothing before it; the
+forks of a red-light wait start from the seed's own drive, an early green makes the waiting
+expert start under a green lamp, a held red keeps it standing under a red one; the training
+drives of the forks carry those labels."""
+
+import dataclasses
+
+import numpy as np
+import pytest
+
+from flashdrive_ros.model.config import tiny
+from flashdrive_ros.sim.drive import FRAME_HZ, HISTORY_STEPS, SUBSTEPS, simulate
+from flashdrive_ros.sim.entities import LightEdit, TrafficLight
+from flashdrive_ros.sim.labels import DECISIONS, STANDING_MPS, label_drive
+from flashdrive_ros.sim.light_branches import (
+    LightBranches,
+    branch_logs,
+    fork_edits,
+    red_waits,
+)
+from flashdrive_ros.train.generate import light_branch_drives
+
+SEED, SECONDS = 1000, 14.0
+
+
+@pytest.fixture(scope="module")
+def drive():
+    return simulate(SEED, SECONDS)
+
+
+@pytest.fixture(scope="module")
+def branches(drive):
+    return branch_logs(SEED, SECONDS, LightBranches(), drive)
+
+
+def test_ending_the_red_phase_early_turns_the_light_green_then_and_not_before():
+    light = TrafficLight(stop_s=100.0, oncoming_stop_s=110.0, mode="stop", t_trigger=10.0)
+    light.end_red_at(15.0)
+    assert [light.state(t) for t in (11.0, 12.6, 14.99, 15.0, 30.0)] == [
+        "yellow", "red", "red", "green", "green"]
+    assert light.turned_green_at() == 15.0
+    for t in (12.0, 30.0):
+        with pytest.raises(ValueError, match="outside the red phase"):
+            TrafficLight(stop_s=100.0, oncoming_stop_s=110.0, mode="stop",
+                         t_trigger=10.0).end_red_at(t)
+    with pytest.raises(ValueError, match="'stop' cycle"):
+        TrafficLight(stop_s=100.0, oncoming_stop_s=110.0, mode="go", t_trigger=10.0
+                     ).end_red_at(15.0)
+
+
+def test_light_edits_and_branch_settings_are_validated():
+    for bad in ({"state": "yellow"}, {"index": -1}, {"t": float("nan")}):
+        with pytest.raises(ValueError):
+            LightEdit(**{"t": 1.0, "index": 0, "state": "green", **bad})
+    for bad in ({"early_greens": -1}, {"after_s": 0.0}, {"clear_m": float("inf")},
+                {"min_standing_s": -1.0}):
+        with pytest.raises(ValueError, match="LightBranches"):
+            LightBranches(**bad)
+    assert not LightBranches(early_greens=0, held_red=False).enabled
+
+
+def test_a_light_edit_leaves_the_drive_before_its_time_unchanged(drive):
+    wait = red_waits(drive)[0]
+    t = (wait.first + 10) / FRAME_HZ
+    edited = simulate(SEED, SECONDS, light_edits=(LightEdit(t, wait.light, "green"),))
+    step = int(round(t * FRAME_HZ)) * SUBSTEPS
+    assert np.array_equal(edited.ego[:step + 1], drive.ego[:step + 1])
+    assert edited.scenes[wait.first + 9].light_states == drive.scenes[wait.first + 9].light_states
+    assert edited.scenes[wait.first + 10].light_states[wait.light] == "green"
+    assert drive.scenes[wait.first + 10].light_states[wait.light] == "red"
+    assert edited.ego[-1, 1:3].tolist() != drive.ego[-1, 1:3].tolist()
+
+
+def test_the_drive_has_one_red_wait_where_the_ego_stands_at_a_red_light(drive):
+    waits = red_waits(drive)
+    assert len(waits) == 1 and waits[0].last - waits[0].first >= 20
+    for k in range(waits[0].first, waits[0].last + 1):
+        assert drive.infos[k].v < STANDING_MPS
+        assert drive.scenes[k].light_states[waits[0].light] == "red"
+    assert drive.scenes[waits[0].last + 1].light_states[waits[0].light] == "green"
+
+
+def test_forks_are_drawn_inside_the_wait_with_a_clear_cross_road(drive):
+    spec = LightBranches(early_greens=3)
+    wait = red_waits(drive)[0]
+    edits = fork_edits(drive, spec, np.random.default_rng(0))
+    greens = [e for e in edits if e.state == "green"]
+    reds = [e for e in edits if e.state == "red"]
+    assert len(greens) == 3 and len({e.t for e in greens}) == 3
+    margin = spec.min_standing_s * FRAME_HZ
+    for edit in greens:
+        k = int(round(edit.t * FRAME_HZ))
+        assert wait.first + margin <= k <= wait.last - margin
+        scene = drive.scenes[k]
+        assert all(np.hypot(b.x - scene.ego.x, b.y - scene.ego.y) > spec.clear_m
+                   for b in scene.boxes if b.kind == "cross")
+    assert [(e.t, e.index) for e in reds] == [(wait.last / FRAME_HZ, wait.light)]
+    assert fork_edits(drive, LightBranches(early_greens=0, held_red=False),
+                      np.random.default_rng(0)) == []
+
+
+def test_each_fork_starts_from_the_seed_drive_and_holds_history_then_the_new_colour(drive,
+                                                                                    branches):
+    wait = red_waits(drive)[0]
+    after = int(round(LightBranches().after_s * FRAME_HZ))
+    assert len(branches) == 3
+    for log in branches:
+        first = int(round(log.infos[0].t * FRAME_HZ))
+        fork = first + HISTORY_STEPS - 1
+        assert log.frame_count == min(HISTORY_STEPS + after, drive.frame_count - first)
+        assert np.allclose(log.ego[:HISTORY_STEPS * SUBSTEPS - SUBSTEPS, 1:],
+                           drive.ego[first * SUBSTEPS:fork * SUBSTEPS, 1:])
+        assert log.ego[0, 0] == 0.0
+        assert log.future(log.frame_count - 1).shape == (64, 3)
+        assert wait.first <= fork <= wait.last
+
+
+def test_an_early_green_starts_the_waiting_expert_and_a_held_red_keeps_it_standing(branches):
+    wait_light = 0
+    fork = HISTORY_STEPS - 1
+    starts = [b for b in branches if b.scenes[fork].light_states[wait_light] == "green"]
+    holds = [b for b in branches if b.scenes[-1].light_states[wait_light] == "red"]
+    assert len(starts) == 2 and len(holds) == 1
+    for log in starts:
+        labels = label_drive(log.infos, log.frame_count)
+        assert log.scenes[fork - 1].light_states[wait_light] == "red"
+        assert log.infos[fork].v < STANDING_MPS
+        assert labels[fork - 1].decision == "stop"
+        assert labels[fork].decision == "keep_lane" and "green" in labels[fork].coc
+        assert log.future(fork)[-1, 0] > 10.0
+        assert log.infos[-1].v > 3.0
+    hold = holds[0]
+    labels = label_drive(hold.infos, hold.frame_count)
+    assert all(label.decision == "stop" for label in labels[fork:])
+    assert max(info.v for info in hold.infos[fork:]) < STANDING_MPS
+    assert np.abs(hold.future(fork)[:, :2]).max() < 0.5
+
+
+def test_branches_are_deterministic_for_a_seed(drive, branches):
+    again = branch_logs(SEED, SECONDS, LightBranches(), drive)
+    assert [b.infos[0].t for b in again] == [b.infos[0].t for b in branches]
+    assert all(np.array_equal(a.ego, b.ego) for a, b in zip(again, branches))
+
+
+def test_training_drives_of_the_forks_are_rendered_and_labelled():
+    cfg = tiny(512)
+    spec = LightBranches(early_greens=1, held_red=False, after_s=1.0)
+    drives = light_branch_drives([SEED], SECONDS, cfg, spec, workers=1)
+    assert len(drives) == 1
+    made = drives[0]
+    size = (cfg.prompt.image_height, cfg.prompt.image_width)
+    assert made.frames.shape == (HISTORY_STEPS + 10, len(cfg.prompt.camera_names), *size, 3)
+    fork = HISTORY_STEPS - 1
+    assert made.window_steps(cfg.prompt.num_frames, cfg.action.num_history)[0] == fork
+    assert DECISIONS[made.decision[fork]] == "keep_lane"
+    assert DECISIONS[made.decision[fork - 1]] == "stop"
+    assert made.speed[fork] < STANDING_MPS
+    assert light_branch_drives([SEED], SECONDS, cfg, dataclasses.replace(
+        spec, early_greens=0), workers=1) == []
