@@ -2,7 +2,7 @@
 # Retrain the embedded model on one H200 (training pipeline with the recipe's decision focus)
 # and evaluate it on the 16 held-out 60 s drives 1000100..1000115 on the host's CPU cores.
 #
-#   bash scripts/retrain_h200.sh [all|train|target|resume|eval|drive|policy]
+#   bash scripts/retrain_h200.sh [all|train|target|resume|eval|drive|policy|probe]
 #
 # all    (default; one call, <= 9.5 min): pipeline with a TRAIN_MINUTES (5.5) budget, then the
 #        16 drives with streaming only (the full-prefill replay does not fit in the same call).
@@ -32,6 +32,9 @@
 #        DRIVES drives of SECONDS_PER_DRIVE from seed DRIVE_SEED (1000000) in flashdrive mode
 #        at 128 ms latency (flashdrive-drive); run it beside `eval` with WORKERS splitting the
 #        cores between them. MODEL_DIR as for eval.
+# probe  (a call on the same warm machine, about a minute): the lamp probe on that model
+#        (eval/lamp_probe.py), the red-light waits of DRIVES held-out drives from 1000100
+#        planned standing under red and under green. MODEL_DIR as for eval.
 # The run directories (out/retrain, out/retrain_target) are ignored by git, so they stay on
 # the machine between calls while it is held; a machine given back between `target` and
 # `resume` takes the checkpoint with it (~100 MB with the optimizer state, and the drive
@@ -122,6 +125,17 @@ closed_loop() {
     return "${status}"
 }
 
+lamp_probe() {
+    have_model || return 2
+    run_module "${logs}/lamp_probe.log" 15 flashdrive_ros.eval.lamp_probe \
+        --model-dir "${model_dir}" --out "${run_dir}/lamp_probe" --drives "${drives}" \
+        --seconds "${seconds}" --device cpu
+    local status=$?
+    tail -n 20 "${logs}/lamp_probe.log"
+    echo "lamp probe exit ${status} after $(( $(date +%s) - start )) s"
+    return "${status}"
+}
+
 policy_drives() {
     mkdir -p "${logs}"
     rm -rf out/policy_drives
@@ -139,13 +153,15 @@ pack() {
     mkdir -p "${out}"
     local files=() wanted=(summary.json coverage.md train_log.jsonl logs held_out/held_out.json
                            held_out/held_out.md closed_loop/report.json closed_loop/report.md
+                           lamp_probe/lamp_probe.json lamp_probe/lamp_probe.md
                            policy_coverage.md)
     if "${own_model}"; then
         wanted+=(model/config.json model/tokenizer.json model/manifest.json
                  model/drafter.safetensors model/drafter_mrope.safetensors)
     else
         wanted=("logs/held_out_${phase}.log" logs/closed_loop.log held_out/held_out.json
-                held_out/held_out.md closed_loop/report.json closed_loop/report.md)
+                held_out/held_out.md closed_loop/report.json closed_loop/report.md
+                lamp_probe/lamp_probe.json lamp_probe/lamp_probe.md)
     fi
     for f in "${wanted[@]}"; do
         [ -e "${run_dir}/${f}" ] && files+=("${f}")
@@ -191,8 +207,11 @@ case "${phase}" in
     policy)
         policy_drives || status=$?
         ;;
+    probe)
+        lamp_probe || status=$?
+        ;;
     *)
-        echo "usage: $0 [all|train|target|resume|eval|drive|policy]"
+        echo "usage: $0 [all|train|target|resume|eval|drive|policy|probe]"
         exit 2
         ;;
 esac

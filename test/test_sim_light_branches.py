@@ -71,6 +71,14 @@ def test_a_light_edit_leaves_the_drive_before_its_time_unchanged(drive):
     assert edited.ego[-1, 1:3].tolist() != drive.ego[-1, 1:3].tolist()
 
 
+def test_a_drive_that_ends_early_is_the_start_of_the_full_drive(drive):
+    short = simulate(SEED, SECONDS, end_s=5.0)
+    assert short.frame_count == 51
+    assert np.array_equal(short.ego, drive.ego[:len(short.ego)])
+    with pytest.raises(ValueError, match="end_s"):
+        simulate(SEED, SECONDS, end_s=SECONDS + 1.0)
+
+
 def test_the_drive_has_one_red_wait_where_the_ego_stands_at_a_red_light(drive):
     waits = red_waits(drive)
     assert len(waits) == 1 and waits[0].last - waits[0].first >= 20
@@ -103,7 +111,7 @@ def test_each_fork_starts_from_the_seed_drive_and_holds_history_then_the_new_col
                                                                                     branches):
     wait = red_waits(drive)[0]
     after = int(round(LightBranches().after_s * FRAME_HZ))
-    assert len(branches) == 3
+    assert len(branches) == LightBranches().early_greens + 1
     for log in branches:
         first = int(round(log.infos[0].t * FRAME_HZ))
         fork = first + HISTORY_STEPS - 1
@@ -120,7 +128,7 @@ def test_an_early_green_starts_the_waiting_expert_and_a_held_red_keeps_it_standi
     fork = HISTORY_STEPS - 1
     starts = [b for b in branches if b.scenes[fork].light_states[wait_light] == "green"]
     holds = [b for b in branches if b.scenes[-1].light_states[wait_light] == "red"]
-    assert len(starts) == 2 and len(holds) == 1
+    assert len(starts) == LightBranches().early_greens and len(holds) == 1
     for log in starts:
         labels = label_drive(log.infos, log.frame_count)
         assert log.scenes[fork - 1].light_states[wait_light] == "red"

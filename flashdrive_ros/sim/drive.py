@@ -128,16 +128,20 @@ def _snapshot(world: World, t: float, ego: EgoState, route_s: float) -> SceneSna
 
 
 def simulate(seed: int, seconds: float, blocks: tuple[str, ...] | None = None,
-             light_edits: tuple[LightEdit, ...] = ()) -> DriveLog:
+             light_edits: tuple[LightEdit, ...] = (), end_s: float | None = None) -> DriveLog:
     """Drive for `seconds` plus the future horizon; deterministic for a seed.
 
     blocks: scenario blocks to start the route with (see scenarios.build_world).
     light_edits: changes to the lights' cycles, each made at the first step at or after its
     time (the drive is the seed's own until then).
+    end_s: the drive stops at end_s (plus the horizon), in the world of a `seconds` drive.
     """
     if seconds <= 0:
         raise ValueError(f"seconds must be > 0, got {seconds}")
+    if end_s is not None and not 0 < end_s <= seconds:
+        raise ValueError(f"end_s must be in (0, {seconds}], got {end_s}")
     world = build_world(seed, seconds, blocks)
+    seconds = seconds if end_s is None else end_s
     pending = sorted(light_edits, key=lambda edit: edit.t)
     expert = Expert(world)
     x, y, yaw = world.route.pose_at(world.ego_start_s)

@@ -25,7 +25,7 @@ class LightBranches:
     green; after_s: frames kept after a fork; clear_m: at an early green's fork no cross
     vehicle is within this distance of the ego."""
 
-    early_greens: int = 2
+    early_greens: int = 3
     held_red: bool = True
     min_standing_s: float = 0.5
     after_s: float = 4.0
@@ -107,6 +107,7 @@ def branch_logs(seed: int, seconds: float, spec: LightBranches,
     for edit in fork_edits(log, spec, rng):
         fork = int(round(edit.t * FRAME_HZ))
         count = min(HISTORY_STEPS + after, log.frame_count - fork + HISTORY_STEPS - 1)
-        branch = simulate(seed, log.seconds, light_edits=(edit,))
+        end_frame = fork - (HISTORY_STEPS - 1) + count - 1
+        branch = simulate(seed, log.seconds, light_edits=(edit,), end_s=end_frame / FRAME_HZ)
         out.append(branch.cut(fork - (HISTORY_STEPS - 1), count))
     return out
