@@ -175,7 +175,8 @@ def test_the_command_line_sets_the_recipe():
     assert parse_args(["--out", "o"])[1] == Recipe()
     _, recipe = parse_args(["--out", "o", "--early-greens", "3", "--held-red", "off"])
     assert (recipe.light_branches.early_greens, recipe.light_branches.held_red) == (3, False)
-    assert parse_args(["--out", "o", "--early-greens", "0"])[1].light_branches.held_red
+    assert not parse_args(["--out", "o"])[1].light_branches.enabled
+    assert parse_args(["--out", "o", "--held-red", "on"])[1].light_branches.held_red
     for bad in (["--target-batch", "0"], ["--train-seed-offset", "-1"],
                 ["--early-greens", "-1"], ["--held-red", "maybe"]):
         with pytest.raises(SystemExit):

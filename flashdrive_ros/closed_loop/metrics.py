@@ -113,7 +113,7 @@ class DriveMonitor:
 
     def _lights(self, t: float, ego: EgoState, front_s: float) -> None:
         for i, light in enumerate(self.lights):
-            state = light.state(t)
+            state = light.ego_state(t)
             if self._front_s is not None and self._front_s < light.stop_s <= front_s:
                 event = {"t": round(t, 3), "light": i, "route_s": round(light.stop_s, 2),
                          "speed": round(ego.v, 2)}

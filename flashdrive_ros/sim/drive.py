@@ -123,7 +123,7 @@ def _snapshot(world: World, t: float, ego: EgoState, route_s: float) -> SceneSna
                                  ped.color, "pedestrian"))
         boxes.append(BoxSnapshot(float(x), float(y), ped.yaw, 0.25, 0.25, 0.3,
                                  (215, 175, 140), "pedestrian", z0=ped.height - 0.3))
-    lights = tuple(light.state(t) for light in world.lights())
+    lights = tuple(light.ego_state(t) for light in world.lights())
     return SceneSnapshot(t, ego, route_s, tuple(boxes), lights)
 
 

@@ -53,8 +53,8 @@ class EgoWorld:
         return _snapshot(self.world, self.t, self.ego, self.route_position()[0])
 
     def light_states(self) -> tuple[str, ...]:
-        """The state of each of the world's lights now."""
-        return tuple(light.state(self.t) for light in self.world.lights())
+        """What each of the world's lights shows the ego now."""
+        return tuple(light.ego_state(self.t) for light in self.world.lights())
 
     def fork(self, held_lights: tuple[str, ...] | None = None) -> EgoWorld:
         """An independent copy of the world and the ego now (route, scenery and vehicle paths

@@ -22,7 +22,8 @@ class TrafficLight:
     mode 'stop': green, then (trigger) yellow -> red -> green.  mode 'go': red, then
     (trigger) green.  mode 'green': always green. stop_s / oncoming_stop_s: route arc
     lengths of the two stop lines. held: a state shown from now on whatever the cycle (a
-    forked world's light kept as it was seen).
+    forked world's light kept as it was seen). ego_view: (t, state): from t on the head
+    facing the ego shows `state` while the other traffic keeps the cycle (a light edit).
     """
 
     stop_s: float
@@ -33,6 +34,7 @@ class TrafficLight:
     red_time: float = 8.0
     t_trigger: float | None = None
     held: str | None = None
+    ego_view: tuple[float, str] | None = None
 
     def __post_init__(self) -> None:
         if self.mode not in LIGHT_MODES:
@@ -64,19 +66,6 @@ class TrafficLight:
             return "red"
         return "green"
 
-    def end_red_at(self, t: float) -> None:
-        """The red phase ends at t: green from then on (t inside the red phase of a triggered
-        'stop' cycle)."""
-        if self.mode != "stop" or self.t_trigger is None or self.held is not None:
-            raise ValueError("only a triggered 'stop' cycle that is not held has a red phase "
-                             "to end")
-        red_at = self.t_trigger + self.yellow_time
-        if not red_at < t <= red_at + self.red_time:
-            raise ValueError(f"t = {t} is outside the red phase ({red_at}, "
-                             f"{red_at + self.red_time}]")
-        red_time = t - red_at
-        self.red_time = red_time
-
     def turned_green_at(self) -> float | None:
         if self.t_trigger is None or self.mode == "green" or self.held is not None:
             return None
@@ -84,11 +73,25 @@ class TrafficLight:
             return self.t_trigger
         return self.t_trigger + self.yellow_time + self.red_time
 
+    def ego_state(self, t: float) -> str:
+        """What the head facing the ego shows: the held state, else from ego_view[0] on
+        ego_view[1], else the cycle's state."""
+        if self.held is None and self.ego_view is not None and t >= self.ego_view[0]:
+            return self.ego_view[1]
+        return self.state(t)
+
+    def ego_green_at(self) -> float | None:
+        """When the head facing the ego last turned green (None: not yet, or not in a cycle)."""
+        if self.ego_view is None or self.held is not None:
+            return self.turned_green_at()
+        return self.ego_view[0] if self.ego_view[1] == "green" else None
+
 
 @dataclass(frozen=True)
 class LightEdit:
-    """At time t, light `index` of the world's lights() turns green ('green': its red phase
-    ends at t) or shows red from then on ('red')."""
+    """From time t on, the head of light `index` (of the world's lights()) that faces the ego
+    shows `state`, 'green' or 'red', while the other traffic keeps the light's cycle; a green
+    edit is made where that head shows red."""
 
     t: float
     index: int
@@ -96,17 +99,17 @@ class LightEdit:
 
     def __post_init__(self) -> None:
         if self.state not in ("green", "red"):
-            raise ValueError(f"a light edit turns a light 'green' or 'red', got {self.state!r}")
+            raise ValueError(f"a light edit shows 'green' or 'red', got {self.state!r}")
         if self.index < 0 or not self.t >= 0.0:
             raise ValueError(f"light edit needs index >= 0 and t >= 0, got {self.index}, "
                              f"{self.t}")
 
     def apply(self, lights: list[TrafficLight]) -> None:
         light = lights[self.index]
-        if self.state == "red":
-            light.held = "red"
-        else:
-            light.end_red_at(self.t)
+        if self.state == "green" and light.ego_state(self.t) != "red":
+            raise ValueError(f"light {self.index} shows {light.ego_state(self.t)} at "
+                             f"t = {self.t}: a green edit ends a red")
+        light.ego_view = (self.t, self.state)
 
 
 @dataclass

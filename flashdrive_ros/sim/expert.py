@@ -133,9 +133,9 @@ class Expert:
         light_state = light_gap = light_green_at = None
         for light in world.lights():
             gap = light.stop_s - front_s
-            state = light.state(t)
+            state = light.ego_state(t)
             if -2.0 <= gap <= LIGHT_RANGE and (light_gap is None or gap < light_gap):
-                light_state, light_gap, light_green_at = state, gap, light.turned_green_at()
+                light_state, light_gap, light_green_at = state, gap, light.ego_green_at()
             if state == "green":
                 self._committed.discard(id(light))
             ob = stop_line_obstacle(gap, ego.v, state, p, id(light) in self._committed)

@@ -1,10 +1,12 @@
-"""Drives forked from a wait at a red light with the light changed, so that the same standing
-scene is seen under both colours: an early green ends the red phase at a random moment of the
-wait (the expert starts; cross traffic already under way goes on), a held red keeps the light
-red past its green (the expert keeps standing, the cross road emptied). Each fork is the seed's
-drive simulated again with that one change, cut to HISTORY_STEPS - 1 frames before the fork
-(a training window's history and frames) and `after_s` after it, so its first window is the
-first frame under the new colour."""
+"""Drives forked from a wait at a red light with the ego's signal head changed, so that the
+same standing scene is seen under both colours while the rest of the traffic keeps the light's
+cycle (oncoming cars wait and start as before, the cross road runs as before), so that only
+the lamp tells the colour: an early green shows the ego green at a random moment of the wait
+(the expert starts), a held red keeps the ego's head red past the cycle's green (the expert
+keeps standing while the oncoming cars go). Each fork is the seed's drive simulated again with
+that one edit (the world is built for the drive's full length, so it is the same world), cut
+to HISTORY_STEPS - 1 frames before the fork (a training window's history and frames) and
+`after_s` after it, so its first window is the first frame under the new colour."""
 
 from __future__ import annotations
 
@@ -19,23 +21,22 @@ from flashdrive_ros.sim.labels import RED_WAIT_GAP, STANDING_MPS
 
 @dataclass(frozen=True)
 class LightBranches:
-    """early_greens: early-green forks per red wait (0: none); held_red: one held-red fork
-    per red wait whose light turns green within the drive; min_standing_s:
-    an early green comes at least this long after the ego stopped and before the light's own
-    green; after_s: frames kept after a fork; clear_m: at an early green's fork no cross
-    vehicle is within this distance of the ego."""
+    """early_greens: early-green forks drawn per red wait (0: none; a fork where a vehicle
+    then holds the expert back is dropped); held_red: one held-red fork per red wait whose
+    light turns green within the drive; min_standing_s: an early green comes at least this
+    long after the ego stopped and before the light's own green; after_s: frames kept after a
+    fork."""
 
-    early_greens: int = 3
-    held_red: bool = True
+    early_greens: int = 0
+    held_red: bool = False
     min_standing_s: float = 0.5
     after_s: float = 4.0
-    clear_m: float = 20.0
 
     def __post_init__(self) -> None:
         if self.early_greens < 0:
             raise ValueError(f"LightBranches.early_greens must be >= 0, got "
                              f"{self.early_greens}")
-        for name in ("min_standing_s", "after_s", "clear_m"):
+        for name in ("min_standing_s", "after_s"):
             value = getattr(self, name)
             if not (np.isfinite(value) and value > 0):
                 raise ValueError(f"LightBranches.{name} must be a finite number > 0, got "
@@ -72,22 +73,15 @@ def red_waits(log: DriveLog) -> list[RedWait]:
     return waits
 
 
-def _cross_clear(log: DriveLog, k: int, clear_m: float) -> bool:
-    scene = log.scenes[k]
-    return all(np.hypot(b.x - scene.ego.x, b.y - scene.ego.y) > clear_m
-               for b in scene.boxes if b.kind == "cross")
-
-
 def fork_edits(log: DriveLog, spec: LightBranches, rng: np.random.Generator) -> list[LightEdit]:
     """The light edits of the drive's forks: early greens at frames drawn from each wait's
-    standing frames with a clear cross road, a held red from each wait's last red frame (its
-    light turns green before the next frame)."""
+    standing frames, a held red from each wait's last red frame (its light turns green
+    before the next frame)."""
     edits: list[LightEdit] = []
     margin = int(round(spec.min_standing_s * FRAME_HZ))
     for wait in red_waits(log):
         first = max(wait.first + margin, HISTORY_STEPS - 1)
-        frames = [k for k in range(first, wait.last + 1 - margin)
-                  if _cross_clear(log, k, spec.clear_m)]
+        frames = list(range(first, wait.last + 1 - margin))
         picked = rng.choice(frames, size=min(spec.early_greens, len(frames)), replace=False)
         edits += [LightEdit(float(k) / FRAME_HZ, wait.light, "green") for k in sorted(picked)]
         if spec.held_red and HISTORY_STEPS - 1 <= wait.last < log.frame_count - 1:
@@ -109,5 +103,9 @@ def branch_logs(seed: int, seconds: float, spec: LightBranches,
         count = min(HISTORY_STEPS + after, log.frame_count - fork + HISTORY_STEPS - 1)
         end_frame = fork - (HISTORY_STEPS - 1) + count - 1
         branch = simulate(seed, log.seconds, light_edits=(edit,), end_s=end_frame / FRAME_HZ)
-        out.append(branch.cut(fork - (HISTORY_STEPS - 1), count))
+        cut = branch.cut(fork - (HISTORY_STEPS - 1), count)
+        if edit.state == "green" and any(info.reason == "vehicle"
+                                         for info in cut.infos[HISTORY_STEPS - 1:]):
+            continue
+        out.append(cut)
     return out

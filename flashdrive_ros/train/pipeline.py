@@ -312,8 +312,8 @@ def parse_args(argv: list[str] | None = None) -> tuple[argparse.Namespace, Recip
                              f"turns green early (default {LightBranches.early_greens}; 0: "
                              f"none)")
     parser.add_argument("--held-red", choices=("on", "off"), default=None,
-                        help="a fork per red-light wait where the light stays red past its "
-                             "green (default on)")
+                        help=f"a fork per red-light wait where the light stays red past its "
+                             f"green (default {'on' if LightBranches.held_red else 'off'})")
     parser.add_argument("--decision-token-weight", type=float, default=None,
                         help=f"CoC loss weight of the tokens that decide the decision "
                              f"(default {DecisionFocus.token_weight}; 1: plain mean)")
