@@ -1,8 +1,8 @@
 """Light branches: a light edit changes the head facing the ego from its time on and nothing
 before it, and the other traffic keeps the light's cycle; the forks of a red-light wait start
-from the seed's own drive, an early green makes the waiting expert start under a green lamp, a
-held red keeps it standing under a red one; the training drives of the forks carry those
-labels."""
+from the seed's own drive, an early green holds the car a reaction time under a green lamp
+with go labels and the expert's start as the future, then it starts; a held red keeps it
+standing under a red one; the training drives of the forks carry those labels."""
 
 import dataclasses
 
@@ -60,6 +60,7 @@ def test_light_edits_and_branch_settings_are_validated():
         with pytest.raises(ValueError):
             LightEdit(**{"t": 1.0, "index": 0, "state": "green", **bad})
     for bad in ({"early_greens": -1}, {"after_s": 0.0}, {"after_s": float("inf")},
+                {"reaction_s": (2.0, 1.0)}, {"reaction_s": (-1.0, 1.0)},
                 {"min_standing_s": -1.0}):
         with pytest.raises(ValueError, match="LightBranches"):
             LightBranches(**bad)
@@ -139,7 +140,12 @@ def test_an_early_green_starts_the_waiting_expert_and_a_held_red_keeps_it_standi
         assert labels[fork - 1].decision == "stop"
         assert labels[fork].decision == "keep_lane" and "green" in labels[fork].coc
         assert log.future(fork)[-1, 0] > 10.0
-        assert log.infos[-1].v > 3.0
+        assert np.abs(log.future(fork - 1)[:, :2]).max() < 1.0
+        held = int(SPEC.reaction_s[0] * FRAME_HZ)
+        assert max(info.v for info in log.infos[fork:fork + held]) < STANDING_MPS
+        assert all(label.decision == "keep_lane" for label in labels[fork:fork + held])
+        assert all(log.future(k)[-1, 0] > 5.0 for k in range(fork, fork + held))
+        assert log.infos[-1].v > 1.0
         assert all(info.reason != "vehicle" for info in log.infos[fork:])
     hold = holds[0]
     labels = label_drive(hold.infos, hold.frame_count)

@@ -21,6 +21,7 @@ import numpy as np
 
 from flashdrive_ros.sim.drive import FUTURE_DT, FUTURE_STEPS, SIM_HZ, SUBSTEPS, DriveLog, to_frame
 from flashdrive_ros.sim.ego_world import EgoWorld
+from flashdrive_ros.sim.entities import LightEdit
 from flashdrive_ros.sim.labels import SCENARIO_TAGS, STANDING_MPS
 
 HORIZON_STEPS = FUTURE_STEPS * SUBSTEPS
@@ -210,16 +211,24 @@ class StartHolds:
 
 def simulate_disturbed(seed: int, seconds: float, disturbance: Disturbance | None,
                        blocks: tuple[str, ...] | None = None,
-                       hold_lights: bool = True) -> DriveLog:
+                       hold_lights: bool = True, light_edits: tuple[LightEdit, ...] = (),
+                       brake_holds: tuple[tuple[float, float], ...] = (),
+                       end_s: float | None = None) -> DriveLog:
     """Like `drive.simulate`, with the ego disturbed by `pulse_schedule` and
     `approach_pulses` pulses, `drift_offsets` drifts and `StartHolds` (seeded by `seed`; none
     when `disturbance` is None) and `DriveLog.planned` holding each frame's undisturbed
     expert future. With `hold_lights`, that future is the expert's plan from what a frame
     shows: the lights keep the states they have at the frame's time through its horizon (a
-    light that turns green 4 s later is red for the whole future of a car waiting at it)."""
+    light that turns green 4 s later is red for the whole future of a car waiting at it).
+    light_edits and end_s as in `drive.simulate`; brake_holds: (t, seconds) spans in which
+    the ego is held at rest against the expert (a driver's reaction time)."""
     if seconds <= 0:
         raise ValueError(f"seconds must be > 0, got {seconds}")
+    if end_s is not None and not 0 < end_s <= seconds:
+        raise ValueError(f"end_s must be in (0, {seconds}], got {end_s}")
     sim = EgoWorld(seed, seconds, blocks)
+    seconds = seconds if end_s is None else end_s
+    pending = sorted(light_edits, key=lambda edit: edit.t)
     n_steps = int(round((seconds + FUTURE_STEPS * FUTURE_DT) * SIM_HZ)) + 1
     frame_count = int(round(seconds * SIM_HZ / SUBSTEPS)) + 1
     offsets = np.zeros((n_steps, 2))  # offsets: [n_steps, 2] (accel, steer) added at a step
@@ -236,11 +245,20 @@ def simulate_disturbed(seed: int, seconds: float, disturbance: Disturbance | Non
         approaches = approach_pulses(disturbance, sim.world.spans,
                                      np.random.default_rng([seed, 29]))
         holds = StartHolds(disturbance, np.random.default_rng([seed, 31]))
+    for t, hold_s in brake_holds:
+        start = int(round(t * SIM_HZ))
+        offsets[start:start + int(round(hold_s * SIM_HZ)), 0] = -HOLD_BRAKE
     marked = np.zeros(n_steps, dtype=bool)  # marked: [n_steps] the step is disturbed
     rows, scenes, infos, forks, light_changes = [], [], [], {}, {}
     expert_accel = 0.0
     lights_now = sim.light_states() if hold_lights else None
     for i in range(n_steps):
+        while pending and pending[0].t <= sim.t + 1e-9:
+            pending.pop(0).apply(sim.world.lights())
+            if hold_lights:
+                lights_before, lights_now = lights_now, sim.light_states()
+                if i > 0 and lights_now != lights_before:
+                    light_changes[i] = sim.fork(lights_before)
         route_s = sim.route_position()[0]
         while approaches and approaches[0].due(route_s, sim.ego.v):
             steps, accel = approaches.pop(0).run(sim.ego.v)

@@ -3,7 +3,9 @@ same standing scene is seen under both colours while the rest of the traffic kee
 cycle (oncoming cars wait and start as before, the cross road runs as before), so that only
 the lamp tells the colour: an early green shows the ego green at a random moment of the wait
 (the expert starts), a held red keeps the ego's head red past the cycle's green (the expert
-keeps standing while the oncoming cars go). Each fork is the seed's drive simulated again with
+keeps standing while the oncoming cars go). After an early green the ego is held a reaction
+time before it starts, each frame's future being the expert's plan (the lights held as the
+frame shows them, sim/disturbed_drive.py). Each fork is the seed's drive simulated again with
 that one edit (the world is built for the drive's full length, so it is the same world), cut
 to HISTORY_STEPS - 1 frames before the fork (a training window's history and frames) and
 `after_s` after it, so its first window is the first frame under the new colour."""
@@ -14,6 +16,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from flashdrive_ros.sim.disturbed_drive import simulate_disturbed
 from flashdrive_ros.sim.drive import FRAME_HZ, HISTORY_STEPS, DriveLog, simulate
 from flashdrive_ros.sim.entities import LightEdit
 from flashdrive_ros.sim.labels import RED_WAIT_GAP, STANDING_MPS
@@ -25,12 +28,15 @@ class LightBranches:
     then holds the expert back is dropped); held_red: one held-red fork per red wait whose
     light turns green within the drive; min_standing_s: an early green comes at least this
     long after the ego stopped and before the light's own green; after_s: frames kept after a
-    fork."""
+    fork; reaction_s: after an early green the ego is held at rest for a time drawn from this
+    range while each frame's future is the expert's start (a driver's reaction time), so the
+    fork holds a standing car under a green lamp."""
 
     early_greens: int = 0
     held_red: bool = False
     min_standing_s: float = 0.5
     after_s: float = 4.0
+    reaction_s: tuple[float, float] = (0.5, 3.0)
 
     def __post_init__(self) -> None:
         if self.early_greens < 0:
@@ -41,6 +47,10 @@ class LightBranches:
             if not (np.isfinite(value) and value > 0):
                 raise ValueError(f"LightBranches.{name} must be a finite number > 0, got "
                                  f"{value}")
+        low, high = self.reaction_s
+        if not (np.isfinite(high) and 0 <= low <= high):
+            raise ValueError(f"LightBranches.reaction_s must be (low, high) with 0 <= low <= "
+                             f"high, got {self.reaction_s}")
 
     @property
     def enabled(self) -> bool:
@@ -102,7 +112,10 @@ def branch_logs(seed: int, seconds: float, spec: LightBranches,
         fork = int(round(edit.t * FRAME_HZ))
         count = min(HISTORY_STEPS + after, log.frame_count - fork + HISTORY_STEPS - 1)
         end_frame = fork - (HISTORY_STEPS - 1) + count - 1
-        branch = simulate(seed, log.seconds, light_edits=(edit,), end_s=end_frame / FRAME_HZ)
+        holds = (((edit.t, float(rng.uniform(*spec.reaction_s))),) if edit.state == "green"
+                 else ())
+        branch = simulate_disturbed(seed, log.seconds, None, light_edits=(edit,),
+                                    brake_holds=holds, end_s=end_frame / FRAME_HZ)
         cut = branch.cut(fork - (HISTORY_STEPS - 1), count)
         if edit.state == "green" and any(info.reason == "vehicle"
                                          for info in cut.infos[HISTORY_STEPS - 1:]):
