@@ -16,7 +16,7 @@ from flashdrive_ros.sim.labels import DECISIONS, STANDING_MPS, label_drive
 from flashdrive_ros.sim.light_branches import (
     LightBranches,
     branch_logs,
-    fork_edits,
+    drive_forks,
     red_waits,
 )
 from flashdrive_ros.train.generate import light_branch_drives
@@ -29,7 +29,7 @@ def drive():
     return simulate(SEED, SECONDS)
 
 
-SPEC = LightBranches(early_greens=3, held_red=True)
+SPEC = LightBranches(early_greens=3, held_red=True, natural_wait=True)
 
 
 @pytest.fixture(scope="module")
@@ -97,29 +97,33 @@ def test_the_drive_has_one_red_wait_where_the_ego_stands_at_a_red_light(drive):
 
 
 def test_forks_are_drawn_inside_the_wait(drive):
-    spec = SPEC
     wait = red_waits(drive)[0]
-    edits = fork_edits(drive, spec, np.random.default_rng(0))
-    greens = [e for e in edits if e.state == "green"]
-    reds = [e for e in edits if e.state == "red"]
-    assert len(greens) == 3 and len({e.t for e in greens}) == 3
-    margin = spec.min_standing_s * FRAME_HZ
-    for edit in greens:
-        k = int(round(edit.t * FRAME_HZ))
-        assert wait.first + margin <= k <= wait.last - margin
-    assert [(e.t, e.index) for e in reds] == [(wait.last / FRAME_HZ, wait.light)]
-    assert fork_edits(drive, LightBranches(), np.random.default_rng(0)) == []
+    forks = drive_forks(drive, SPEC, np.random.default_rng(0))
+    greens = [f for f in forks if f.edit is not None and f.edit.state == "green"]
+    reds = [f for f in forks if f.edit is not None and f.edit.state == "red"]
+    natural = [f for f in forks if f.edit is None]
+    assert len(greens) == 3 and len({f.frame for f in greens}) == 3
+    margin = SPEC.min_standing_s * FRAME_HZ
+    for fork in greens:
+        assert wait.first + margin <= fork.frame <= wait.last - margin
+        assert fork.edit.t == fork.hold_at == fork.frame / FRAME_HZ
+        assert SPEC.reaction_s[0] <= fork.hold_s <= SPEC.reaction_s[1]
+    assert [(f.frame, f.edit.t, f.edit.index, f.hold_s) for f in reds] == [
+        (wait.last, wait.last / FRAME_HZ, wait.light, 0.0)]
+    assert [(f.frame, f.hold_at) for f in natural] == [(wait.first, (wait.last + 1) / FRAME_HZ)]
+    assert drive_forks(drive, LightBranches(), np.random.default_rng(0)) == []
 
 
 def test_each_fork_starts_from_the_seed_drive_and_holds_history_then_the_new_colour(drive,
                                                                                     branches):
     wait = red_waits(drive)[0]
     after = int(round(SPEC.after_s * FRAME_HZ))
-    assert len(branches) == SPEC.early_greens + 1
+    assert len(branches) == SPEC.early_greens + 2
     for log in branches:
         first = int(round(log.infos[0].t * FRAME_HZ))
         fork = first + HISTORY_STEPS - 1
-        assert log.frame_count == min(HISTORY_STEPS + after, drive.frame_count - first)
+        assert min(HISTORY_STEPS + after, drive.frame_count - first) <= log.frame_count
+        assert log.frame_count <= drive.frame_count - first
         assert np.allclose(log.ego[:HISTORY_STEPS * SUBSTEPS - SUBSTEPS, 1:],
                            drive.ego[first * SUBSTEPS:fork * SUBSTEPS, 1:])
         assert log.ego[0, 0] == 0.0
@@ -131,7 +135,8 @@ def test_an_early_green_starts_the_waiting_expert_and_a_held_red_keeps_it_standi
     wait_light = 0
     fork = HISTORY_STEPS - 1
     starts = [b for b in branches if b.scenes[fork].light_states[wait_light] == "green"]
-    holds = [b for b in branches if b.scenes[-1].light_states[wait_light] == "red"]
+    holds = [b for b in branches if b.scenes[-1].light_states[wait_light] == "red"
+             and b.scenes[fork - 1].light_states[wait_light] == "red"]
     assert len(starts) == SPEC.early_greens and len(holds) == 1
     for log in starts:
         labels = label_drive(log.infos, log.frame_count)
@@ -152,6 +157,24 @@ def test_an_early_green_starts_the_waiting_expert_and_a_held_red_keeps_it_standi
     assert all(label.decision == "stop" for label in labels[fork:])
     assert max(info.v for info in hold.infos[fork:]) < STANDING_MPS
     assert np.abs(hold.future(fork)[:, :2]).max() < 0.5
+
+
+def test_the_natural_wait_stands_at_red_then_a_reaction_time_at_its_own_green(drive, branches):
+    wait = red_waits(drive)[0]
+    fork = HISTORY_STEPS - 1
+    natural = [b for b in branches if b.scenes[fork].light_states[0] == "red"
+               and b.scenes[-1].light_states[0] == "green"]
+    assert len(natural) == 1
+    log = natural[0]
+    labels = label_drive(log.infos, log.frame_count)
+    green = fork + wait.last + 1 - wait.first
+    assert log.scenes[green].light_states[0] == "green"
+    assert all(label.decision == "stop" for label in labels[fork:green])
+    assert all(np.abs(log.future(k)[:, :2]).max() < 1.0 for k in range(fork, green - 1))
+    held = int(SPEC.reaction_s[0] * FRAME_HZ)
+    assert max(info.v for info in log.infos[green:green + held]) < STANDING_MPS
+    assert all(label.decision == "keep_lane" for label in labels[green:green + held])
+    assert all(log.future(k)[-1, 0] > 5.0 for k in range(green, green + held))
 
 
 def test_the_other_traffic_keeps_the_light_cycle_in_every_fork(drive, branches):

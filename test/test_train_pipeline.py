@@ -173,8 +173,10 @@ def test_the_command_line_sets_the_recipe():
     assert (recipe.init_from, recipe.target_lr, recipe.target_batch, recipe.train_seed_offset,
             recipe.train_drives) == ("models/default", 3e-4, 96, 56, 32)
     assert parse_args(["--out", "o"])[1] == Recipe()
-    _, recipe = parse_args(["--out", "o", "--early-greens", "3", "--held-red", "off"])
-    assert (recipe.light_branches.early_greens, recipe.light_branches.held_red) == (3, False)
+    _, recipe = parse_args(["--out", "o", "--early-greens", "3", "--held-red", "off",
+                            "--natural-wait", "on"])
+    branches = recipe.light_branches
+    assert (branches.early_greens, branches.held_red, branches.natural_wait) == (3, False, True)
     assert not parse_args(["--out", "o"])[1].light_branches.enabled
     assert parse_args(["--out", "o", "--held-red", "on"])[1].light_branches.held_red
     for bad in (["--target-batch", "0"], ["--train-seed-offset", "-1"],

@@ -26,7 +26,9 @@ from flashdrive_ros.sim.labels import RED_WAIT_GAP, STANDING_MPS
 class LightBranches:
     """early_greens: early-green forks drawn per red wait (0: none; a fork where a vehicle
     then holds the expert back is dropped); held_red: one held-red fork per red wait whose
-    light turns green within the drive; min_standing_s: an early green comes at least this
+    light turns green within the drive; natural_wait: the wait itself, with the reaction time
+    after its own green, as a fork (so the forks hold both colours under both states of the
+    other traffic); min_standing_s: an early green comes at least this
     long after the ego stopped and before the light's own green; after_s: frames kept after a
     fork; reaction_s: after an early green the ego is held at rest for a time drawn from this
     range while each frame's future is the expert's start (a driver's reaction time), so the
@@ -34,6 +36,7 @@ class LightBranches:
 
     early_greens: int = 0
     held_red: bool = False
+    natural_wait: bool = False
     min_standing_s: float = 0.5
     after_s: float = 4.0
     reaction_s: tuple[float, float] = (0.5, 3.0)
@@ -54,7 +57,7 @@ class LightBranches:
 
     @property
     def enabled(self) -> bool:
-        return self.early_greens > 0 or self.held_red
+        return self.early_greens > 0 or self.held_red or self.natural_wait
 
 
 @dataclass(frozen=True)
@@ -83,20 +86,40 @@ def red_waits(log: DriveLog) -> list[RedWait]:
     return waits
 
 
-def fork_edits(log: DriveLog, spec: LightBranches, rng: np.random.Generator) -> list[LightEdit]:
-    """The light edits of the drive's forks: early greens at frames drawn from each wait's
-    standing frames, a held red from each wait's last red frame (its light turns green
-    before the next frame)."""
-    edits: list[LightEdit] = []
+@dataclass(frozen=True)
+class Fork:
+    """A fork of a drive: its first window's frame, the light edit made there (None: the
+    drive's own lights) and how long the ego is held at rest from `hold_at` on (s)."""
+
+    frame: int
+    edit: LightEdit | None
+    hold_at: float
+    hold_s: float
+
+
+def drive_forks(log: DriveLog, spec: LightBranches, rng: np.random.Generator) -> list[Fork]:
+    """The drive's forks per red wait: early greens at frames drawn from the wait's standing
+    frames (held a reaction time), the wait itself from its first frame (held a reaction time
+    after its own green), a held red from its last red frame (the light turns green before
+    the next frame)."""
+    forks: list[Fork] = []
     margin = int(round(spec.min_standing_s * FRAME_HZ))
     for wait in red_waits(log):
         first = max(wait.first + margin, HISTORY_STEPS - 1)
         frames = list(range(first, wait.last + 1 - margin))
         picked = rng.choice(frames, size=min(spec.early_greens, len(frames)), replace=False)
-        edits += [LightEdit(float(k) / FRAME_HZ, wait.light, "green") for k in sorted(picked)]
-        if spec.held_red and HISTORY_STEPS - 1 <= wait.last < log.frame_count - 1:
-            edits.append(LightEdit(float(wait.last) / FRAME_HZ, wait.light, "red"))
-    return edits
+        for k in sorted(picked):
+            t = float(k) / FRAME_HZ
+            forks.append(Fork(int(k), LightEdit(t, wait.light, "green"), t,
+                              float(rng.uniform(*spec.reaction_s))))
+        ends = HISTORY_STEPS - 1 <= wait.last < log.frame_count - 1
+        if spec.natural_wait and ends and wait.first >= HISTORY_STEPS - 1:
+            forks.append(Fork(wait.first, None, float(wait.last + 1) / FRAME_HZ,
+                              float(rng.uniform(*spec.reaction_s))))
+        if spec.held_red and ends:
+            forks.append(Fork(wait.last, LightEdit(float(wait.last) / FRAME_HZ, wait.light,
+                                                   "red"), 0.0, 0.0))
+    return forks
 
 
 def branch_logs(seed: int, seconds: float, spec: LightBranches,
@@ -108,17 +131,17 @@ def branch_logs(seed: int, seconds: float, spec: LightBranches,
     rng = np.random.default_rng([seed, 23])
     after = int(round(spec.after_s * FRAME_HZ))
     out = []
-    for edit in fork_edits(log, spec, rng):
-        fork = int(round(edit.t * FRAME_HZ))
-        count = min(HISTORY_STEPS + after, log.frame_count - fork + HISTORY_STEPS - 1)
-        end_frame = fork - (HISTORY_STEPS - 1) + count - 1
-        holds = (((edit.t, float(rng.uniform(*spec.reaction_s))),) if edit.state == "green"
-                 else ())
-        branch = simulate_disturbed(seed, log.seconds, None, light_edits=(edit,),
-                                    brake_holds=holds, end_s=end_frame / FRAME_HZ)
-        cut = branch.cut(fork - (HISTORY_STEPS - 1), count)
-        if edit.state == "green" and any(info.reason == "vehicle"
-                                         for info in cut.infos[HISTORY_STEPS - 1:]):
+    for fork in drive_forks(log, spec, rng):
+        last = max(fork.frame, int(round(fork.hold_at * FRAME_HZ))) + after
+        count = min(last, log.frame_count - 1) - fork.frame + HISTORY_STEPS
+        end_frame = fork.frame - (HISTORY_STEPS - 1) + count - 1
+        branch = simulate_disturbed(
+            seed, log.seconds, None, light_edits=() if fork.edit is None else (fork.edit,),
+            brake_holds=((fork.hold_at, fork.hold_s),) if fork.hold_s > 0 else (),
+            end_s=end_frame / FRAME_HZ)
+        cut = branch.cut(fork.frame - (HISTORY_STEPS - 1), count)
+        if fork.hold_s > 0 and any(info.reason == "vehicle"
+                                   for info in cut.infos[HISTORY_STEPS - 1:]):
             continue
         out.append(cut)
     return out

@@ -314,6 +314,10 @@ def parse_args(argv: list[str] | None = None) -> tuple[argparse.Namespace, Recip
     parser.add_argument("--held-red", choices=("on", "off"), default=None,
                         help=f"a fork per red-light wait where the light stays red past its "
                              f"green (default {'on' if LightBranches.held_red else 'off'})")
+    parser.add_argument("--natural-wait", choices=("on", "off"), default=None,
+                        help=f"each red-light wait itself as a fork, held a reaction time "
+                             f"after its green (default "
+                             f"{'on' if LightBranches.natural_wait else 'off'})")
     parser.add_argument("--decision-token-weight", type=float, default=None,
                         help=f"CoC loss weight of the tokens that decide the decision "
                              f"(default {DecisionFocus.token_weight}; 1: plain mean)")
@@ -367,7 +371,8 @@ def parse_args(argv: list[str] | None = None) -> tuple[argparse.Namespace, Recip
         ("side_weight", args.side_weight)) if value is not None}
     branches = {name: value for name, value in (
         ("early_greens", args.early_greens),
-        ("held_red", None if args.held_red is None else args.held_red == "on"))
+        ("held_red", None if args.held_red is None else args.held_red == "on"),
+        ("natural_wait", None if args.natural_wait is None else args.natural_wait == "on"))
         if value is not None}
     if args.target_call_steps is not None and (args.stages != "target"
                                                or args.target_call_steps < 1):
