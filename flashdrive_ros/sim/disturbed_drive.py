@@ -19,9 +19,17 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from flashdrive_ros.sim.drive import FUTURE_DT, FUTURE_STEPS, SIM_HZ, SUBSTEPS, DriveLog, to_frame
+from flashdrive_ros.sim.drive import (
+    FUTURE_DT,
+    FUTURE_STEPS,
+    SIM_HZ,
+    SUBSTEPS,
+    DriveLog,
+    simulated_seconds,
+    to_frame,
+)
 from flashdrive_ros.sim.ego_world import EgoWorld
-from flashdrive_ros.sim.entities import LightEdit
+from flashdrive_ros.sim.entities import LightEdit, PendingLightEdits
 from flashdrive_ros.sim.labels import SCENARIO_TAGS, STANDING_MPS
 
 HORIZON_STEPS = FUTURE_STEPS * SUBSTEPS
@@ -224,11 +232,9 @@ def simulate_disturbed(seed: int, seconds: float, disturbance: Disturbance | Non
     the ego is held at rest against the expert (a driver's reaction time)."""
     if seconds <= 0:
         raise ValueError(f"seconds must be > 0, got {seconds}")
-    if end_s is not None and not 0 < end_s <= seconds:
-        raise ValueError(f"end_s must be in (0, {seconds}], got {end_s}")
     sim = EgoWorld(seed, seconds, blocks)
-    seconds = seconds if end_s is None else end_s
-    pending = sorted(light_edits, key=lambda edit: edit.t)
+    seconds = simulated_seconds(seconds, end_s)
+    pending = PendingLightEdits(light_edits)
     n_steps = int(round((seconds + FUTURE_STEPS * FUTURE_DT) * SIM_HZ)) + 1
     frame_count = int(round(seconds * SIM_HZ / SUBSTEPS)) + 1
     offsets = np.zeros((n_steps, 2))  # offsets: [n_steps, 2] (accel, steer) added at a step
@@ -253,12 +259,10 @@ def simulate_disturbed(seed: int, seconds: float, disturbance: Disturbance | Non
     expert_accel = 0.0
     lights_now = sim.light_states() if hold_lights else None
     for i in range(n_steps):
-        while pending and pending[0].t <= sim.t + 1e-9:
-            pending.pop(0).apply(sim.world.lights())
-            if hold_lights:
-                lights_before, lights_now = lights_now, sim.light_states()
-                if i > 0 and lights_now != lights_before:
-                    light_changes[i] = sim.fork(lights_before)
+        if pending.apply_due(sim.t, sim.world.lights()) and hold_lights:
+            lights_before, lights_now = lights_now, sim.light_states()
+            if i > 0 and lights_now != lights_before:
+                light_changes[i] = sim.fork(lights_before)
         route_s = sim.route_position()[0]
         while approaches and approaches[0].due(route_s, sim.ego.v):
             steps, accel = approaches.pop(0).run(sim.ego.v)

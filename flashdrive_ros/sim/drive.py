@@ -7,7 +7,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from flashdrive_ros.sim.entities import LightEdit
+from flashdrive_ros.sim.entities import LightEdit, PendingLightEdits
 from flashdrive_ros.sim.expert import Expert, ExpertInfo
 from flashdrive_ros.sim.scenarios import build_world
 from flashdrive_ros.sim.vehicle import EgoState, step_bicycle
@@ -127,6 +127,15 @@ def _snapshot(world: World, t: float, ego: EgoState, route_s: float) -> SceneSna
     return SceneSnapshot(t, ego, route_s, tuple(boxes), lights)
 
 
+def simulated_seconds(seconds: float, end_s: float | None) -> float:
+    """How long a drive of `seconds` that stops at end_s (None: at its end) runs."""
+    if end_s is None:
+        return seconds
+    if not 0 < end_s <= seconds:
+        raise ValueError(f"end_s must be in (0, {seconds}], got {end_s}")
+    return end_s
+
+
 def simulate(seed: int, seconds: float, blocks: tuple[str, ...] | None = None,
              light_edits: tuple[LightEdit, ...] = (), end_s: float | None = None) -> DriveLog:
     """Drive for `seconds` plus the future horizon; deterministic for a seed.
@@ -138,11 +147,9 @@ def simulate(seed: int, seconds: float, blocks: tuple[str, ...] | None = None,
     """
     if seconds <= 0:
         raise ValueError(f"seconds must be > 0, got {seconds}")
-    if end_s is not None and not 0 < end_s <= seconds:
-        raise ValueError(f"end_s must be in (0, {seconds}], got {end_s}")
     world = build_world(seed, seconds, blocks)
-    seconds = seconds if end_s is None else end_s
-    pending = sorted(light_edits, key=lambda edit: edit.t)
+    seconds = simulated_seconds(seconds, end_s)
+    pending = PendingLightEdits(light_edits)
     expert = Expert(world)
     x, y, yaw = world.route.pose_at(world.ego_start_s)
     ox, oy = world.route.offset_point(world.ego_start_s, EGO_LANE_D)
@@ -152,8 +159,7 @@ def simulate(seed: int, seconds: float, blocks: tuple[str, ...] | None = None,
     rows, scenes, infos = [], [], []
     for i in range(n_steps):
         t = i * dt
-        while pending and pending[0].t <= t + 1e-9:
-            pending.pop(0).apply(world.lights())
+        pending.apply_due(t, world.lights())
         accel, steer, info = expert.control(t, ego)
         if i % SUBSTEPS == 0:
             scenes.append(_snapshot(world, t, ego, info.route_s))

@@ -112,6 +112,21 @@ class LightEdit:
         light.ego_view = (self.t, self.state)
 
 
+class PendingLightEdits:
+    """Light edits not made yet, in time order."""
+
+    def __init__(self, edits: tuple[LightEdit, ...]) -> None:
+        self._edits = sorted(edits, key=lambda edit: edit.t)
+
+    def apply_due(self, t: float, lights: list[TrafficLight]) -> bool:
+        """Makes every edit due at time t; whether any was made."""
+        made = False
+        while self._edits and self._edits[0].t <= t + 1e-9:
+            self._edits.pop(0).apply(lights)
+            made = True
+        return made
+
+
 @dataclass
 class Intersection:
     """A cross road through the route at arc length s; half_width of the cross road."""

@@ -1,0 +1,123 @@
+"""The training pipeline's command line: its options and the recipe they give
+(train/pipeline.py runs it)."""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+from pathlib import Path
+
+import torch
+
+from flashdrive_ros.sim.light_branches import LightBranches
+from flashdrive_ros.train.decision_focus import DecisionFocus
+from flashdrive_ros.train.recipe import Recipe, smoke
+
+STAGES = ("all", "target")
+
+
+def parse_args(argv: list[str] | None = None) -> tuple[argparse.Namespace, Recipe]:
+    """The command line -> (its options, the recipe they give)."""
+    parser = argparse.ArgumentParser(
+        description="End-to-end training of the embedded default model.")
+    parser.add_argument("--out", required=True, type=Path)
+    parser.add_argument("--minutes-budget", type=float, default=9.0)
+    parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--workers", type=int, default=None)
+    parser.add_argument("--smoke", action="store_true",
+                        help="tiny model, two short drives, a few steps (CPU test)")
+    parser.add_argument("--train-drives", type=int, default=None)
+    parser.add_argument("--train-seed-offset", type=int, default=None,
+                        help="training drives are the training seeds from this index on "
+                             "(default 0; give each call of a warm-start chain its own)")
+    parser.add_argument("--drive-seconds", type=float, default=None)
+    parser.add_argument("--target-batch", type=int, default=None,
+                        help=f"windows per target step (default {Recipe.target_batch})")
+    parser.add_argument("--extra-drives", default=None,
+                        help="drive cache whose drives join the training drives (closed-loop "
+                             "drives labelled by the expert: train/policy_drives.py)")
+    parser.add_argument("--disturbed-share", type=float, default=None,
+                        help=f"share of training drives driven with disturbances (default "
+                             f"{Recipe.disturbed_share})")
+    parser.add_argument("--early-greens", type=int, default=None,
+                        help=f"forks per red-light wait of a training seed where the light "
+                             f"turns green early (default {LightBranches.early_greens}; 0: "
+                             f"none)")
+    parser.add_argument("--held-red", choices=("on", "off"), default=None,
+                        help=f"a fork per red-light wait where the light stays red past its "
+                             f"green (default {'on' if LightBranches.held_red else 'off'})")
+    parser.add_argument("--natural-wait", choices=("on", "off"), default=None,
+                        help=f"each red-light wait itself as a fork, held a reaction time "
+                             f"after its green (default "
+                             f"{'on' if LightBranches.natural_wait else 'off'})")
+    parser.add_argument("--decision-token-weight", type=float, default=None,
+                        help=f"CoC loss weight of the tokens that decide the decision "
+                             f"(default {DecisionFocus.token_weight}; 1: plain mean)")
+    parser.add_argument("--decision-balance", type=float, default=None,
+                        help=f"0: windows drawn uniformly, 1: every decision equally often "
+                             f"(default {DecisionFocus.balance})")
+    parser.add_argument("--start-weight", type=float, default=None,
+                        help=f"draw weight factor of the starts from rest, windows where the "
+                             f"ego stands and the label is not to stop (default "
+                             f"{DecisionFocus.start_weight}: none)")
+    parser.add_argument("--side-weight", type=float, default=None,
+                        help=f"CoC loss weight of the words that name a side, left or right "
+                             f"(default {DecisionFocus.side_weight}: none)")
+    parser.add_argument("--flow-draws", type=int, default=None,
+                        help=f"(noise, time) draws per window in the target's flow loss "
+                             f"(default {Recipe.flow_draws})")
+    parser.add_argument("--target-minutes", type=float, default=None,
+                        help="target schedule length over all calls (default: its share of "
+                             "one call)")
+    parser.add_argument("--later-minutes", type=float, default=None,
+                        help=f"with --target-minutes: minutes kept for the stages after the "
+                             f"target (default {Recipe.later_minutes})")
+    parser.add_argument("--init-from", default=None,
+                        help="model directory of the recipe's model to start from: its "
+                             "tokenizer, action normalization, weights and drafters")
+    parser.add_argument("--target-lr", type=float, default=None,
+                        help=f"peak learning rate of the target stage (default "
+                             f"{Recipe.target_lr}; lower when fine-tuning with --init-from)")
+    parser.add_argument("--stages", choices=STAGES, default="all",
+                        help="target: stop after the target stage or when this call's time "
+                             "is up, with a checkpoint in OUT/resume for --resume")
+    parser.add_argument("--target-call-steps", type=int, default=None,
+                        help="with --stages target: stop the target after this many steps "
+                             "in this call")
+    parser.add_argument("--resume", type=Path, default=None,
+                        help="run directory of a --stages target call to go on with (its "
+                             "recipe, seed, drives and state; no recipe options here)")
+    args = parser.parse_args(argv)
+    overrides = {name: value for name, value in (
+        ("train_drives", args.train_drives), ("drive_seconds", args.drive_seconds),
+        ("train_seed_offset", args.train_seed_offset), ("target_batch", args.target_batch),
+        ("disturbed_share", args.disturbed_share), ("flow_draws", args.flow_draws),
+        ("target_minutes", args.target_minutes), ("later_minutes", args.later_minutes),
+        ("extra_drives", args.extra_drives), ("init_from", args.init_from),
+        ("target_lr", args.target_lr))
+        if value is not None}
+    focus = {name: value for name, value in (
+        ("token_weight", args.decision_token_weight),
+        ("balance", args.decision_balance),
+        ("start_weight", args.start_weight),
+        ("side_weight", args.side_weight)) if value is not None}
+    branches = {name: value for name, value in (
+        ("early_greens", args.early_greens),
+        ("held_red", None if args.held_red is None else args.held_red == "on"),
+        ("natural_wait", None if args.natural_wait is None else args.natural_wait == "on"))
+        if value is not None}
+    if args.target_call_steps is not None and (args.stages != "target"
+                                               or args.target_call_steps < 1):
+        parser.error("--target-call-steps takes a count >= 1 and --stages target")
+    if args.resume is not None and (overrides or focus or branches or args.smoke):
+        parser.error("--resume takes the recipe of the run it resumes; drop the recipe "
+                     "options")
+    recipe = smoke() if args.smoke else Recipe()
+    try:
+        recipe = dataclasses.replace(
+            recipe, **overrides, decision=dataclasses.replace(recipe.decision, **focus),
+            light_branches=dataclasses.replace(recipe.light_branches, **branches))
+    except ValueError as exc:
+        parser.error(str(exc))
+    return args, recipe
