@@ -1,5 +1,5 @@
 """Renderer: sizes, sky/ground layout, agreement with the published K and extrinsics,
-near-plane clipping, visible traffic-light state."""
+near-plane clipping, visible traffic-light state, far-side signal heads."""
 
 from dataclasses import replace
 
@@ -13,7 +13,8 @@ from flashdrive_ros.sim.raster import NEAR, CameraRaster
 from flashdrive_ros.sim.render import Renderer
 from flashdrive_ros.sim.topics import CAMERA_NAMES
 from flashdrive_ros.sim.vehicle import EgoState
-from flashdrive_ros.sim.world import EGO_LANE_D
+from flashdrive_ros.sim.road_geometry import RoadGeometry
+from flashdrive_ros.sim.world import EGO_LANE_D, ROAD_HALF_WIDTH
 
 
 @pytest.fixture(scope="module")
@@ -116,9 +117,9 @@ def test_traffic_light_state_is_visible_in_the_tele_camera(red_log):
     assert green > 0 and red == 0
 
 
-@pytest.mark.parametrize("front_gap, least", [(1.5, 20), (4.0, 12)])
+@pytest.mark.parametrize("front_gap, least_wide", [(1.5, 20), (4.0, 12), (8.0, 6)])
 def test_the_light_state_shows_at_the_model_input_where_a_car_stands_at_the_line(
-        red_log, front_gap, least):
+        red_log, front_gap, least_wide):
     world = red_log.world
     light_index = next(i for i, light in enumerate(world.lights()) if light.mode == "stop")
     light = world.lights()[light_index]
@@ -132,9 +133,34 @@ def test_the_light_state_shows_at_the_model_input_where_a_car_stands_at_the_line
                        for i in range(len(world.lights())))
         rendered = np.stack(renderer.render(SceneSnapshot(5.0, ego, s, (), states)))
         views[state] = resize_images(rendered, (80, 128)).numpy()  # [N_cam, 3, 80, 128]
-    changed = (np.abs(views["red"] - views["green"]).max(axis=1) > 40).sum(axis=(1, 2))
-    wide = CAMERA_NAMES.index("camera_front_wide_120fov")
-    assert changed[wide] >= least, dict(zip(CAMERA_NAMES, changed.tolist()))
+    changed = np.abs(views["red"] - views["green"]).max(axis=1) > 40  # [N_cam, 80, 128]
+    counts = dict(zip(CAMERA_NAMES, changed.sum(axis=(1, 2)).tolist()))
+    assert counts["camera_front_wide_120fov"] >= least_wide, counts
+    assert counts["camera_front_tele_30fov"] >= 12, counts
+    tele = changed[CAMERA_NAMES.index("camera_front_tele_30fov")]
+    rows, cols = np.nonzero(tele)
+    assert rows.max() < 40 and cols.min() > 64, "the far-side head: above the horizon, right"
+
+
+def test_each_direction_has_a_far_side_head_facing_it_beyond_the_junction(red_log):
+    world = red_log.world
+    geometry = RoadGeometry(world)
+    light = world.lights()[0]
+    parts = [p for index, p in geometry.traffic_light_parts() if index == 0]
+    assert len(parts) == 4
+    for stop_s, far_s, travel in ((light.stop_s, light.oncoming_stop_s, 1.0),
+                                  (light.oncoming_stop_s, light.stop_s, -1.0)):
+        x, y, yaw = world.route.pose_at(far_s)
+        t = travel * np.array([np.cos(yaw), np.sin(yaw)])
+        right = np.array([t[1], -t[0]])
+        far = [p for p in parts
+               if len(p["lamps"]) == 1 and (np.asarray(p["ref"][:2]) - (x, y)) @ t > 0]
+        assert len(far) == 1
+        offset = np.asarray(far[0]["ref"][:2]) - (x, y)
+        assert offset @ right > ROAD_HALF_WIDTH, "on the far corner to the driver's right"
+        centres, _, facing = far[0]["lamps"][0]
+        assert np.allclose(facing[:2], -t), "lit towards the approaching driver"
+        assert all(1.6 < c[2] < 4.0 for c in centres), "at the height of a pole head"
 
 
 def test_rig_matches_alpamayo_layout():

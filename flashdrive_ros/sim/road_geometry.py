@@ -20,6 +20,7 @@ WHITE = (225, 225, 220)
 YELLOW = (225, 180, 40)
 POLE = (70, 72, 75)
 HOUSING = (30, 32, 30)
+FAR_HEAD_Z0 = 2.7
 
 
 class RoadGeometry:
@@ -141,30 +142,60 @@ class RoadGeometry:
                 out.append((WHITE, self._rect(cw.s, cw.width / 2, d, d + 0.55, 0.01)))
 
     def traffic_light_parts(self) -> list[tuple[int, dict]]:
-        """Per signal: (index in world.lights(), {'ref', 'boxes', 'lamps'}) with boxes as
-        (corners [8, 3], yaw, colour) and lamps as ([3 centres], radius, facing normal)."""
+        """Per signal and direction of travel: (index in world.lights(), {'ref', 'boxes',
+        'lamps'}) with boxes as (corners [8, 3], yaw, colour) and lamps as ([3 centres], radius,
+        facing normal). Each direction has a near-side assembly at its stop line (a head over
+        its lane on a mast arm, one on the pole) and a far-side pole head beyond the junction
+        on its right, the head a driver standing at the line sees ahead."""
         parts = []
         for index, light in enumerate(self.world.lights()):
-            for stop_s, side in ((light.stop_s, -1.0), (light.oncoming_stop_s, 1.0)):
-                x, y, yaw = self.route.pose_at(stop_s)
-                if side > 0:
-                    yaw = yaw + np.pi
-                t = np.array([np.cos(yaw), np.sin(yaw), 0.0])
-                n = np.array([-np.sin(yaw), np.cos(yaw), 0.0])
-                base = np.array([x, y, 0.0]) + t * 1.0
-                pole = base - n * (ROAD_HALF_WIDTH + 0.6)
-                boxes = [(box_corners(pole[0], pole[1], yaw, 0.25, 0.25, 6.2), yaw, POLE)]
-                arm_mid = base - n * (ROAD_HALF_WIDTH + 0.6 + LANE_WIDTH / 2) / 2
-                boxes.append((box_corners(arm_mid[0], arm_mid[1], yaw, 0.15,
-                                          ROAD_HALF_WIDTH + 0.6 - LANE_WIDTH / 2, 0.15, 5.9),
-                              yaw, POLE))
-                lamps = []
-                for hc, z0 in ((base - n * LANE_WIDTH / 2, 4.7), (pole, 2.6)):
-                    boxes.append((box_corners(hc[0], hc[1], yaw, 0.35, 0.5, 1.2, z0), yaw,
-                                  HOUSING))
-                    front = hc - t * 0.2
-                    lamps.append(([front + (0, 0, z0 + 0.95), front + (0, 0, z0 + 0.6),
-                                   front + (0, 0, z0 + 0.25)], 0.15, -t))
-                parts.append((index, {"ref": base + (0, 0, 4.0), "boxes": boxes,
-                                      "lamps": lamps}))
+            for near_s, far_s, side in ((light.stop_s, light.oncoming_stop_s, -1.0),
+                                        (light.oncoming_stop_s, light.stop_s, 1.0)):
+                parts.append((index, self._near_side_assembly(near_s, side)))
+                parts.append((index, self._far_side_head(far_s, side)))
         return parts
+
+    def _facing(self, s: float, side: float) -> tuple[np.ndarray, float, np.ndarray, np.ndarray]:
+        """Ground point [3] on the route at s, and the yaw, unit travel direction t [3] and its
+        left normal n [3] of the direction of travel `side` (-1: the route's, 1: oncoming)."""
+        x, y, yaw = self.route.pose_at(s)
+        if side > 0:
+            yaw = yaw + np.pi
+        t = np.array([np.cos(yaw), np.sin(yaw), 0.0])
+        n = np.array([-np.sin(yaw), np.cos(yaw), 0.0])
+        return np.array([x, y, 0.0]), yaw, t, n
+
+    def _near_side_assembly(self, stop_s: float, side: float) -> dict:
+        point, yaw, t, n = self._facing(stop_s, side)
+        base = point + t * 1.0
+        pole = base - n * (ROAD_HALF_WIDTH + 0.6)
+        boxes = [(box_corners(pole[0], pole[1], yaw, 0.25, 0.25, 6.2), yaw, POLE)]
+        arm_mid = base - n * (ROAD_HALF_WIDTH + 0.6 + LANE_WIDTH / 2) / 2
+        boxes.append((box_corners(arm_mid[0], arm_mid[1], yaw, 0.15,
+                                  ROAD_HALF_WIDTH + 0.6 - LANE_WIDTH / 2, 0.15, 5.9), yaw, POLE))
+        lamps = []
+        for centre, z0 in ((base - n * LANE_WIDTH / 2, 4.7), (pole, 2.6)):
+            boxes.append(_housing(centre, yaw, z0))
+            lamps.append(_lamps(centre, t, z0))
+        return {"ref": base + (0, 0, 4.0), "boxes": boxes, "lamps": lamps}
+
+    def _far_side_head(self, other_stop_s: float, side: float) -> dict:
+        point, yaw, t, n = self._facing(other_stop_s, side)
+        pole = point + t * 2.0 - n * (ROAD_HALF_WIDTH + 0.6)
+        boxes = [(box_corners(pole[0], pole[1], yaw, 0.2, 0.2, 3.9), yaw, POLE),
+                 _housing(pole, yaw, FAR_HEAD_Z0)]
+        return {"ref": pole + (0, 0, FAR_HEAD_Z0), "boxes": boxes,
+                "lamps": [_lamps(pole, t, FAR_HEAD_Z0)]}
+
+
+def _housing(centre: np.ndarray, yaw: float, z0: float) -> tuple:
+    """The box of a signal head at ground point centre [3] from height z0."""
+    return box_corners(centre[0], centre[1], yaw, 0.35, 0.5, 1.2, z0), yaw, HOUSING
+
+
+def _lamps(centre: np.ndarray, t: np.ndarray, z0: float) -> tuple:
+    """(red, yellow, green centres [3 x 3], radius, facing normal) of the head at ground point
+    centre [3] from height z0 facing against the travel direction t [3]."""
+    front = centre - t * 0.2
+    return ([front + (0, 0, z0 + 0.95), front + (0, 0, z0 + 0.6), front + (0, 0, z0 + 0.25)],
+            0.15, -t)
