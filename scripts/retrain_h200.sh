@@ -75,7 +75,7 @@ left() { echo $(( start + total_s - $(date +%s) - ${1:-0} )); }
 run_module() {
     local log="$1" margin="$2"
     shift 2
-    timeout --signal=INT "$(left "${margin}")" "${python}" -m "$@" > "${log}" 2>&1
+    timeout --signal=INT --kill-after=10 "$(left "${margin}")" "${python}" -m "$@" > "${log}" 2>&1
 }
 
 train() {
