@@ -50,6 +50,20 @@ def test_switch_values_are_checked():
     assert parse_args(["--graphs", "on,off"]).graphs == ["on", "off"]
     with pytest.raises(SystemExit):
         parse_args(["--graphs", "maybe"])
+    assert parse_args(["--action-attention", "masked,flex"]).action_attention == [
+        "masked", "flex"]
+    with pytest.raises(SystemExit):
+        parse_args(["--action-attention", "dense"])
+
+
+def test_combinations_the_engine_refuses_are_skipped_with_the_reason(capsys):
+    assert main(["--shape", "tiny", "--windows", "1", "--warmup", "0", "--coc-tokens", "2",
+                 "--top", "3", "--stage", "action", "--action-attention", "masked,flex"]) == 0
+    out = capsys.readouterr().out
+    assert out.count("tiny flashdrive stage action") == 1
+    assert "action_attention=masked" in out
+    assert "skipped graphs/rotated/staged/attention off/on/on/flex" in out
+    assert "set cuda_graphs and staged_prefix true" in out
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")

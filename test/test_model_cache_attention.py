@@ -16,7 +16,7 @@ from flashdrive_ros.engine.config import EngineConfig
 from flashdrive_ros.engine.decoding import StopRule, Target, prefill, required_capacity
 from flashdrive_ros.engine.graphed_steps import GraphedTarget
 from flashdrive_ros.engine.speculative import DFlashProposer, speculative_decode
-from flashdrive_ros.model.cache_attention import KV_BLOCK, FlexCacheAttention
+from flashdrive_ros.model.cache_attention import KV_BLOCK, FlexCacheAttention, FlexPrefixAttention
 from flashdrive_ros.model.config import ConfigError, tiny
 from flashdrive_ros.model.drafter import Drafter
 from flashdrive_ros.model.kv_cache import KVCache
@@ -129,6 +129,50 @@ def test_flex_is_a_switch_of_the_fixed_shape_steps():
     with pytest.raises(ConfigError, match="verify_attention must be one of"):
         EngineConfig(verify_attention="dense")
     assert EngineConfig(device="cuda", verify_attention="flex").cuda_graphs
+    assert EngineConfig().action_attention == "masked"
+    with pytest.raises(ConfigError, match="set cuda_graphs and staged_prefix true"):
+        EngineConfig(action_attention="flex")
+    with pytest.raises(ConfigError, match="set cuda_graphs and staged_prefix true"):
+        EngineConfig(device="cuda", staged_prefix=False, action_attention="flex")
+    with pytest.raises(ConfigError, match="action_attention must be one of"):
+        EngineConfig(action_attention="dense")
+    cfg = EngineConfig(device="cuda", action_attention="flex")
+    assert cfg.cuda_graphs and cfg.staged_prefix
+
+
+def prefix_reference(q, keys, values, length, prefix_slots):
+    """q: [K, Hq, N, D] over keys [K, Hkv, S + N, D]: prefix slots below length and every
+    action token, dense mask."""
+    slots = torch.arange(keys.shape[2], device=q.device)
+    mask = ((slots < length) | (slots >= prefix_slots))[None]  # [1, S + N]
+    return F.scaled_dot_product_attention(q, keys, values, attn_mask=mask, enable_gqa=True)
+
+
+@pytest.mark.parametrize("capacity", [3 * KV_BLOCK + 20, 2 * KV_BLOCK])
+def test_flex_prefix_matches_the_masked_attention_at_every_length(capacity):
+    tokens, samples = 64, 2
+    attention = FlexPrefixAttention(capacity, tokens, "cpu", compiled=False)
+    assert attention.prefix_slots == -(-capacity // KV_BLOCK) * KV_BLOCK
+    g = torch.Generator().manual_seed(4)
+    q = torch.randn(samples, 8, tokens, 32, generator=g)
+    keys = torch.randn(samples, 2, attention.prefix_slots + tokens, 32, generator=g)
+    values = torch.randn(samples, 2, attention.prefix_slots + tokens, 32, generator=g)
+    for length in (1, 5, KV_BLOCK - 1, KV_BLOCK, KV_BLOCK + 1, 2 * KV_BLOCK - 3, capacity):
+        attention.update(torch.tensor([length]))
+        assert int(attention.kv_num_blocks.flatten()[0]) == -(-length // KV_BLOCK) + 1
+        got = attention(q, keys, values)
+        want = prefix_reference(q, keys, values, length, attention.prefix_slots)
+        torch.testing.assert_close(got, want, atol=1e-5, rtol=1e-5)
+
+
+def test_flex_prefix_refuses_other_shapes():
+    attention = FlexPrefixAttention(200, 64, "cpu", compiled=False)
+    q = torch.randn(1, 8, 64, 32)
+    keys = torch.randn(1, 2, 200 + 64, 32)
+    with pytest.raises(ValueError, match="built for 64 tokens over 256 \\+ 64 slots"):
+        attention(q, keys, keys)
+    with pytest.raises(ValueError, match="prefix_len must be"):
+        attention.update(torch.tensor([3, 4]))
 
 
 @needs_cuda
@@ -145,7 +189,8 @@ def test_compiled_flex_on_cuda_matches_the_masked_attention(dtype, tol):
 
 
 @needs_cuda
-def test_engine_with_flex_verify_under_cuda_graphs_plans_like_the_masked_engine():
+@pytest.mark.parametrize("flex", [{"verify_attention": "flex"}, {"action_attention": "flex"}])
+def test_engine_with_flex_under_cuda_graphs_plans_like_the_masked_engine(flex):
     from helpers.tiny_model import PROMPT_CORPUS as CORPUS
     from helpers.windows import window
 
@@ -159,9 +204,9 @@ def test_engine_with_flex_verify_under_cuda_graphs_plans_like_the_masked_engine(
     model = AlpamayoModel(cfg).eval().to("cuda")
     drafter = Drafter(cfg.drafter, cfg.text).eval().to("cuda")
     plans = {}
-    for kind in ("masked", "flex"):
+    for kind, changes in (("masked", {}), ("flex", flex)):
         engine = Engine(model, tok, drafter, EngineConfig(
-            device="cuda", max_coc_tokens=12, verify_attention=kind))
+            device="cuda", max_coc_tokens=12, **changes))
         plans[kind] = [engine.step(window(i)) for i in range(3)]
     for got, want in zip(plans["flex"], plans["masked"], strict=True):
         assert got.coc_token_ids == want.coc_token_ids

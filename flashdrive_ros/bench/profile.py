@@ -1,14 +1,17 @@
 """Where one engine variant's time goes: torch.profiler over sliding windows at a bench shape.
 
 Prints the per-stage wall time (profiler ranges `stage:*`, CPU side) and the CUDA kernels
-that take the most device time, for every combination of the `--graphs`, `--rotated-keys`
-and `--staged-prefix` values given (one model build). With CUDA graphs on, kernels inside graphs
-appear as graph launches; profile with `--graphs off` to see them.
+that take the most device time, for every valid combination of the `--graphs`,
+`--rotated-keys`, `--staged-prefix` and `--action-attention` values given (one model build).
+With CUDA graphs on, kernels inside graphs appear as graph launches; profile with `--graphs
+off` to see them.
 
     python -m flashdrive_ros.bench.profile --shape alpamayo-1.5-10b --device cuda \
         --graphs off,on --rotated-keys on,off
     python -m flashdrive_ros.bench.profile --shape alpamayo-1.5-10b --device cuda \
         --graphs off,on --stage action --staged-prefix on,off
+    python -m flashdrive_ros.bench.profile --shape alpamayo-1.5-10b --device cuda \
+        --graphs on --stage action --action-attention masked,flex
 
 `--stage action` profiles only the action stage (flow matching) of each window, reasoned
 outside the profiler: one profiler per window's action stage, their averages summed (a
@@ -28,6 +31,8 @@ from flashdrive_ros.bench.shapes import SHAPES, build_parts
 from flashdrive_ros.bench.windows import SlidingWindows
 from flashdrive_ros.engine.config import DTYPES, EngineConfig
 from flashdrive_ros.engine.engine import Engine
+from flashdrive_ros.model.cache_attention import ACTION_ATTENTION
+from flashdrive_ros.model.config import ConfigError
 from flashdrive_ros.settings import add_setting_argument
 
 STAGES = ("all", "action")
@@ -46,6 +51,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                         help="on, off or on,off")
     parser.add_argument("--staged-prefix", type=switch_values, default=["on"],
                         help="on, off or on,off")
+    parser.add_argument("--action-attention", type=attention_values, default=["masked"],
+                        help=f"one or more of {','.join(ACTION_ATTENTION)}, comma-separated")
     parser.add_argument("--stage", choices=STAGES, default="all",
                         help="all: whole windows; action: only their action stage")
     parser.add_argument("--coc-tokens", type=int, default=16)
@@ -64,14 +71,21 @@ def switch_values(text: str) -> list[str]:
     return values
 
 
+def attention_values(text: str) -> list[str]:
+    values = text.split(",")
+    if any(v not in ACTION_ATTENTION for v in values):
+        raise argparse.ArgumentTypeError(f"expected values of {ACTION_ATTENTION}; got {text!r}")
+    return values
+
+
 def engine_config(args: argparse.Namespace, dtype: str, graphs: str, rotated: str,
-                  staged: str) -> EngineConfig:
+                  staged: str, attention: str = "masked") -> EngineConfig:
     common = dict(mode=args.mode, device=args.device, dtype=dtype,
                   max_coc_tokens=args.coc_tokens, coc_reuse=False)
     if args.mode == "baseline":
         return EngineConfig(**common)
     return EngineConfig(cuda_graphs=graphs == "on", rotated_keys=rotated == "on",
-                        staged_prefix=staged == "on", **common)
+                        staged_prefix=staged == "on", action_attention=attention, **common)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -80,9 +94,14 @@ def main(argv: list[str] | None = None) -> int:
         torch.set_num_threads(args.threads)
     dtype = args.dtype or ("bfloat16" if args.device.startswith("cuda") else "float32")
     parts = build_parts(args.shape, args.device, DTYPES[dtype])
-    for graphs, rotated, staged in itertools.product(args.graphs, args.rotated_keys,
-                                                     args.staged_prefix):
-        profile_variant(args, parts, engine_config(args, dtype, graphs, rotated, staged))
+    for switches in itertools.product(args.graphs, args.rotated_keys, args.staged_prefix,
+                                      args.action_attention):
+        try:
+            cfg = engine_config(args, dtype, *switches)
+        except ConfigError as exc:
+            print(f"\nskipped graphs/rotated/staged/attention {'/'.join(switches)}: {exc}")
+            continue
+        profile_variant(args, parts, cfg)
     return 0
 
 
@@ -112,7 +131,8 @@ def profile_variant(args: argparse.Namespace, parts, cfg: EngineConfig) -> None:
                 plans.append(engine.step(window))
         events = prof.key_averages()
     print(f"\n{args.shape} {cfg.mode} stage {args.stage} cuda_graphs={cfg.cuda_graphs} "
-          f"rotated_keys={cfg.rotated_keys} staged_prefix={cfg.staged_prefix} {cfg.dtype} on "
+          f"rotated_keys={cfg.rotated_keys} staged_prefix={cfg.staged_prefix} "
+          f"action_attention={cfg.action_attention} {cfg.dtype} on "
           f"{args.device}, {args.windows} "
           f"windows after {args.warmup}")
     for name in ("encode", "prefill", "decode", "action", "total"):

@@ -11,10 +11,10 @@ BASELINE = "baseline"
 ALL = "flashdrive"
 ALL_PRE_ROPE = "flashdrive_prerope_keys"
 ALL_PLAIN_LOGITS = "flashdrive_plain_logits"
-ALL_FLEX = "flashdrive_flex_verify"
+ALL_FLEX = "flashdrive_flex"
 ALL_FP8 = "flashdrive_fp8"
 ALL_FP8_FLEX = "flashdrive_fp8_flex"
-FLEX = {"verify_attention": "flex"}
+FLEX = {"verify_attention": "flex", "action_attention": "flex"}
 FP8 = {"backbone_weights": "fp8"}
 ALL_OFF = {name: False for name in SHORTCUTS}
 # name: (overrides on top of mode flashdrive, accepted length, block size)
@@ -34,11 +34,12 @@ def variant_overrides(device: str, backend: str = "torch"
     order (the CUDA-graph variants first).
     `flashdrive` takes every shortcut at its mode default (CUDA graphs on where the
     device is CUDA and the backend torch); the AT_ACCEPTANCE variants are `flashdrive` (or
-    with FP8 weights and flex verify attention) timed at a chosen accepted length
-    (measured_acceptance.py); `flashdrive_flex_verify` and `flashdrive_fp8[_flex]` add
-    the length-aware verify attention and FP8 backbone weights; `flashdrive_prerope_keys` keeps
-    keys before RoPE (torch backend only); `flashdrive_plain_logits` uses the plain lm_head
-    product where `flashdrive` pads the rows (CUDA). Every variant runs with `coc_reuse` off
+    with FP8 weights and flex attention) timed at a chosen accepted length
+    (measured_acceptance.py); `flashdrive_flex` and `flashdrive_fp8[_flex]` add the
+    length-aware verify and action attention and FP8 backbone weights;
+    `flashdrive_prerope_keys` keeps keys before RoPE (torch backend only);
+    `flashdrive_plain_logits` uses the plain lm_head product where `flashdrive` pads the rows
+    (CUDA). Every variant runs with `coc_reuse` off
     (engine_run.py): the bench's random-weight CoCs say nothing about how often consecutive
     real windows repeat their CoC; replay measures that on a drive."""
     candidates: dict[str, dict] = {ALL: {"mode": "flashdrive"}}
@@ -81,6 +82,6 @@ def ar_counterpart(variant: str, overrides: dict, device: str, backend: str = "t
         return None
     cfg = EngineConfig(device=device, backend=backend, **overrides)
     if not cfg.speculative or cfg.verify_attention != "masked" \
-            or cfg.backbone_weights != "native":
+            or cfg.action_attention != "masked" or cfg.backbone_weights != "native":
         return None
     return "cuda_graphs" if cfg.cuda_graphs else BASELINE

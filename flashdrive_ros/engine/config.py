@@ -8,7 +8,7 @@ from dataclasses import dataclass
 import torch
 
 from flashdrive_ros.engine.flow_cached import FlowSchedule
-from flashdrive_ros.model.cache_attention import VERIFY_ATTENTION
+from flashdrive_ros.model.cache_attention import ACTION_ATTENTION, VERIFY_ATTENTION
 from flashdrive_ros.model.config import ConfigError
 from flashdrive_ros.model.drafter_name import DRAFTER_FILE, drafter_name_problem
 from flashdrive_ros.model.fp8_linear import BACKBONE_WEIGHTS
@@ -84,6 +84,11 @@ class EngineConfig:
                                     "steps (CUDA graphs): masked (a dense mask over the cache "
                                     "capacity) or flex (FlexAttention by the cache length).",
                                     choices=VERIFY_ATTENTION)
+    action_attention: str = setting("masked", "Attention of the action tokens over the staged "
+                                    "prefix in the graphed flow matching (CUDA graphs, "
+                                    "staged_prefix): masked (a dense mask over the cache "
+                                    "capacity) or flex (FlexAttention by the prefix length).",
+                                    choices=ACTION_ATTENTION)
     backbone_weights: str = setting("native", "Backbone decoder linear layers: native, or fp8 "
                                     "(e4m3 weights with per-channel scales; torch._scaled_mm "
                                     "on CUDA of compute capability >= 8.9, emulated "
@@ -151,6 +156,10 @@ class EngineConfig:
         if self.verify_attention == "flex" and not self.cuda_graphs:
             raise ConfigError("verify_attention 'flex' runs in the fixed-shape steps of "
                               "cuda_graphs; set cuda_graphs true or verify_attention 'masked'")
+        if self.action_attention == "flex" and not (self.cuda_graphs and self.staged_prefix):
+            raise ConfigError("action_attention 'flex' runs in the graphed flow matching over "
+                              "the staged prefix; set cuda_graphs and staged_prefix true or "
+                              "action_attention 'masked'")
         if self.backbone_weights == "fp8" and self.backend != "torch":
             raise ConfigError("backbone_weights 'fp8' quantizes the torch backbone; set "
                               "backend 'torch' or backbone_weights 'native'")

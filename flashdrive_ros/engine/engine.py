@@ -171,7 +171,8 @@ class Engine:
         (`enabled=False`: the same capture-safe steps run eagerly)."""
         return GraphedSteps(self.model, self.target, self.proposer, self.stream.cache,
                             self.image_size, self.cfg.flow_schedule, enabled,
-                            self.cfg.verify_attention, self.cfg.staged_prefix)
+                            self.cfg.verify_attention, self.cfg.staged_prefix,
+                            self.cfg.action_attention)
 
     def shapes(self) -> EngineShapes:
         """The step shapes this engine runs (exported graphs and TensorRT profiles)."""

@@ -21,7 +21,12 @@ from flashdrive_ros.engine.eagle_proposer import EagleProposer
 from flashdrive_ros.engine.flow_cached import FlowSchedule, euler_cached
 from flashdrive_ros.engine.speculative import DFlashProposer, Proposal, ProposalRequest
 from flashdrive_ros.model.alpamayo import AlpamayoModel
-from flashdrive_ros.model.cache_attention import VERIFY_ATTENTION, FlexCacheAttention
+from flashdrive_ros.model.cache_attention import (
+    ACTION_ATTENTION,
+    VERIFY_ATTENTION,
+    FlexCacheAttention,
+    FlexPrefixAttention,
+)
 from flashdrive_ros.model.kv_cache import KVCache
 from flashdrive_ros.model.preprocess import preprocess_images
 from flashdrive_ros.model.vision import VisionEncoder
@@ -156,15 +161,33 @@ class GraphedFlow:
     """The whole flow-matching sampler (prefix-key rotation, then every Euler step of
     `schedule`) as one graph over the whole cache, the prefix length a device tensor; staged:
     the prefix copied once into the expert's StagedKV buffers instead of concatenated at
-    every layer of every step."""
+    every layer of every step; `action_attention` "flex" (staged only): the action tokens
+    attend through FlexPrefixAttention (the prefix's key blocks below its length, compiled on
+    CUDA) instead of a dense mask over the capacity."""
 
     def __init__(self, model: AlpamayoModel, cache: KVCache, schedule: FlowSchedule,
-                 enabled: bool = True, staged: bool = False) -> None:
+                 enabled: bool = True, staged: bool = False,
+                 action_attention: str = "masked") -> None:
+        if action_attention not in ACTION_ATTENTION:
+            raise ValueError(f"action_attention must be one of {ACTION_ATTENTION}, got "
+                             f"{action_attention!r}")
+        if action_attention == "flex" and not staged:
+            raise ValueError("action_attention 'flex' attends over the staged prefix; "
+                             "set staged")
         self.model = model
         self.cache = cache
         self.schedule = schedule
         self.staged = staged
+        self.action_attention = action_attention
+        self.attention: dict[int, FlexPrefixAttention] = {}
         self.step = GraphedStep(self._sample, enabled)
+
+    def _flex(self, num_tokens: int) -> FlexPrefixAttention:
+        if num_tokens not in self.attention:
+            device = self.cache.k.device
+            self.attention[num_tokens] = FlexPrefixAttention(
+                self.cache.capacity, num_tokens, device, compiled=device.type == "cuda")
+        return self.attention[num_tokens]
 
     def _sample(self, x0: torch.Tensor, prefix_len: torch.Tensor) -> torch.Tensor:
         """x0: [K, N_wp, 2] noise; prefix_len: [1] long -> actions [K, N_wp, 2]."""
@@ -173,9 +196,15 @@ class GraphedFlow:
         capacity = cache.capacity
         device = cache.positions.device
         prefix = expert.rotated_prefix(cache, capacity, model.action_out_proj.weight.dtype)
-        if self.staged:
-            prefix = expert.stage(prefix, x0.shape[0], x0.shape[1])
-        prefix_mask = torch.arange(capacity, device=device) < prefix_len  # [C]
+        if self.action_attention == "flex":
+            attention = self._flex(x0.shape[1])
+            attention.update(prefix_len)
+            prefix = expert.stage(prefix, x0.shape[0], x0.shape[1], attention.prefix_slots)
+            prefix_mask = attention
+        else:
+            if self.staged:
+                prefix = expert.stage(prefix, x0.shape[0], x0.shape[1])
+            prefix_mask = torch.arange(capacity, device=device) < prefix_len  # [C]
         start = cache.positions[:, 0].index_select(1, prefix_len - 1).max() + 1
         steps = torch.arange(x0.shape[1], device=device) + start
         positions = steps.view(1, 1, -1).expand(3, 1, -1)  # positions: [3, 1, N_wp]
@@ -202,14 +231,15 @@ class GraphedSteps:
                  proposer: DFlashProposer | EagleProposer | None, cache: KVCache,
                  image_size: tuple[int, int], schedule: FlowSchedule,
                  enabled: bool = True, verify_attention: str = "masked",
-                 staged_prefix: bool = False) -> None:
+                 staged_prefix: bool = False, action_attention: str = "masked") -> None:
         weight = model.action_out_proj.weight
         self.encoder = GraphedEncoder(model.vlm.visual, image_size, weight.dtype,
                                       weight.device, enabled)
         self.target = GraphedTarget(target, cache, enabled, verify_attention)
         self.proposer = (GraphedProposer(proposer, enabled)
                          if isinstance(proposer, DFlashProposer) else proposer)
-        self.flow = GraphedFlow(model, cache, schedule, enabled, staged_prefix)
+        self.flow = GraphedFlow(model, cache, schedule, enabled, staged_prefix,
+                                action_attention)
 
     @property
     def captured_graphs(self) -> int:

@@ -1,4 +1,5 @@
-"""Length-aware attention of a decode / verify block over the whole-capacity KV cache.
+"""Length-aware attention over the whole-capacity KV cache: a decode / verify block over the
+cache, and the action tokens over the staged prefix.
 
 The fixed-shape steps attend over every cache slot with a dense additive mask (key slot <=
 query slot), which the flash kernels do not take. `FlexCacheAttention` takes the block's
@@ -15,6 +16,7 @@ import torch
 from torch.nn.attention.flex_attention import BlockMask, flex_attention
 
 VERIFY_ATTENTION = ("masked", "flex")
+ACTION_ATTENTION = ("masked", "flex")
 KV_BLOCK = 128
 
 _compiled_flex = None
@@ -68,5 +70,62 @@ class FlexCacheAttention:
         if keys.shape[2] != self.capacity or q.shape[2] != self.block:
             raise ValueError(f"flex cache attention is built for {self.block} queries over "
                              f"{self.capacity} slots, got {q.shape[2]} over {keys.shape[2]}")
+        attend = compiled_flex() if self.compiled else flex_attention
+        return attend(q, keys, values, block_mask=self.block_mask, enable_gqa=True)
+
+
+class FlexPrefixAttention:
+    """Attention of `num_tokens` action tokens over a staged prefix: keys and values laid out
+    as [prefix_slots + num_tokens] (StagedKV with `prefix_slots`, the cache capacity rounded
+    up to KV_BLOCK), the first `length` prefix slots and every action token attended. The
+    block mask reads the prefix's key blocks below the length, then the action tokens'
+    (device tensors updated in place, so CUDA graphs capture it)."""
+
+    def __init__(self, capacity: int, num_tokens: int, device: torch.device | str,
+                 compiled: bool) -> None:
+        if capacity < 1 or num_tokens < 1:
+            raise ValueError(f"need capacity, num_tokens >= 1, got {capacity} and {num_tokens}")
+        self.capacity = capacity
+        self.num_tokens = num_tokens
+        self.compiled = compiled
+        prefix_blocks = -(-capacity // KV_BLOCK)
+        own_blocks = -(-num_tokens // KV_BLOCK)
+        self.prefix_slots = prefix_blocks * KV_BLOCK
+        self.length = torch.ones(1, dtype=torch.long, device=device)  # [1] prefix slots read
+        self._prefix_blocks = prefix_blocks
+        self._own_blocks = own_blocks
+        self._block_ids = torch.arange(prefix_blocks + own_blocks, dtype=torch.int32,
+                                       device=device)  # [KB]
+        self.kv_num_blocks = torch.ones(1, 1, 1, dtype=torch.int32, device=device)  # [1,1,1]
+        self.kv_indices = self._block_ids.clone().view(1, 1, 1, -1)  # [1, 1, 1, KB]
+        length, prefix_slots = self.length, self.prefix_slots
+
+        def prefix_or_own(b, h, q_idx, kv_idx):
+            return (kv_idx < length[0]) | (kv_idx >= prefix_slots)
+
+        self.block_mask = BlockMask.from_kv_blocks(
+            self.kv_num_blocks, self.kv_indices, BLOCK_SIZE=KV_BLOCK, mask_mod=prefix_or_own,
+            seq_lengths=(num_tokens, self.prefix_slots + num_tokens))
+
+    def update(self, prefix_len: torch.Tensor) -> None:
+        """prefix_len: [1] long device, in [1, capacity]; sets the key blocks to read (no host
+        read)."""
+        if prefix_len.shape != (1,):
+            raise ValueError(f"prefix_len must be [1], got {tuple(prefix_len.shape)}")
+        self.length.copy_(prefix_len)
+        used = torch.div(prefix_len + KV_BLOCK - 1, KV_BLOCK, rounding_mode="floor").to(
+            torch.int32)  # [1] prefix blocks read
+        ids = self._block_ids
+        order = torch.where(ids < used, ids, ids - used + self._prefix_blocks)
+        self.kv_indices.view(-1).copy_(order.clamp(max=int(ids.numel()) - 1))
+        self.kv_num_blocks.view(1).copy_(used + self._own_blocks)
+
+    def __call__(self, q: torch.Tensor, keys: torch.Tensor, values: torch.Tensor
+                 ) -> torch.Tensor:
+        """q: [K, Hq, N, D]; keys, values: [K, Hkv, prefix_slots + N, D] -> [K, Hq, N, D]."""
+        if q.shape[2] != self.num_tokens or keys.shape[2] != self.prefix_slots + self.num_tokens:
+            raise ValueError(f"flex prefix attention is built for {self.num_tokens} tokens over "
+                             f"{self.prefix_slots} + {self.num_tokens} slots, got {q.shape[2]} "
+                             f"over {keys.shape[2]}")
         attend = compiled_flex() if self.compiled else flex_attention
         return attend(q, keys, values, block_mask=self.block_mask, enable_gqa=True)

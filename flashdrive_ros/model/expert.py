@@ -15,6 +15,7 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
+from flashdrive_ros.model.cache_attention import FlexPrefixAttention
 from flashdrive_ros.model.config import ExpertConfig, TextConfig
 from flashdrive_ros.model.kv_cache import KVCache
 from flashdrive_ros.model.layers import QKNormAttention, RMSNorm, SwiGLU
@@ -24,33 +25,40 @@ from flashdrive_ros.model.rope import apply_rotary, inverse_frequencies, mrope_c
 @dataclass(frozen=True)
 class StagedKV:
     """One expert layer's keys and values for the velocity calls of a plan: keys (rotated),
-    values: [K, Hkv, P + N, D]; slots [0, prefix_len) the backbone prefix, copied in once,
-    slots [prefix_len, P + N) the action tokens', written by every call."""
+    values: [K, Hkv, S + N, D]; slots [0, P) the backbone prefix, copied in once, slots
+    [P, S) zeros (S >= P: the prefix slots, rounded up for a block-wise kernel), slots
+    [S, S + N) the action tokens', written by every call."""
 
     keys: torch.Tensor
     values: torch.Tensor
-    prefix_len: int
+    prefix_slots: int
 
     @classmethod
     def stage(cls, prefix_k: torch.Tensor, prefix_v: torch.Tensor, k_samples: int,
-              num_tokens: int) -> StagedKV:
+              num_tokens: int, prefix_slots: int | None = None) -> StagedKV:
         """prefix_k, prefix_v: [1, Hkv, P, D] -> buffers for k_samples samples of num_tokens
-        action tokens."""
+        action tokens behind prefix_slots (default P) prefix slots."""
         _, heads, prefix_len, dim = prefix_k.shape
-        keys = prefix_k.new_empty(k_samples, heads, prefix_len + num_tokens, dim)
-        values = prefix_v.new_empty(k_samples, heads, prefix_len + num_tokens, dim)
+        slots = prefix_len if prefix_slots is None else prefix_slots
+        if slots < prefix_len:
+            raise ValueError(f"prefix_slots {slots} < prefix length {prefix_len}")
+        keys = prefix_k.new_empty(k_samples, heads, slots + num_tokens, dim)
+        values = prefix_v.new_empty(k_samples, heads, slots + num_tokens, dim)
         keys[:, :, :prefix_len] = prefix_k
         values[:, :, :prefix_len] = prefix_v
-        return cls(keys, values, prefix_len)
+        keys[:, :, prefix_len:slots] = 0
+        values[:, :, prefix_len:slots] = 0
+        return cls(keys, values, slots)
 
     def write(self, k: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """k, v: [K, Hkv, N, D] of the action tokens -> the whole keys and values."""
-        self.keys[:, :, self.prefix_len:] = k
-        self.values[:, :, self.prefix_len:] = v
+        self.keys[:, :, self.prefix_slots:] = k
+        self.values[:, :, self.prefix_slots:] = v
         return self.keys, self.values
 
 
 LayerPrefix = tuple[torch.Tensor, torch.Tensor] | StagedKV
+PrefixMask = torch.Tensor | FlexPrefixAttention | None
 
 
 class ExpertAttention(QKNormAttention):
@@ -58,10 +66,10 @@ class ExpertAttention(QKNormAttention):
         super().__init__(cfg, fused_norm=False)
 
     def forward(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor,
-                prefix: LayerPrefix, mask: torch.Tensor | None = None) -> torch.Tensor:
+                prefix: LayerPrefix, mask: PrefixMask = None) -> torch.Tensor:
         """x: [K, N, H_exp]; cos, sin: [1, N, D]; prefix: (keys (rotated), values)
         [1, Hkv, P, D] each, or the layer's StagedKV; mask: optional [1, 1, 1, P + N] bool,
-        False = slot not attended."""
+        False = slot not attended, or a FlexPrefixAttention over the StagedKV."""
         k_samples = x.shape[0]
         q = apply_rotary(self.queries(x), cos, sin)  # q: [K, H, N, D]
         k = apply_rotary(self.keys(x), cos, sin)  # k: [K, Hkv, N, D]
@@ -72,6 +80,8 @@ class ExpertAttention(QKNormAttention):
             prefix_k, prefix_v = prefix
             keys = torch.cat([prefix_k.expand(k_samples, -1, -1, -1), k], dim=2)
             values = torch.cat([prefix_v.expand(k_samples, -1, -1, -1), v], dim=2)
+        if isinstance(mask, FlexPrefixAttention):
+            return self.output(mask(q, keys, values))
         return self.output(self.grouped_attention(q, keys, values, mask))
 
 
@@ -84,7 +94,7 @@ class ExpertLayer(nn.Module):
         self.mlp = SwiGLU(cfg.hidden_size, cfg.intermediate_size)
 
     def forward(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor,
-                prefix: LayerPrefix, mask: torch.Tensor | None = None) -> torch.Tensor:
+                prefix: LayerPrefix, mask: PrefixMask = None) -> torch.Tensor:
         x = x + self.self_attn(self.input_layernorm(x), cos, sin, prefix, mask)
         return x + self.mlp(self.post_attention_layernorm(x))
 
@@ -119,15 +129,17 @@ class ActionExpert(nn.Module):
 
     def forward_prefix(self, x: torch.Tensor, positions: torch.Tensor,
                        prefix: list[LayerPrefix],
-                       prefix_mask: torch.Tensor | None = None) -> torch.Tensor:
+                       prefix_mask: torch.Tensor | FlexPrefixAttention | None = None
+                       ) -> torch.Tensor:
         """Capture-safe core of `forward` (no checks, no host reads): x: [K, N_wp, H_exp];
         positions: [3, 1, N_wp]; prefix: per layer [1, Hkv, P, D] rotated keys and values, or
-        `stage(...)` of them; prefix_mask: optional [P] bool of the prefix slots to attend
+        `stage(...)` of them; prefix_mask: optional [P] bool of the prefix slots to attend, or
+        a FlexPrefixAttention (with `stage(..., prefix_slots=its prefix_slots)`)
         -> [K, N_wp, H_exp]."""
         cos, sin = mrope_cos_sin(positions, self.inv_freq, self.mrope_section,
                                  self.mrope_interleaved, dtype=x.dtype)  # cos: [1, N, D]
-        mask = None
-        if prefix_mask is not None:
+        mask = prefix_mask if isinstance(prefix_mask, FlexPrefixAttention) else None
+        if isinstance(prefix_mask, torch.Tensor):
             own = torch.ones(x.shape[1], dtype=torch.bool, device=prefix_mask.device)
             mask = torch.cat([prefix_mask, own])[None, None, None]  # mask: [1, 1, 1, P + N]
         for layer, layer_prefix in zip(self.layers, prefix):
@@ -136,10 +148,10 @@ class ActionExpert(nn.Module):
 
     @staticmethod
     def stage(prefix: list[tuple[torch.Tensor, torch.Tensor]], k_samples: int,
-              num_tokens: int) -> list[StagedKV]:
+              num_tokens: int, prefix_slots: int | None = None) -> list[StagedKV]:
         """Per layer, `rotated_prefix`'s keys and values copied into the buffers of k_samples
         samples of num_tokens action tokens (StagedKV): one copy of the prefix per plan."""
-        return [StagedKV.stage(k, v, k_samples, num_tokens) for k, v in prefix]
+        return [StagedKV.stage(k, v, k_samples, num_tokens, prefix_slots) for k, v in prefix]
 
     def rotated_prefix(self, cache: KVCache, prefix_len: int, dtype: torch.dtype
                        ) -> list[tuple[torch.Tensor, torch.Tensor]]:
