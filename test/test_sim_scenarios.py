@@ -6,7 +6,7 @@ import pytest
 
 from flashdrive_ros.sim.drive import simulate
 from flashdrive_ros.sim.labels import DECISIONS, SCENARIO_TAGS, label_drive
-from flashdrive_ros.sim.scenarios import build_world
+from flashdrive_ros.sim.scenarios import EGO_STOP_MARGIN, build_world
 from flashdrive_ros.sim.vehicle import EGO_LENGTH, EGO_WIDTH, REAR_OVERHANG
 from flashdrive_ros.sim.world import EGO_LANE_D
 
@@ -25,6 +25,21 @@ def _footprint_gap(ego, box) -> float:
 def red_drive():
     log = simulate(11, 17.0, blocks=("red_light",))
     return log, label_drive(log.infos)
+
+
+def test_the_expert_waits_at_its_lights_own_distance_from_the_line():
+    waits, margins = [], []
+    for seed in (21, 4242, 1000100):
+        log = simulate(seed, 30.0, blocks=("red_light",))
+        margin = log.world.lights()[0].ego_stop_margin
+        gaps = [i.light_gap for i in log.infos if i.v < 0.05 and i.light_state == "red"]
+        assert gaps, f"seed {seed}: no wait at the red light"
+        assert margin <= min(gaps) and max(gaps) <= margin + 0.6, (seed, margin, gaps[:3])
+        waits.append(float(np.median(gaps)))
+        margins.append(margin)
+    assert all(EGO_STOP_MARGIN[0] <= m <= EGO_STOP_MARGIN[1] for m in margins)
+    assert max(waits) - min(waits) > 0.5, waits
+    assert build_world(21, 30.0, ("red_light",)).lights()[0].ego_stop_margin == margins[0]
 
 
 def test_expert_stops_at_red_light_and_goes_on_green(red_drive):

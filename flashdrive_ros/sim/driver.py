@@ -68,11 +68,13 @@ def idm_accel(v: float, v_des: float, obstacles: list[Obstacle], p: IdmParams):
 
 
 def stop_line_obstacle(gap_to_line: float, v: float, light_state: str, p: IdmParams,
-                       committed: bool) -> Obstacle | None:
+                       committed: bool, stop_margin: float | None = None) -> Obstacle | None:
     """A standing obstacle at a stop line for red / yellow, unless past it or unable to stop.
 
     gap_to_line: distance from the front bumper to the stop line. committed: the driver
     already decided to stop for this light (keeps the decision stable while braking).
+    stop_margin: where the front bumper comes to rest short of the line (default
+    p.stop_margin).
     """
     if light_state == "green" or gap_to_line < -0.5:
         return None
@@ -80,7 +82,8 @@ def stop_line_obstacle(gap_to_line: float, v: float, light_state: str, p: IdmPar
     limit = p.b_max if light_state == "red" else 3.5
     if needed > limit and not committed:
         return None
-    return Obstacle(gap_to_line - p.stop_margin + p.s0, 0.0, f"{light_state}_light")
+    margin = p.stop_margin if stop_margin is None else stop_margin
+    return Obstacle(gap_to_line - margin + p.s0, 0.0, f"{light_state}_light")
 
 
 def pedestrian_blocks(d_ped: float, vd_ped: float, d_lane: float, half_width: float,

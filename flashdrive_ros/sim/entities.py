@@ -24,6 +24,7 @@ class TrafficLight:
     lengths of the two stop lines. held: a state shown from now on whatever the cycle (a
     forked world's light kept as it was seen). ego_view: (t, state): from t on the head
     facing the ego shows `state` while the other traffic keeps the cycle (a light edit).
+    ego_stop_margin: where the expert ego's front bumper comes to rest short of the line.
     """
 
     stop_s: float
@@ -35,6 +36,7 @@ class TrafficLight:
     t_trigger: float | None = None
     held: str | None = None
     ego_view: tuple[float, str] | None = None
+    ego_stop_margin: float = 1.0
 
     def __post_init__(self) -> None:
         if self.mode not in LIGHT_MODES:
@@ -44,6 +46,8 @@ class TrafficLight:
                              f"{self.held!r}")
         if self.trigger_distance <= 0 or self.yellow_time <= 0 or self.red_time <= 0:
             raise ValueError("light timings must be positive")
+        if not 0.0 <= self.ego_stop_margin <= 4.0:
+            raise ValueError(f"ego_stop_margin must be in [0, 4] m, got {self.ego_stop_margin}")
 
     def update(self, t: float, ego_front_s: float) -> None:
         if (self.t_trigger is None and self.mode != "green"

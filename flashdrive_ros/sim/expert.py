@@ -138,7 +138,8 @@ class Expert:
                 light_state, light_gap, light_green_at = state, gap, light.ego_green_at()
             if state == "green":
                 self._committed.discard(id(light))
-            ob = stop_line_obstacle(gap, ego.v, state, p, id(light) in self._committed)
+            ob = stop_line_obstacle(gap, ego.v, state, p, id(light) in self._committed,
+                                    light.ego_stop_margin)
             if ob is not None:
                 self._committed.add(id(light))
                 obstacles.append(ob)

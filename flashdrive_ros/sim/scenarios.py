@@ -20,6 +20,8 @@ BLOCK_KINDS = ("cruise", "curve", "turn", "lead", "parked", "red_light", "green_
                "pedestrian")
 FIRST_BLOCKS = ("lead", "parked", "turn", "red_light", "pedestrian")
 STOP_LINE_BACK = 3.5
+EGO_STOP_MARGIN = (0.5, 3.0)  # m, front bumper to the line where the expert ego waits
+STOP_MARGIN_STREAM = 41
 EGO_START_S = 5.0
 STANDSTILL_START_SHARE = 0.2
 STOP_AND_GO_SHARE = 0.35
@@ -220,7 +222,15 @@ def build_world(seed: int, seconds: float, blocks: tuple[str, ...] | None = None
         make(route, world)
     _add_oncoming(world, rng)
     add_scenery(world, rng)
+    _draw_stop_margins(world, np.random.default_rng([seed, STOP_MARGIN_STREAM]))
     return world
+
+
+def _draw_stop_margins(world: World, rng: np.random.Generator) -> None:
+    """Where the expert ego stops short of each signal's line, drawn per light from its own
+    stream (the rest of the world is the same as without it)."""
+    for light in world.lights():
+        light.ego_stop_margin = float(rng.uniform(*EGO_STOP_MARGIN))
 
 
 def _add_oncoming(world: World, rng: np.random.Generator) -> None:
