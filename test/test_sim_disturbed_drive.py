@@ -8,7 +8,10 @@ import pytest
 
 from flashdrive_ros.sim.disturbed_drive import (
     HORIZON_STEPS,
+    ApproachPulse,
     Disturbance,
+    StopShortPulse,
+    approach_pulses,
     drift_offsets,
     pulse_schedule,
     simulate_disturbed,
@@ -19,7 +22,7 @@ from flashdrive_ros.sim.ego_world import EgoWorld
 from flashdrive_ros.sim.entities import TrafficLight
 from flashdrive_ros.sim.labels import label_drive
 from flashdrive_ros.sim.vehicle import EGO_LENGTH, REAR_OVERHANG
-from flashdrive_ros.sim.world import EGO_LANE_D
+from flashdrive_ros.sim.world import EGO_LANE_D, ScenarioSpan
 from flashdrive_ros.train.generate import generate_drives, is_disturbed
 
 SEED = 4242
@@ -191,6 +194,43 @@ def test_an_approach_pulse_makes_the_ego_reach_the_red_light_faster_and_the_futu
                 f"the expert future of frame {k} runs the red light"
 
 
+def _lead_gaps(log) -> np.ndarray:
+    """[frames] route arc length from base_link to the lead car while it is in the ego lane."""
+    gaps = []
+    for scene in log.scenes[:log.frame_count]:
+        ahead = [log.world.route.project((b.x, b.y)) for b in scene.boxes if b.kind == "lead"]
+        gaps.append(min((s - scene.route_s for s, d, *_ in ahead if abs(d - EGO_LANE_D) < 1.0),
+                        default=np.nan))
+    return np.array(gaps)
+
+
+@pytest.mark.parametrize("seed", [3, SEED])
+def test_a_lead_approach_pulse_closes_in_on_the_lead_and_the_futures_back_off(seed):
+    pushy = Disturbance(first_s=100.0, drift_first_s=100.0, stop_short_share=1.0,
+                        approach_kinds=("follow_lead",), approach_accel_mps2=(2.0, 2.0),
+                        approach_duration_s=(2.0, 2.5), start_hold_share=0.0)
+    log = simulate_disturbed(seed, 24.0, pushy, blocks=("lead",))
+    plain = simulate(seed, 24.0, blocks=("lead",))
+    gaps, plain_gaps = _lead_gaps(log), _lead_gaps(plain)
+    assert np.nanmin(gaps) < np.nanmin(plain_gaps) - 0.5, "the ego never closed in on the lead"
+    speeds = log.ego[::SUBSTEPS, 4][:log.frame_count]
+    closing = np.flatnonzero(gaps < plain_gaps - 0.5)
+    assert closing.size >= 5
+    for k in closing[speeds[closing] > 2.0]:
+        assert np.hypot(*log.future(k)[19, :2]) / 2.0 < speeds[k], \
+            f"frame {k}: the expert future does not back off from the lead"
+
+
+def test_lead_spans_get_late_braking_and_never_an_early_stop():
+    spans = [ScenarioSpan("follow_lead", 0.0, 115.0), ScenarioSpan("red_light_stop", 150.0, 220.0)]
+    d = Disturbance(stop_short_share=1.0)
+    for seed in range(20):
+        lead, light = approach_pulses(d, spans, np.random.default_rng(seed))
+        assert isinstance(lead, ApproachPulse) and isinstance(light, StopShortPulse)
+        low, high = d.lead_approach_before_m
+        assert 115.0 - high <= lead.start_s <= 115.0 - low
+
+
 @pytest.mark.parametrize("seed", [3, SEED])
 def test_an_early_stop_holds_the_ego_short_of_the_red_light_and_the_futures_go_on(seed):
     log = simulate_disturbed(seed, 24.0, Disturbance(first_s=100.0, drift_first_s=100.0,
@@ -235,6 +275,8 @@ def test_pulse_schedule_keeps_pulses_apart_and_inside_the_drive():
 @pytest.mark.parametrize("kwargs", [{"gap_s": (0.0, 1.0)}, {"duration_s": (2.0, 1.0)},
                                     {"duration_s": (1.0, 6.0)}, {"steer_rad": -0.1},
                                     {"approach_kinds": ("red_light",)},
+                                    {"stop_short_kinds": ("lead",)},
+                                    {"lead_approach_before_m": (75.0, 45.0)},
                                     {"approach_accel_mps2": (2.0, 1.0)},
                                     {"stop_short_share": 1.5},
                                     {"stop_short_hold_s": (0.0, 1.0)},

@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 
 from flashdrive_ros.sim.drive import simulate
-from flashdrive_ros.sim.labels import DECISIONS, SCENARIO_TAGS, label_drive
+from flashdrive_ros.sim.labels import DECISIONS, RED_WAIT_GAP, SCENARIO_TAGS, label_drive
 from flashdrive_ros.sim.scenarios import EGO_STOP_MARGIN, build_world
 from flashdrive_ros.sim.vehicle import EGO_LENGTH, EGO_WIDTH, REAR_OVERHANG
 from flashdrive_ros.sim.world import EGO_LANE_D
@@ -38,6 +38,7 @@ def test_the_expert_waits_at_its_lights_own_distance_from_the_line():
         waits.append(float(np.median(gaps)))
         margins.append(margin)
     assert all(EGO_STOP_MARGIN[0] <= m <= EGO_STOP_MARGIN[1] for m in margins)
+    assert EGO_STOP_MARGIN[1] + 0.5 <= RED_WAIT_GAP, "the farthest wait is still a red wait"
     assert max(waits) - min(waits) > 0.5, waits
     assert build_world(21, 30.0, ("red_light",)).lights()[0].ego_stop_margin == margins[0]
 

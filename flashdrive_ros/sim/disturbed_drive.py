@@ -1,12 +1,13 @@
 """A drive whose ego the expert steers with disturbance pulses added to its steering and
 acceleration, so that the ego leaves its lane centre and its speed and the expert brings it
-back. Besides pulses at random times, each red light and pedestrian crossing gets one approach
-pulse: late braking (acceleration added), so the drive holds the ego arriving too fast or
-creeping towards a stop that it has not made yet, or an early stop (braking to rest short of
-the stop and held there a while), so it holds the ego standing short of the line, through
-red and green. A start from standstill (the light turned green, the pedestrian crossed) is
-held back a while for `start_hold_share` of the starts, a driver's reaction time, so the drive
-holds the ego standing still with nothing left to wait for. Drifts steer the ego over to a
+back. Besides pulses at random times, each red light, pedestrian crossing and braking lead car
+gets one approach pulse: late braking (acceleration added), so the drive holds the ego arriving
+too fast or creeping towards a stop that it has not made yet, or closing in on the car ahead;
+or, at lights and crossings, an early stop (braking to rest short of the stop and held there a
+while), so it holds the ego standing short of the line, through red and green. A start from
+standstill (the light turned green, the pedestrian crossed) is held back a while for
+`start_hold_share` of the starts, a driver's reaction time, so the drive holds the ego standing
+still with nothing left to wait for. Drifts steer the ego over to a
 random offset beside its lane centre and hold it there a while, so the drive holds the ego
 parallel to its lane but off its centre (never towards a parked car being passed). Each 10 Hz
 frame's future is the expert's undisturbed plan from that frame's state: the drive as logged
@@ -45,8 +46,10 @@ class Disturbance:
     steer_rad: float = 0.2  # largest |steering offset| of a pulse
     accel_mps2: float = 2.0  # largest |acceleration offset| of a pulse
     first_s: float = 2.0  # earliest start of the first pulse
-    approach_kinds: tuple[str, ...] = ("red_light_stop", "pedestrian_yield")
+    approach_kinds: tuple[str, ...] = ("red_light_stop", "pedestrian_yield", "follow_lead")
+    stop_short_kinds: tuple[str, ...] = ("red_light_stop", "pedestrian_yield")  # early stops
     approach_before_m: tuple[float, float] = (10.0, 40.0)  # pulse start before the span's end
+    lead_approach_before_m: tuple[float, float] = (45.0, 75.0)  # the same for follow_lead
     approach_duration_s: tuple[float, float] = (1.0, 2.5)
     approach_accel_mps2: tuple[float, float] = (0.8, 2.0)
     stop_short_share: float = 0.5  # share of approach pulses that are early stops
@@ -62,7 +65,8 @@ class Disturbance:
     drift_hold_s: tuple[float, float] = (1.0, 4.0)  # time the offset is held
 
     def __post_init__(self) -> None:
-        for name in ("gap_s", "duration_s", "approach_before_m", "approach_duration_s",
+        for name in ("gap_s", "duration_s", "approach_before_m", "lead_approach_before_m",
+                     "approach_duration_s",
                      "approach_accel_mps2", "stop_short_before_m", "stop_short_hold_s",
                      "start_hold_s", "drift_gap_s", "drift_offset_m", "drift_ramp_s",
                      "drift_hold_s"):
@@ -77,10 +81,11 @@ class Disturbance:
             raise ValueError(f"drifts must not overlap: drift_ramp_s {self.drift_ramp_s} and "
                              f"drift_hold_s {self.drift_hold_s} against drift_gap_s "
                              f"{self.drift_gap_s}")
-        unknown = set(self.approach_kinds) - set(SCENARIO_TAGS)
-        if unknown:
-            raise ValueError(f"approach_kinds {sorted(unknown)} are not scenario kinds "
-                             f"{SCENARIO_TAGS}")
+        for name in ("approach_kinds", "stop_short_kinds"):
+            unknown = set(getattr(self, name)) - set(SCENARIO_TAGS)
+            if unknown:
+                raise ValueError(f"{name} {sorted(unknown)} are not scenario kinds "
+                                 f"{SCENARIO_TAGS}")
         if min(self.steer_rad, self.accel_mps2, self.first_s, self.drift_first_s) < 0:
             raise ValueError("steer_rad, accel_mps2, first_s and drift_first_s must be >= 0")
         for name in ("stop_short_share", "start_hold_share"):
@@ -169,19 +174,22 @@ def drift_offsets(disturbance: Disturbance, steps: int, rng: np.random.Generator
 def approach_pulses(disturbance: Disturbance, spans, rng: np.random.Generator
                     ) -> list[ApproachPulse | StopShortPulse]:
     """One pulse per scenario span of an `approach_kinds` kind, in route order: an early stop
-    for `stop_short_share` of them, late braking for the rest."""
+    for `stop_short_share` of those of a `stop_short_kinds` kind, late braking for the rest."""
     pulses: list[ApproachPulse | StopShortPulse] = []
     for span in sorted(spans, key=lambda sp: sp.s_end):
         if span.kind not in disturbance.approach_kinds:
             continue
-        if rng.random() < disturbance.stop_short_share:
+        if span.kind in disturbance.stop_short_kinds and (
+                rng.random() < disturbance.stop_short_share):
             pulses.append(StopShortPulse(
                 span.s_end - float(rng.uniform(*disturbance.stop_short_before_m)),
                 int(round(rng.uniform(*disturbance.stop_short_hold_s) * SIM_HZ)),
                 disturbance.stop_short_decel_mps2))
             continue
+        before = (disturbance.lead_approach_before_m if span.kind == "follow_lead"
+                  else disturbance.approach_before_m)
         pulses.append(ApproachPulse(
-            span.s_end - float(rng.uniform(*disturbance.approach_before_m)),
+            span.s_end - float(rng.uniform(*before)),
             max(1, int(round(rng.uniform(*disturbance.approach_duration_s) * SIM_HZ))),
             float(rng.uniform(*disturbance.approach_accel_mps2))))
     return pulses

@@ -46,8 +46,9 @@ class TrafficLight:
                              f"{self.held!r}")
         if self.trigger_distance <= 0 or self.yellow_time <= 0 or self.red_time <= 0:
             raise ValueError("light timings must be positive")
-        if not 0.0 <= self.ego_stop_margin <= 4.0:
-            raise ValueError(f"ego_stop_margin must be in [0, 4] m, got {self.ego_stop_margin}")
+        if not 0.0 <= self.ego_stop_margin <= 4.5:
+            raise ValueError(f"ego_stop_margin must be in [0, 4.5] m, got "
+                             f"{self.ego_stop_margin}")
 
     def update(self, t: float, ego_front_s: float) -> None:
         if (self.t_trigger is None and self.mode != "green"

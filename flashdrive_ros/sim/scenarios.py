@@ -20,7 +20,7 @@ BLOCK_KINDS = ("cruise", "curve", "turn", "lead", "parked", "red_light", "green_
                "pedestrian")
 FIRST_BLOCKS = ("lead", "parked", "turn", "red_light", "pedestrian")
 STOP_LINE_BACK = 3.5
-EGO_STOP_MARGIN = (0.5, 3.0)  # m, front bumper to the line where the expert ego waits
+EGO_STOP_MARGIN = (0.5, 4.5)  # m, front bumper to the line where the expert ego waits
 STOP_MARGIN_STREAM = 41
 EGO_START_S = 5.0
 STANDSTILL_START_SHARE = 0.2
