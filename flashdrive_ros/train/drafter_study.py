@@ -55,6 +55,7 @@ from flashdrive_ros.train.engine_acceptance import (
 from flashdrive_ros.train.generate import generate_drives
 from flashdrive_ros.train.log import TrainLog
 from flashdrive_ros.train.pipeline import seed_everything
+from flashdrive_ros.train.run_options import add_run_options
 from flashdrive_ros.train.study_config import StudyConfig, smoke
 from flashdrive_ros.train.study_report import markdown
 
@@ -334,11 +335,7 @@ def run(model_dir: Path, out: Path, cfg: StudyConfig, minutes_budget: float,
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--model-dir", type=Path, default=Path("models/default"))
-    parser.add_argument("--out", required=True, type=Path)
-    parser.add_argument("--minutes-budget", type=float, default=7.0)
-    parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--workers", type=int, default=None)
+    add_run_options(parser, minutes_budget=7.0)
     parser.add_argument("--smoke", action="store_true",
                         help="two short drives, a few steps of every stage (CPU test)")
     args = parser.parse_args(argv)

@@ -7,11 +7,11 @@ import argparse
 import dataclasses
 from pathlib import Path
 
-import torch
 
 from flashdrive_ros.sim.light_branches import LightBranches
 from flashdrive_ros.train.decision_focus import DecisionFocus
 from flashdrive_ros.train.recipe import Recipe, smoke
+from flashdrive_ros.train.run_options import add_on_off, add_run_options, on_off
 
 STAGES = ("all", "target")
 
@@ -20,11 +20,7 @@ def parse_args(argv: list[str] | None = None) -> tuple[argparse.Namespace, Recip
     """The command line -> (its options, the recipe they give)."""
     parser = argparse.ArgumentParser(
         description="End-to-end training of the embedded default model.")
-    parser.add_argument("--out", required=True, type=Path)
-    parser.add_argument("--minutes-budget", type=float, default=9.0)
-    parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--workers", type=int, default=None)
+    add_run_options(parser, minutes_budget=9.0)
     parser.add_argument("--smoke", action="store_true",
                         help="tiny model, two short drives, a few steps (CPU test)")
     parser.add_argument("--train-drives", type=int, default=None)
@@ -44,13 +40,10 @@ def parse_args(argv: list[str] | None = None) -> tuple[argparse.Namespace, Recip
                         help=f"forks per red-light wait of a training seed where the light "
                              f"turns green early (default {LightBranches.early_greens}; 0: "
                              f"none)")
-    parser.add_argument("--held-red", choices=("on", "off"), default=None,
-                        help=f"a fork per red-light wait where the light stays red past its "
-                             f"green (default {'on' if LightBranches.held_red else 'off'})")
-    parser.add_argument("--natural-wait", choices=("on", "off"), default=None,
-                        help=f"each red-light wait itself as a fork, held a reaction time "
-                             f"after its green (default "
-                             f"{'on' if LightBranches.natural_wait else 'off'})")
+    add_on_off(parser, "--held-red", LightBranches.held_red,
+               "a fork per red-light wait where the light stays red past its green")
+    add_on_off(parser, "--natural-wait", LightBranches.natural_wait,
+               "each red-light wait itself as a fork, held a reaction time after its green")
     parser.add_argument("--decision-token-weight", type=float, default=None,
                         help=f"CoC loss weight of the tokens that decide the decision "
                              f"(default {DecisionFocus.token_weight}; 1: plain mean)")
@@ -104,8 +97,8 @@ def parse_args(argv: list[str] | None = None) -> tuple[argparse.Namespace, Recip
         ("side_weight", args.side_weight)) if value is not None}
     branches = {name: value for name, value in (
         ("early_greens", args.early_greens),
-        ("held_red", None if args.held_red is None else args.held_red == "on"),
-        ("natural_wait", None if args.natural_wait is None else args.natural_wait == "on"))
+        ("held_red", on_off(args.held_red)),
+        ("natural_wait", on_off(args.natural_wait)))
         if value is not None}
     if args.target_call_steps is not None and (args.stages != "target"
                                                or args.target_call_steps < 1):
