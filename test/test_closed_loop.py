@@ -202,6 +202,23 @@ def test_the_plan_trace_shows_a_plan_that_keeps_beside_the_lane_centre():
     assert rows[-1]["lane_offset_m"] == pytest.approx(-1.0, abs=0.3)
 
 
+def test_the_plan_trace_shows_the_gap_to_the_lead_closing_until_the_blind_planner_hits_it():
+    settings = DriveSettings(14.0, latency_ms=100.0, width=32, height=24, blocks=("lead",))
+    result = ClosedLoopDrive(SEED, lambda sim: RoutePlanner(sim, 14.0), MODEL, settings,
+                             "test").run()
+    hits = [e for e in result.metrics["collision_events"] if e["kind"] == "lead"]
+    assert hits, result.metrics["collision_events"]
+    rows = [r for r in plan_trace(result) if r["t0"] <= hits[0]["t"]]
+    gaps = [r["lead_gap_m"] for r in rows if r["lead_gap_m"] != ""]
+    assert len(gaps) >= 5 and gaps[-1] < 2.0 and gaps[-1] < gaps[0] - 5.0
+    closing = [r for r in rows if r["lead_gap_m"] != ""]
+    assert all(0.0 <= r["lead_speed_mps"] < r["ego_speed_mps"] for r in closing[-3:])
+    free = ClosedLoopDrive(SEED, lambda sim: RoutePlanner(sim, 9.0), MODEL,
+                           DriveSettings(4.0, latency_ms=100.0, width=32, height=24,
+                                         blocks=("parked",)), "test").run()
+    assert {r["lead_gap_m"] for r in plan_trace(free)} == {""}
+
+
 def test_a_planner_blind_to_the_road_leaves_it_in_the_turn():
     straight = drive(lambda sim: RoutePlanner(sim, 9.0, straight=True), "turn", 6.0)
     assert straight["off_road_s"] > 0.5 and straight["lane_departure_s"] > 0.5

@@ -56,7 +56,8 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--no-pictures", action="store_true")
     p.add_argument("--plan-trace", action="store_true",
                    help="write plans_VARIANT_SEED.csv per drive: each followed plan with the "
-                   "ego speed, the next stop line and its light, the plan's distance and "
+                   "ego speed, the gap to the vehicle ahead, the next stop line and its light, "
+                   "the plan's distance and "
                    "speeds, and its CoC (in process; through ROS the CoC column is empty)")
     p.add_argument("--quiet", action="store_true", help="no summary table")
     return p

@@ -23,10 +23,12 @@ COMFORT_DT = 0.1
 _CORNERS = np.array([[EGO_LENGTH - REAR_OVERHANG, EGO_WIDTH / 2],
                      [EGO_LENGTH - REAR_OVERHANG, -EGO_WIDTH / 2],
                      [-REAR_OVERHANG, -EGO_WIDTH / 2], [-REAR_OVERHANG, EGO_WIDTH / 2]])
+LEAD_RANGE = 80.0
 # rows: t, x, y, yaw, v, accel, steer, route s, route d, plan age (nan: none), off road,
-# lane departure, following a plan
-_COLUMNS = 13
+# lane departure, following a plan, lead gap (nan: none), lead speed (nan: none)
+_COLUMNS = 15
 ROW_T, ROW_SPEED, ROW_ROUTE_S, ROW_ROUTE_D = 0, 4, 7, 8
+ROW_LEAD_GAP, ROW_LEAD_SPEED = 13, 14
 
 
 def _quantiles(values: np.ndarray) -> dict[str, float | None]:
@@ -64,9 +66,11 @@ class DriveMonitor:
             lateral.max() > 0.0 and not self._in_span(front_s, "nudge_parked")))
         self._contacts(t, ego, front_s)
         self._lights(t, ego, front_s)
+        lead_gap, lead_speed = self._lead(ego, route_s, front_s)
         self._rows.append((t, ego.x, ego.y, ego.yaw, ego.v, ego.accel, ego.steer, route_s,
                            route_d, math.nan if plan_age_s is None else plan_age_s,
-                           float(off_road), float(lane_departure), float(following)))
+                           float(off_road), float(lane_departure), float(following),
+                           lead_gap, lead_speed))
         self._front_s = front_s
 
     def _in_span(self, s: float, kind: str) -> bool:
@@ -111,6 +115,22 @@ class DriveMonitor:
                     "speed": round(ego.v, 2)})
         self._touching = set(touching)
 
+    def _lead(self, ego: EgoState, route_s: float, front_s: float) -> tuple[float, float]:
+        """(gap from the ego's front to the rear of the nearest moving vehicle ahead in the
+        ego lane within LEAD_RANGE, its speed); (nan, nan) when there is none."""
+        route = self.world.route
+        best_gap, best_speed = math.nan, math.nan
+        for veh in self.world.vehicles:
+            if not veh.active or veh.kind == "parked" or math.hypot(
+                    veh.x - ego.x, veh.y - ego.y) > LEAD_RANGE + EGO_LENGTH:
+                continue
+            s, d = route.project((veh.x, veh.y), hint=route_s, window=LEAD_RANGE + EGO_LENGTH)
+            gap = float(s) - veh.length / 2 - front_s
+            if abs(float(d) - EGO_LANE_D) < LANE_WIDTH / 2 and -veh.length < gap < LEAD_RANGE \
+                    and not gap >= best_gap:
+                best_gap, best_speed = gap, float(veh.v)
+        return best_gap, best_speed
+
     def _lights(self, t: float, ego: EgoState, front_s: float) -> None:
         for i, light in enumerate(self.lights):
             state = light.ego_state(t)
@@ -126,8 +146,8 @@ class DriveMonitor:
                 self._overshoot[i] = max(self._overshoot.get(i, 0.0), max(past, 0.0))
 
     def rows(self) -> np.ndarray:
-        """float64 [N, 13]: t, x, y, yaw, v, accel, steer, route s, route d, plan age,
-        off road, lane departure, following a plan."""
+        """float64 [N, 15]: t, x, y, yaw, v, accel, steer, route s, route d, plan age,
+        off road, lane departure, following a plan, lead gap, lead speed."""
         return np.asarray(self._rows, dtype=np.float64).reshape(-1, _COLUMNS)
 
     def progress(self) -> float:

@@ -1,5 +1,6 @@
 """Each plan the controller followed in a closed-loop drive, next to the state it was made
-from: the ego's speed and offset from its lane centre, the next stop line ahead and its light,
+from: the ego's speed and offset from its lane centre, the gap to the vehicle ahead in its
+lane and that vehicle's speed, the next stop line ahead and its light,
 how far, how fast and how far beside the lane centre the plan goes, and its
 chain-of-causation. Written as CSV (`flashdrive-drive --plan-trace`)."""
 
@@ -11,13 +12,15 @@ from pathlib import Path
 import numpy as np
 
 from flashdrive_ros.closed_loop.controller import plan_speed
-from flashdrive_ros.closed_loop.metrics import ROW_ROUTE_D, ROW_ROUTE_S, ROW_SPEED, ROW_T
+from flashdrive_ros.closed_loop.metrics import (ROW_LEAD_GAP, ROW_LEAD_SPEED, ROW_ROUTE_D,
+                                                ROW_ROUTE_S, ROW_SPEED, ROW_T)
 from flashdrive_ros.closed_loop.runner import DriveResult
 from flashdrive_ros.sim.world import EGO_LANE_D
 
-FIELDS = ("t0", "ready_at", "ego_speed_mps", "route_s", "lane_offset_m", "stop_line_ahead_m",
-          "light", "plan_distance_m", "plan_speed_1s", "plan_speed_3s", "plan_speed_end",
-          "plan_offset_1s", "plan_offset_3s", "plan_offset_end", "coc")
+FIELDS = ("t0", "ready_at", "ego_speed_mps", "route_s", "lane_offset_m", "lead_gap_m",
+          "lead_speed_mps", "stop_line_ahead_m", "light", "plan_distance_m", "plan_speed_1s",
+          "plan_speed_3s", "plan_speed_end", "plan_offset_1s", "plan_offset_3s", "plan_offset_end",
+          "coc")
 LIGHT_RANGE_M = 80.0
 LIGHT_BEHIND_M = 10.0
 OFFSET_SEARCH_M = 120.0  # route stretch searched around base_link for a plan point
@@ -33,6 +36,11 @@ def plan_offset(plan, route, near_s: float, t: float) -> float:
     """The plan's offset from the lane centre at time t (its last point past its end)."""
     k = min(int(np.searchsorted(plan.times, t - 1e-9)), len(plan.times) - 1)
     return lane_offset(route, plan.xy[k], near_s)
+
+
+def _rounded(value: float, digits: int) -> float | str:
+    """value rounded, "" for nan (no such thing)."""
+    return "" if np.isnan(value) else round(float(value), digits)
 
 
 def plan_trace(result: DriveResult) -> list[dict]:
@@ -53,6 +61,8 @@ def plan_trace(result: DriveResult) -> list[dict]:
             "ego_speed_mps": round(float(rows[i, ROW_SPEED]), 3),
             "route_s": round(route_s, 2),
             "lane_offset_m": round(float(rows[i, ROW_ROUTE_D]) - EGO_LANE_D, 3),
+            "lead_gap_m": _rounded(rows[i, ROW_LEAD_GAP], 2),
+            "lead_speed_mps": _rounded(rows[i, ROW_LEAD_SPEED], 3),
             "stop_line_ahead_m": round(float(near[0]), 2) if near else "",
             "light": near[1].state(plan.t0) if near else "",
             "plan_distance_m": round(float(plan.arc[-1]), 2),
