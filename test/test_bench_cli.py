@@ -38,6 +38,7 @@ def test_bench_json_is_complete(run):
     assert set(run["variants"]) == {"reference", *ENGINE_VARIANTS}
     assert "cuda_graphs" in run["skipped"] and "flashdrive_plain_logits" in run["skipped"]
     assert "set cuda_graphs true" in run["skipped"]["flashdrive_flex"]
+    assert "set cuda_graphs true" in run["skipped"]["flashdrive_compiled_expert"]
     order = list(run["variants"])
     assert order[:5] == ["flashdrive", *AT_L, "flashdrive_fp8", "reference"]
 

@@ -58,12 +58,14 @@ def test_switch_values_are_checked():
 
 def test_combinations_the_engine_refuses_are_skipped_with_the_reason(capsys):
     assert main(["--shape", "tiny", "--windows", "1", "--warmup", "0", "--coc-tokens", "2",
-                 "--top", "3", "--stage", "action", "--action-attention", "masked,flex"]) == 0
+                 "--top", "3", "--stage", "action", "--action-attention", "masked,flex",
+                 "--compiled-expert", "off,on"]) == 0
     out = capsys.readouterr().out
     assert out.count("tiny flashdrive stage action") == 1
-    assert "action_attention=masked" in out
-    assert "skipped graphs/rotated/staged/attention off/on/on/flex" in out
+    assert "action_attention=masked compiled_expert=False" in out
+    assert "skipped graphs/rotated/staged/attention/compiled off/on/on/flex/off" in out
     assert "set cuda_graphs and staged_prefix true" in out
+    assert "skipped graphs/rotated/staged/attention/compiled off/on/on/masked/on" in out
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")

@@ -89,6 +89,11 @@ class EngineConfig:
                                     "staged_prefix): masked (a dense mask over the cache "
                                     "capacity) or flex (FlexAttention by the prefix length).",
                                     choices=ACTION_ATTENTION)
+    compiled_expert: bool = setting(False, "The action expert's layers run as torch.compile "
+                                    "graphs inside the graphed flow matching (cuda_graphs, "
+                                    "action_attention masked): Inductor fuses each layer's "
+                                    "norms, RoPE, SwiGLU and residual adds; compiled on the "
+                                    "first plan of each sample count.")
     backbone_weights: str = setting("native", "Backbone decoder linear layers: native, or fp8 "
                                     "(e4m3 weights with per-channel scales; torch._scaled_mm "
                                     "on CUDA of compute capability >= 8.9, emulated "
@@ -160,6 +165,13 @@ class EngineConfig:
             raise ConfigError("action_attention 'flex' runs in the graphed flow matching over "
                               "the staged prefix; set cuda_graphs and staged_prefix true or "
                               "action_attention 'masked'")
+        if not isinstance(self.compiled_expert, bool):
+            raise ConfigError(f"compiled_expert must be true or false, got "
+                              f"{self.compiled_expert!r}")
+        if self.compiled_expert and not (self.cuda_graphs and self.action_attention == "masked"):
+            raise ConfigError("compiled_expert compiles the expert's layers in the graphed flow "
+                              "matching with masked attention; set cuda_graphs true and "
+                              "action_attention 'masked', or compiled_expert false")
         if self.backbone_weights == "fp8" and self.backend != "torch":
             raise ConfigError("backbone_weights 'fp8' quantizes the torch backbone; set "
                               "backend 'torch' or backbone_weights 'native'")

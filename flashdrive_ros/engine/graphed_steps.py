@@ -27,6 +27,7 @@ from flashdrive_ros.model.cache_attention import (
     FlexCacheAttention,
     FlexPrefixAttention,
 )
+from flashdrive_ros.model.expert import run_layer
 from flashdrive_ros.model.kv_cache import KVCache
 from flashdrive_ros.model.preprocess import preprocess_images
 from flashdrive_ros.model.vision import VisionEncoder
@@ -163,23 +164,30 @@ class GraphedFlow:
     the prefix copied once into the expert's StagedKV buffers instead of concatenated at
     every layer of every step; `action_attention` "flex" (staged only): the action tokens
     attend through FlexPrefixAttention (the prefix's key blocks below its length, compiled on
-    CUDA) instead of a dense mask over the capacity."""
+    CUDA) instead of a dense mask over the capacity; compiled_layers (masked attention): each
+    expert layer runs as one torch.compile graph (Inductor fuses its norms, RoPE, SwiGLU and
+    residual adds), the same compiled code for all layers of one shape."""
 
     def __init__(self, model: AlpamayoModel, cache: KVCache, schedule: FlowSchedule,
                  enabled: bool = True, staged: bool = False,
-                 action_attention: str = "masked") -> None:
+                 action_attention: str = "masked", compiled_layers: bool = False) -> None:
         if action_attention not in ACTION_ATTENTION:
             raise ValueError(f"action_attention must be one of {ACTION_ATTENTION}, got "
                              f"{action_attention!r}")
         if action_attention == "flex" and not staged:
             raise ValueError("action_attention 'flex' attends over the staged prefix; "
                              "set staged")
+        if compiled_layers and action_attention != "masked":
+            raise ValueError("compiled_layers compiles the masked attention path; set "
+                             "action_attention 'masked'")
         self.model = model
         self.cache = cache
         self.schedule = schedule
         self.staged = staged
         self.action_attention = action_attention
         self.attention: dict[int, FlexPrefixAttention] = {}
+        self.layer_call = (torch.compile(run_layer, fullgraph=True, dynamic=False)
+                           if compiled_layers else run_layer)
         self.step = GraphedStep(self._sample, enabled)
 
     def _flex(self, num_tokens: int) -> FlexPrefixAttention:
@@ -211,7 +219,7 @@ class GraphedFlow:
 
         def velocity_fn(x: torch.Tensor, t: torch.Tensor) -> torch.Tensor:
             hidden = expert.forward_prefix(model.action_in_proj(x, t), positions, prefix,
-                                           prefix_mask)
+                                           prefix_mask, self.layer_call)
             return model.action_out_proj(hidden).to(x.dtype)
 
         return euler_cached(velocity_fn, x0, self.schedule)
@@ -231,7 +239,8 @@ class GraphedSteps:
                  proposer: DFlashProposer | EagleProposer | None, cache: KVCache,
                  image_size: tuple[int, int], schedule: FlowSchedule,
                  enabled: bool = True, verify_attention: str = "masked",
-                 staged_prefix: bool = False, action_attention: str = "masked") -> None:
+                 staged_prefix: bool = False, action_attention: str = "masked",
+                 compiled_expert: bool = False) -> None:
         weight = model.action_out_proj.weight
         self.encoder = GraphedEncoder(model.vlm.visual, image_size, weight.dtype,
                                       weight.device, enabled)
@@ -239,7 +248,7 @@ class GraphedSteps:
         self.proposer = (GraphedProposer(proposer, enabled)
                          if isinstance(proposer, DFlashProposer) else proposer)
         self.flow = GraphedFlow(model, cache, schedule, enabled, staged_prefix,
-                                action_attention)
+                                action_attention, compiled_expert)
 
     @property
     def captured_graphs(self) -> int:

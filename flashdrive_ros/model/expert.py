@@ -10,6 +10,7 @@ the action tokens' keys and values. Module names mirror the release checkpoint
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
@@ -99,6 +100,16 @@ class ExpertLayer(nn.Module):
         return x + self.mlp(self.post_attention_layernorm(x))
 
 
+def run_layer(layer: ExpertLayer, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor,
+              prefix: LayerPrefix, mask: PrefixMask = None) -> torch.Tensor:
+    """One expert layer over its prefix: x: [K, N, H_exp] -> [K, N, H_exp]."""
+    return layer(x, cos, sin, prefix, mask)
+
+
+LayerCall = Callable[[ExpertLayer, torch.Tensor, torch.Tensor, torch.Tensor, LayerPrefix,
+                      PrefixMask], torch.Tensor]
+
+
 class ActionExpert(nn.Module):
     def __init__(self, cfg: ExpertConfig, text: TextConfig) -> None:
         """`text` gives the rotary settings (theta, mrope_section) of the backbone's cache."""
@@ -129,13 +140,13 @@ class ActionExpert(nn.Module):
 
     def forward_prefix(self, x: torch.Tensor, positions: torch.Tensor,
                        prefix: list[LayerPrefix],
-                       prefix_mask: torch.Tensor | FlexPrefixAttention | None = None
-                       ) -> torch.Tensor:
+                       prefix_mask: torch.Tensor | FlexPrefixAttention | None = None,
+                       layer_call: LayerCall = run_layer) -> torch.Tensor:
         """Capture-safe core of `forward` (no checks, no host reads): x: [K, N_wp, H_exp];
         positions: [3, 1, N_wp]; prefix: per layer [1, Hkv, P, D] rotated keys and values, or
         `stage(...)` of them; prefix_mask: optional [P] bool of the prefix slots to attend, or
-        a FlexPrefixAttention (with `stage(..., prefix_slots=its prefix_slots)`)
-        -> [K, N_wp, H_exp]."""
+        a FlexPrefixAttention (with `stage(..., prefix_slots=its prefix_slots)`); layer_call:
+        how each layer runs (`run_layer`, or a compiled form of it) -> [K, N_wp, H_exp]."""
         cos, sin = mrope_cos_sin(positions, self.inv_freq, self.mrope_section,
                                  self.mrope_interleaved, dtype=x.dtype)  # cos: [1, N, D]
         mask = prefix_mask if isinstance(prefix_mask, FlexPrefixAttention) else None
@@ -143,7 +154,7 @@ class ActionExpert(nn.Module):
             own = torch.ones(x.shape[1], dtype=torch.bool, device=prefix_mask.device)
             mask = torch.cat([prefix_mask, own])[None, None, None]  # mask: [1, 1, 1, P + N]
         for layer, layer_prefix in zip(self.layers, prefix):
-            x = layer(x, cos, sin, layer_prefix, mask)
+            x = layer_call(layer, x, cos, sin, layer_prefix, mask)
         return self.norm(x)
 
     @staticmethod
