@@ -146,6 +146,7 @@ def test_a_planner_blind_to_parked_cars_hits_one_and_the_expert_does_not():
     blind = drive(lambda sim: RoutePlanner(sim, 9.0), "parked", 7.0)
     print(blind["collision_events"])
     assert [e["kind"] for e in blind["collision_events"]] == ["parked"]
+    assert blind["collision_events"][0]["other_speed"] == 0.0
     assert blind["scenarios"][0]["kind"] == "nudge_parked"
     assert blind["scenarios"][0]["collisions"] == 1
     expert = drive(lambda sim: ExpertPlanner(sim, EXPERT_WAYPOINTS), "parked", 7.0, 200.0)
@@ -208,6 +209,7 @@ def test_the_plan_trace_shows_the_gap_to_the_lead_closing_until_the_blind_planne
                              "test").run()
     hits = [e for e in result.metrics["collision_events"] if e["kind"] == "lead"]
     assert hits, result.metrics["collision_events"]
+    assert 0.0 <= hits[0]["other_speed"] < hits[0]["speed"] - 5.0
     rows = [r for r in plan_trace(result) if r["t0"] <= hits[0]["t"]]
     gaps = [r["lead_gap_m"] for r in rows if r["lead_gap_m"] != ""]
     assert len(gaps) >= 5 and gaps[-1] < 2.0 and gaps[-1] < gaps[0] - 5.0

@@ -90,29 +90,29 @@ class DriveMonitor:
     def _contacts(self, t: float, ego: EgoState, front_s: float) -> None:
         cx, cy = ego.center
         box = rectangle(cx, cy, ego.yaw, EGO_LENGTH, EGO_WIDTH)
-        touching: dict[tuple[str, int], str] = {}
+        touching: dict[tuple[str, int], tuple[str, float]] = {}
         for i, veh in enumerate(self.world.vehicles):
             if veh.active and math.hypot(veh.x - cx, veh.y - cy) < CONTACT_RANGE and overlap(
                     box, rectangle(veh.x, veh.y, veh.yaw, veh.length, veh.width)):
-                touching[("vehicle", i)] = veh.kind
+                touching[("vehicle", i)] = veh.kind, veh.v
         for i, ped in enumerate(self.world.pedestrians):
             px, py = ped.position()
             if math.hypot(px - cx, py - cy) < CONTACT_RANGE and overlap(
                     box, rectangle(px, py, ped.yaw, PEDESTRIAN_SIZE, PEDESTRIAN_SIZE)):
-                touching[("pedestrian", i)] = "pedestrian"
+                touching[("pedestrian", i)] = "pedestrian", float(np.hypot(*ped.velocity()))
         if len(self._statics):
             near = np.flatnonzero(np.hypot(self._statics[:, 0] - cx,
                                            self._statics[:, 1] - cy) < STATIC_RANGE)
             for i in near:
                 b = self.world.statics[i]
                 if overlap(box, rectangle(b.x, b.y, b.yaw, b.length, b.width)):
-                    touching[("static", int(i))] = "static"
-        for key, kind in touching.items():
+                    touching[("static", int(i))] = "static", 0.0
+        for key, (kind, other_speed) in touching.items():
             if key not in self._touching:
                 self.collisions.append({
                     "t": round(t, 3), "kind": kind, "x": round(float(cx), 2),
                     "y": round(float(cy), 2), "route_s": round(float(front_s), 2),
-                    "speed": round(ego.v, 2)})
+                    "speed": round(ego.v, 2), "other_speed": round(float(other_speed), 2)})
         self._touching = set(touching)
 
     def _lead(self, ego: EgoState, route_s: float, front_s: float) -> tuple[float, float]:
