@@ -12,10 +12,12 @@ import pytest
 from helpers.tiny_model import make_tiny_model_dir
 
 from flashdrive_ros.closed_loop.cli import main
+from flashdrive_ros.closed_loop.collision_context import collision_context
 from flashdrive_ros.closed_loop.controller import TrackingConfig, TrajectoryTracker, WorldPlan
 from flashdrive_ros.closed_loop.expert_planner import ExpertPlanner
 from flashdrive_ros.closed_loop.geometry import overlap, rectangle
 from flashdrive_ros.closed_loop.plan_trace import FIELDS, plan_trace
+from flashdrive_ros.closed_loop.report import markdown
 from flashdrive_ros.closed_loop.runner import ClosedLoopDrive, DriveSettings
 from flashdrive_ros.engine.types import Plan
 from flashdrive_ros.model.config import tiny
@@ -215,6 +217,19 @@ def test_the_plan_trace_shows_the_gap_to_the_lead_closing_until_the_blind_planne
     assert len(gaps) >= 5 and gaps[-1] < 2.0 and gaps[-1] < gaps[0] - 5.0
     closing = [r for r in rows if r["lead_gap_m"] != ""]
     assert all(0.0 <= r["lead_speed_mps"] < r["ego_speed_mps"] for r in closing[-3:])
+    [hit] = [e for e in collision_context(hits, plan_trace(result))]
+    before = hit["before"]
+    assert hit["t"] - 2.2 < before["t0"] <= hit["t"] - 2.0
+    assert before["lead_gap_m"] > gaps[-1] + 10.0 and before["plan_speed_3s"] > 13.0
+    text = markdown({"variants": {}, "through_ros": False, "seeds": [SEED], "seconds": 14.0,
+                     "latency": "100 ms", "model_dir": "m",
+                     "drives": [{"variant": "test", "seed": SEED, "collisions": 1,
+                                 "collision_events": [hit], "red_light_violations": 0,
+                                 "off_road_s": 0.0, "route_completion": 1.0,
+                                 "plan_age_s": {"p50": 0.2}}]})
+    row = [line for line in text.splitlines() if line.startswith(f"| test | {SEED} | ")][0]
+    assert f"| lead | {hit['speed']:.2f} | {hit['other_speed']:.2f} | " in row
+    assert f"| {before['lead_gap_m']} | {before['lead_speed_mps']} | " in row
     free = ClosedLoopDrive(SEED, lambda sim: RoutePlanner(sim, 9.0), MODEL,
                            DriveSettings(4.0, latency_ms=100.0, width=32, height=24,
                                          blocks=("parked",)), "test").run()
@@ -258,6 +273,8 @@ def test_cli_compares_baseline_and_flashdrive_on_the_tiny_model(tmp_path, one_th
     assert "flashdrive_vs_baseline" in report
     assert "| route completion |" in (out / "report.md").read_text()
     assert "## Standing at a stop line" in (out / "report.md").read_text()
+    assert "## Collisions (the plan followed 2 s before the contact)" in (
+        out / "report.md").read_text()
     for name, block in report["variants"].items():
         waits = [d["light_waits"] for d in report["drives"] if d["variant"] == name]
         assert block["light_waits"]["red_plans"] == sum(w["red_plans"] for w in waits)

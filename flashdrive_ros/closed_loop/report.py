@@ -30,6 +30,10 @@ def _cell(value, digits: int | None) -> str:
     return "-" if value is None else f"{value:.2f}"
 
 
+def _text(value) -> str:
+    return "-" if value is None or value == "" else str(value)
+
+
 def markdown(report: dict) -> str:
     variants = report["variants"]
     lines = [f"# Closed-loop drives ({'through ROS' if report['through_ros'] else 'in process'})",
@@ -59,6 +63,18 @@ def markdown(report: dict) -> str:
             lines.append(f"| {name} | {kind} | {sc['reached']}/{sc['spans']} | "
                          f"{sc['completed']} | {sc['clean']} | {sc['collisions']} | "
                          f"{sc['red_light_violations']} | {sc['off_road_s']:.1f} |")
+    lines += ["", "## Collisions (the plan followed 2 s before the contact)", "",
+              "| variant | seed | t (s) | kind | speed (m/s) | other's speed | ego speed 2 s "
+              "before | gap to the lead | lead speed | plan speed at 3 s | CoC |",
+              "|---|---|---|---|---|---|---|---|---|---|---|"]
+    for d in report["drives"]:
+        for e in d["collision_events"]:
+            b = e.get("before") or {}
+            cells = [_text(b.get(key)) for key in ("ego_speed_mps", "lead_gap_m",
+                                                   "lead_speed_mps", "plan_speed_3s", "coc")]
+            lines.append(f"| {d['variant']} | {d['seed']} | {e['t']:.2f} | {e['kind']} | "
+                         f"{e['speed']:.2f} | {e['other_speed']:.2f} | " + " | ".join(cells)
+                         + " |")
     lines += ["", "## Drives", "",
               "| variant | seed | collisions | red light | off road (s) | completion | "
               "plan age p50 (s) | picture |", "|---|---|---|---|---|---|---|---|"]

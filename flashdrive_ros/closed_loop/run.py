@@ -9,6 +9,7 @@ from functools import partial
 from pathlib import Path
 
 from flashdrive_ros.closed_loop.expert_planner import ExpertPlanner
+from flashdrive_ros.closed_loop.collision_context import collision_context
 from flashdrive_ros.closed_loop.light_waits import light_waits
 from flashdrive_ros.closed_loop.plan_trace import plan_trace, write_plan_trace
 from flashdrive_ros.closed_loop.report import write_report
@@ -138,6 +139,7 @@ def drive_metrics(job: tuple[str, int], options: RunOptions, model: ModelConfig)
         metrics["picture"] = name
     trace = plan_trace(result)
     metrics["light_waits"] = light_waits(trace)
+    metrics["collision_events"] = collision_context(metrics["collision_events"], trace)
     if options.plan_trace:
         name = f"plans_{variant}_{seed}.csv"
         write_plan_trace(trace, options.out_dir / name)
