@@ -155,8 +155,15 @@ def test_every_engine_switch_is_a_node_parameter():
     from flashdrive_ros.ros.node import engine_config
 
     switches = {f.name for f in dataclasses.fields(EngineConfig) if "bool" in str(f.type)}
-    assert switches == {*SHORTCUTS, "rotated_keys", "padded_logits", "coc_reuse", "staged_prefix"}
+    assert switches == {*SHORTCUTS, "rotated_keys", "padded_logits", "coc_reuse", "staged_prefix",
+                        "compiled_expert"}
     assert switches <= set(DriveParams.field_names())
+    opt_in = {"compiled_expert"}
+    assert not any(getattr(DriveParams(), name) for name in opt_in)
+    compiled = DriveParams(dtype="float32", compiled_expert=True)
+    assert engine_config(compiled, "cuda").compiled_expert
+    assert not engine_config(compiled, "cpu").compiled_expert
+    assert not engine_config(compiled.replace(cuda_graphs=False), "cuda").compiled_expert
     on_cuda = engine_config(DriveParams(dtype="float32"), "cuda")
     assert on_cuda.rotated_keys and on_cuda.padded_logits
     on_cpu = engine_config(DriveParams(dtype="float32"), "cpu")
@@ -165,7 +172,7 @@ def test_every_engine_switch_is_a_node_parameter():
         off = engine_config(DriveParams(dtype="float32").replace(**{name: False}), "cuda")
         follows = {"coc_reuse"} if name == "speculative" else set()
         assert getattr(off, name) is False and not any(getattr(off, f) for f in follows)
-        assert all(getattr(off, other) for other in switches - {name} - follows)
+        assert all(getattr(off, other) for other in switches - {name} - follows - opt_in)
 
 
 def test_drafter_file_names_a_safetensors_file_in_the_model_dir():

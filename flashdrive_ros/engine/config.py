@@ -18,7 +18,8 @@ MODES = ("flashdrive", "baseline")
 BACKENDS = ("torch", "tensorrt")
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 SHORTCUTS = ("streaming", "speculative", "cached_velocity", "cuda_graphs")
-SWITCHES = (*SHORTCUTS, "rotated_keys", "padded_logits", "coc_reuse", "staged_prefix")
+SWITCHES = (*SHORTCUTS, "rotated_keys", "padded_logits", "coc_reuse", "staged_prefix",
+            "compiled_expert")
 
 
 def device_problem(device: str, auto: bool = False) -> str | None:
@@ -182,14 +183,16 @@ class EngineConfig:
     @classmethod
     def where_applicable(cls, switches: dict[str, bool], **settings) -> EngineConfig:
         """The config with `switches` (name -> wanted) read as "on where it applies": none in
-        baseline mode, cuda_graphs on a CUDA device with the torch backend, rotated_keys with
-        the torch backend, padded_logits on a CUDA device; coc_reuse as the config adjusts it."""
+        baseline mode, cuda_graphs on a CUDA device with the torch backend, compiled_expert
+        where cuda_graphs applies and is wanted, rotated_keys with the torch backend,
+        padded_logits on a CUDA device; coc_reuse as the config adjusts it."""
         if settings.get("mode", default_of(cls, "mode")) == "baseline":
             return cls(**settings)
         cuda = settings.get("device", default_of(cls, "device")).startswith("cuda")
         torch_backend = settings.get("backend", default_of(cls, "backend")) == "torch"
-        applies = {"cuda_graphs": cuda and torch_backend, "rotated_keys": torch_backend,
-                   "padded_logits": cuda}
+        graphs = cuda and torch_backend
+        applies = {"cuda_graphs": graphs, "rotated_keys": torch_backend, "padded_logits": cuda,
+                   "compiled_expert": graphs and switches.get("cuda_graphs", True) is not False}
         wanted = {name: value and applies.get(name, True) for name, value in switches.items()}
         return cls(**wanted, **settings)
 
