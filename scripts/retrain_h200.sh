@@ -2,7 +2,7 @@
 # Retrain the embedded model on one H200 (training pipeline with the recipe's decision focus)
 # and evaluate it on the 16 held-out 60 s drives 1000100..1000115 on the host's CPU cores.
 #
-#   bash scripts/retrain_h200.sh [all|train|target|resume|eval|drive|policy|probe]
+#   bash scripts/retrain_h200.sh [all|train|target|resume|eval|drive|policy|probe|dagger]
 #
 # all    (default; one call, <= 9.5 min): pipeline with a TRAIN_MINUTES (5.5) budget, then the
 #        16 drives with streaming only (the full-prefill replay does not fit in the same call).
@@ -28,6 +28,12 @@
 #        (models/default) labelled by the expert, DRIVES of SECONDS_PER_DRIVE, written to
 #        out/policy_drives; then `TRAIN_ARGS="--extra-drives out/policy_drives" ... target`
 #        trains on them besides the recipe's drives (DAgger-style data).
+# dagger (one call, <= 9.5 min): policy drives of POLICY_MODEL (DRIVES of SECONDS_PER_DRIVE,
+#        from training seed POLICY_SEED_OFFSET, default 50000), then the pipeline on TRAIN_ARGS
+#        plus --extra-drives out/policy_drives with TRAIN_MINUTES (4) in the same call: with
+#        TRAIN_ARGS="--init-from models/default --target-lr 2e-4 ..." a DAgger round of the
+#        shipped model in one call (the policy drives stay on the machine, too large to bring
+#        back). Comes back as the train phase does, with policy_coverage.md.
 # drive  (a call on the same warm machine): the closed-loop benchmark on that model,
 #        DRIVES drives of SECONDS_PER_DRIVE from seed DRIVE_SEED (1000000) in flashdrive mode
 #        at 128 ms latency (flashdrive-drive); run it beside `eval` with WORKERS splitting the
@@ -141,7 +147,8 @@ policy_drives() {
     rm -rf out/policy_drives
     run_module "${logs}/policy_drives.log" 15 flashdrive_ros.train.policy_drives \
         --model-dir "${POLICY_MODEL:-models/default}" --out out/policy_drives \
-        --drives "${drives}" --seconds "${seconds}" --workers "${workers}"
+        --drives "${drives}" --seconds "${seconds}" --workers "${workers}" \
+        --seed-offset "${POLICY_SEED_OFFSET:-50000}"
     local status=$?
     tail -n 40 "${logs}/policy_drives.log"
     cp out/policy_drives/coverage.md "${run_dir}/policy_coverage.md" 2>/dev/null
@@ -210,8 +217,19 @@ case "${phase}" in
     probe)
         lamp_probe || status=$?
         ;;
+    dagger)
+        rm -rf "${run_dir}"
+        policy_drives || status=$?
+        cp "${logs}/policy_drives.log" out/ 2>/dev/null
+        if [ "${status}" -eq 0 ]; then
+            train "${TRAIN_MINUTES:-4}" "${train_args[@]}" --extra-drives out/policy_drives \
+                || status=$?
+            cp out/policy_drives/coverage.md "${run_dir}/policy_coverage.md" 2>/dev/null
+        fi
+        cp out/policy_drives.log "${logs}/" 2>/dev/null
+        ;;
     *)
-        echo "usage: $0 [all|train|target|resume|eval|drive|policy|probe]"
+        echo "usage: $0 [all|train|target|resume|eval|drive|policy|probe|dagger]"
         exit 2
         ;;
 esac
