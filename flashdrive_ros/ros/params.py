@@ -118,11 +118,9 @@ class DriveParams:
                                 "instead of concatenating them at every layer of every "
                                 "velocity call (the same plans); used in flashdrive mode; "
                                 "applied at the next configure.")
-    compiled_expert: bool = setting(False, "The action expert's layers run as torch.compile "
-                                  "graphs inside the graphed flow matching (Inductor fuses "
-                                  "each layer's norms, RoPE, SwiGLU and residual adds); used "
-                                  "when cuda_graphs is used; compiled on the first plan; "
-                                  "applied at the next configure.")
+    compiled_expert: bool = derived(EngineConfig, "compiled_expert",
+                                    also="Used when cuda_graphs is used; applied at the next "
+                                    "configure.")
     drafter_file: str = derived(EngineConfig, "drafter_file", read_only=True)
     mode: str = derived(EngineConfig, "mode", help="flashdrive: the shortcuts above; baseline: "
                         "every shortcut off.", also="Applied at the next configure.")
