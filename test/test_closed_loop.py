@@ -212,12 +212,13 @@ def test_the_plan_trace_shows_the_gap_to_the_lead_closing_until_the_blind_planne
     hits = [e for e in result.metrics["collision_events"] if e["kind"] == "lead"]
     assert hits, result.metrics["collision_events"]
     assert 0.0 <= hits[0]["other_speed"] < hits[0]["speed"] - 5.0
-    rows = [r for r in plan_trace(result) if r["t0"] <= hits[0]["t"]]
+    trace = plan_trace(result)
+    rows = [r for r in trace if r["t0"] <= hits[0]["t"]]
     gaps = [r["lead_gap_m"] for r in rows if r["lead_gap_m"] != ""]
     assert len(gaps) >= 5 and gaps[-1] < 2.0 and gaps[-1] < gaps[0] - 5.0
     closing = [r for r in rows if r["lead_gap_m"] != ""]
     assert all(0.0 <= r["lead_speed_mps"] < r["ego_speed_mps"] for r in closing[-3:])
-    [hit] = [e for e in collision_context(hits, plan_trace(result))]
+    [hit] = collision_context(hits, trace)
     before = hit["before"]
     assert hit["t"] - 2.2 < before["t0"] <= hit["t"] - 2.0
     assert before["lead_gap_m"] > gaps[-1] + 10.0 and before["plan_speed_3s"] > 13.0

@@ -120,9 +120,10 @@ class DriveMonitor:
         ego lane within LEAD_RANGE, its speed); (nan, nan) when there is none."""
         route = self.world.route
         best_gap, best_speed = math.nan, math.nan
-        for veh in self.world.vehicles:
-            if not veh.active or veh.kind == "parked" or math.hypot(
-                    veh.x - ego.x, veh.y - ego.y) > LEAD_RANGE + EGO_LENGTH:
+        near = self.world.distances_to(ego.x, ego.y) <= LEAD_RANGE + EGO_LENGTH
+        for k in np.flatnonzero(near):
+            veh = self.world.vehicles[k]
+            if not veh.active or veh.kind == "parked":
                 continue
             s, d = route.project((veh.x, veh.y), hint=route_s, window=LEAD_RANGE + EGO_LENGTH)
             gap = float(s) - veh.length / 2 - front_s
