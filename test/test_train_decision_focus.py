@@ -15,6 +15,7 @@ from flashdrive_ros.train.decision_focus import (
     decision_shares,
     decisive_lengths,
     draw_weights,
+    hard_brakes,
     row_weights,
     start_share,
     starts_from_rest,
@@ -57,16 +58,19 @@ def test_focus_settings_are_validated():
     assert DecisionFocus().token_weight > 1.0 and 0.0 < DecisionFocus().balance <= 1.0
     for bad in ({"token_weight": 0.5}, {"token_weight": float("nan")}, {"balance": -0.1},
                 {"balance": 1.5}, {"start_weight": 0.5}, {"start_weight": float("inf")},
-                {"side_weight": 0.9}, {"side_weight": float("nan")}):
+                {"side_weight": 0.9}, {"side_weight": float("nan")}, {"brake_weight": 0.0},
+                {"brake_weight": float("inf")}):
         with pytest.raises(ValueError, match="DecisionFocus"):
             DecisionFocus(**bad)
     for flag, value in (("--decision-balance", "2"), ("--start-weight", "0.5"),
-                        ("--side-weight", "0")):
+                        ("--side-weight", "0"), ("--brake-weight", "0.5")):
         with pytest.raises(SystemExit) as exit_info:
             main(["--out", "unused", "--smoke", flag, value])
         assert exit_info.value.code == 2
     assert parse_args(["--out", "o", "--start-weight", "4"])[1].decision.start_weight == 4.0
     assert parse_args(["--out", "o", "--side-weight", "3"])[1].decision.side_weight == 3.0
+    assert parse_args(["--out", "o", "--brake-weight", "4"])[1].decision.brake_weight == 4.0
+    assert DecisionFocus(balance=0.0, brake_weight=2.0).uniform is False
     assert DecisionFocus().uniform is False and PLAIN.uniform
 
 
@@ -103,6 +107,29 @@ def test_start_weight_draws_the_starts_from_rest_more_often():
     gen = torch.Generator().manual_seed(0)
     drawn = torch.multinomial(weighted, 20000, replacement=True, generator=gen)
     assert abs(float(torch.from_numpy(starts)[drawn].float().mean()) - 500 / 1400) < 0.015
+
+
+def _futures(v0: float, accel: float, dt: float = 0.1, n: int = 64) -> np.ndarray:
+    """[n, 3] poses of a straight future from v0 under a constant acceleration, held at 0."""
+    t = dt * np.arange(1, n + 1)
+    stop_t = -v0 / accel if accel < 0 else np.inf
+    tc = np.minimum(t, stop_t)
+    x = v0 * tc + 0.5 * accel * tc ** 2
+    return np.stack([x, np.zeros(n), np.zeros(n)], axis=1)
+
+
+def test_hard_brakes_are_futures_that_shed_speed_soon_and_are_drawn_more_often():
+    speeds = np.array([8.0, 8.0, 8.0, 8.0, 0.0, 3.0])
+    futures = np.stack([_futures(8.0, 0.0), _futures(8.0, -1.0), _futures(8.0, -1.5),
+                        _futures(8.0, -4.0), _futures(0.0, 1.0), _futures(3.0, -3.0)])
+    brakes = hard_brakes(speeds, futures, 0.1)
+    assert brakes.tolist() == [False, False, True, True, False, False]
+    assert not hard_brakes(speeds[:1], futures[:1, :0], 0.1).any()
+    decision = np.array([DECISIONS.index("keep_lane")] * 6)
+    weights = draw_weights(decision, speeds, DecisionFocus(balance=0.0, brake_weight=3.0), brakes)
+    assert weights.tolist() == [1.0, 1.0, 3.0, 3.0, 1.0, 1.0]
+    assert torch.equal(draw_weights(decision, speeds, DecisionFocus(balance=0.0), brakes),
+                       torch.ones(6, dtype=torch.float64))
 
 
 @pytest.fixture(scope="module")

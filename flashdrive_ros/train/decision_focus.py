@@ -9,7 +9,10 @@ and training rows are drawn with weights count(decision) ** -balance, so rare de
 stop) are drawn `start_weight` times as often again: there the decision is in the images
 (a green lamp, a crossing left clear) and not in the ego's own motion. The words that name a
 side (a bend to the left or right, the side of a parked car) weigh `side_weight` times in the
-CoC loss: a bend read on the wrong side is the right decision with a wrong plan.
+CoC loss: a bend read on the wrong side is the right decision with a wrong plan. Hard brakes
+(the expert's future sheds at least BRAKE_DROP_MPS within BRAKE_HORIZON_S) are drawn
+`brake_weight` times as often: a braking lead or a late stop, rare in the data, where a plan
+that keeps its speed collides.
 """
 
 from __future__ import annotations
@@ -23,6 +26,8 @@ import torch
 from flashdrive_ros.sim.labels import DECISIONS, FILLS, STANDING_MPS
 
 SIDE_WORDS = FILLS["side"]
+BRAKE_DROP_MPS = 4.0
+BRAKE_HORIZON_S = 3.0
 
 
 @dataclass(frozen=True)
@@ -30,12 +35,14 @@ class DecisionFocus:
     """token_weight: CoC loss weight of the tokens that decide the decision (1: plain mean);
     balance: 0 draws training windows uniformly, 1 draws every decision equally often;
     start_weight: draw weight factor of the starts from rest (1: none);
-    side_weight: CoC loss weight of the words that name a side (SIDE_WORDS; 1: none)."""
+    side_weight: CoC loss weight of the words that name a side (SIDE_WORDS; 1: none);
+    brake_weight: draw weight factor of the hard brakes (1: none)."""
 
     token_weight: float = 5.0
     balance: float = 0.5
     start_weight: float = 1.0
     side_weight: float = 1.0
+    brake_weight: float = 1.0
 
     def __post_init__(self) -> None:
         if not (np.isfinite(self.token_weight) and self.token_weight >= 1.0):
@@ -46,14 +53,16 @@ class DecisionFocus:
         if not (np.isfinite(self.start_weight) and self.start_weight >= 1.0):
             raise ValueError(f"DecisionFocus.start_weight must be a finite number >= 1, got "
                              f"{self.start_weight}")
-        if not (np.isfinite(self.side_weight) and self.side_weight >= 1.0):
-            raise ValueError(f"DecisionFocus.side_weight must be a finite number >= 1, got "
-                             f"{self.side_weight}")
+        for name in ("side_weight", "brake_weight"):
+            value = getattr(self, name)
+            if not (np.isfinite(value) and value >= 1.0):
+                raise ValueError(f"DecisionFocus.{name} must be a finite number >= 1, got "
+                                 f"{value}")
 
     @property
     def uniform(self) -> bool:
         """True when every window is drawn equally often."""
-        return self.balance == 0.0 and self.start_weight == 1.0
+        return self.balance == 0.0 and self.start_weight == 1.0 and self.brake_weight == 1.0
 
     @property
     def plain_loss(self) -> bool:
@@ -104,27 +113,48 @@ def starts_from_rest(decision: np.ndarray, speed: np.ndarray) -> np.ndarray:
     return (np.asarray(speed) < STANDING_MPS) & (np.asarray(decision) != STOP)
 
 
-def draw_weights(decision: np.ndarray, speed: np.ndarray, focus: DecisionFocus
-                 ) -> torch.Tensor:
+def hard_brakes(speed: np.ndarray, future: np.ndarray, dt: float) -> np.ndarray:
+    """speed: [N] m/s at t0; future: [N, N_wp, >= 2] poses every dt s in the t0 frame ->
+    [N] bool: the future's speed falls BRAKE_DROP_MPS or more below `speed` within
+    BRAKE_HORIZON_S."""
+    steps = int(round(BRAKE_HORIZON_S / dt))
+    xy = np.asarray(future, dtype=np.float64)[:, :steps, :2]
+    path = np.concatenate([np.zeros_like(xy[:, :1]), xy], axis=1)  # path: [N, steps + 1, 2]
+    future_speed = np.linalg.norm(np.diff(path, axis=1), axis=2) / dt  # [N, steps]
+    if future_speed.shape[1] == 0:
+        return np.zeros(len(xy), dtype=bool)
+    return np.asarray(speed) - future_speed.min(axis=1) >= BRAKE_DROP_MPS
+
+
+def draw_weights(decision: np.ndarray, speed: np.ndarray, focus: DecisionFocus,
+                 brakes: np.ndarray | None = None) -> torch.Tensor:
     """[N] float64 sampling weights: row_weights times start_weight on the starts from
-    rest."""
+    rest and brake_weight on the hard brakes (`brakes`, [N] bool; none when None)."""
     factor = np.where(starts_from_rest(decision, speed), focus.start_weight, 1.0)
+    if brakes is not None:
+        factor = factor * np.where(brakes, focus.brake_weight, 1.0)
     return row_weights(decision, focus.balance) * torch.from_numpy(factor)
 
 
-def decision_shares(decision: np.ndarray, speed: np.ndarray, focus: DecisionFocus,
-                    names: tuple[str, ...]) -> dict[str, float]:
-    """Expected share of each decision among the drawn rows."""
-    weights = draw_weights(decision, speed, focus).numpy()
-    total = float(weights.sum())
-    return {name: round(float(weights[decision == i].sum()) / total, 4)
-            for i, name in enumerate(names) if total > 0}
-
-
-def start_share(decision: np.ndarray, speed: np.ndarray, focus: DecisionFocus) -> float:
-    """Expected share of the starts from rest among the drawn rows."""
-    weights = draw_weights(decision, speed, focus).numpy()
+def drawn_share(mask: np.ndarray, decision: np.ndarray, speed: np.ndarray,
+                focus: DecisionFocus, brakes: np.ndarray | None = None) -> float:
+    """Expected share of the rows in `mask` ([N] bool) among the drawn rows."""
+    weights = draw_weights(decision, speed, focus, brakes).numpy()
     total = float(weights.sum())
     if total <= 0:
         return 0.0
-    return round(float(weights[starts_from_rest(decision, speed)].sum()) / total, 4)
+    return round(float(weights[np.asarray(mask)].sum()) / total, 4)
+
+
+def decision_shares(decision: np.ndarray, speed: np.ndarray, focus: DecisionFocus,
+                    names: tuple[str, ...], brakes: np.ndarray | None = None
+                    ) -> dict[str, float]:
+    """Expected share of each decision among the drawn rows."""
+    return {name: drawn_share(decision == i, decision, speed, focus, brakes)
+            for i, name in enumerate(names)}
+
+
+def start_share(decision: np.ndarray, speed: np.ndarray, focus: DecisionFocus,
+                brakes: np.ndarray | None = None) -> float:
+    """Expected share of the starts from rest among the drawn rows."""
+    return drawn_share(starts_from_rest(decision, speed), decision, speed, focus, brakes)

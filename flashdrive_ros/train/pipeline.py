@@ -51,7 +51,12 @@ from flashdrive_ros.train.checkpoint import (
 )
 from flashdrive_ros.train.coverage import markdown
 from flashdrive_ros.train.dataset import TrainSet
-from flashdrive_ros.train.decision_focus import decision_shares, start_share
+from flashdrive_ros.train.decision_focus import (
+    decision_shares,
+    drawn_share,
+    hard_brakes,
+    start_share,
+)
 from flashdrive_ros.train.draft_corpus import build_draft_corpus
 from flashdrive_ros.train.drafter_data import concat_corpora
 from flashdrive_ros.train.drafter_train import train_drafter
@@ -138,14 +143,18 @@ def run(out: Path, recipe: Recipe, minutes_budget: float, device: torch.device, 
         log.write("tokenizer", 0, vocab=tokenizer.vocab_size, prompt_tokens=data.prompt_len,
                   train_windows=len(data), eval_windows=len(eval_data),
                   coc_tokens_mean=float(data.coc_lens.float().mean()))
+        brakes = hard_brakes(data.v0, data.future, cfg.action.dt)
         summary.update({
             "config": cfg.name, "vocab": cfg.text.vocab_size, "train_windows": len(data),
             "eval_windows": len(eval_data), "device": str(device),
             "decision_focus": {**dataclasses.asdict(recipe.decision),
                                "drawn_share": decision_shares(
-                                   data.decision, data.v0, recipe.decision, DECISIONS),
+                                   data.decision, data.v0, recipe.decision, DECISIONS, brakes),
                                "start_from_rest_share": start_share(
-                                   data.decision, data.v0, recipe.decision),
+                                   data.decision, data.v0, recipe.decision, brakes),
+                               "hard_brake_windows_share": round(float(brakes.mean()), 4),
+                               "hard_brake_share": drawn_share(
+                                   brakes, data.decision, data.v0, recipe.decision, brakes),
                                "decisive_tokens_mean": float(
                                    data.decisive_lens.float().mean()),
                                "side_word_windows_share": round(float(

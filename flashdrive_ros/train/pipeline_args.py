@@ -9,7 +9,7 @@ from pathlib import Path
 
 
 from flashdrive_ros.sim.light_branches import LightBranches
-from flashdrive_ros.train.decision_focus import DecisionFocus
+from flashdrive_ros.train.decision_focus import BRAKE_DROP_MPS, BRAKE_HORIZON_S, DecisionFocus
 from flashdrive_ros.train.recipe import Recipe, smoke
 from flashdrive_ros.train.run_options import add_on_off, add_run_options, on_off
 
@@ -57,6 +57,11 @@ def parse_args(argv: list[str] | None = None) -> tuple[argparse.Namespace, Recip
     parser.add_argument("--side-weight", type=float, default=None,
                         help=f"CoC loss weight of the words that name a side, left or right "
                              f"(default {DecisionFocus.side_weight}: none)")
+    parser.add_argument("--brake-weight", type=float, default=None,
+                        help=f"draw weight factor of the hard brakes, windows whose future "
+                             f"slows by {BRAKE_DROP_MPS:g} m/s or more within "
+                             f"{BRAKE_HORIZON_S:g} s (default {DecisionFocus.brake_weight}: "
+                             f"none)")
     parser.add_argument("--flow-draws", type=int, default=None,
                         help=f"(noise, time) draws per window in the target's flow loss "
                              f"(default {Recipe.flow_draws})")
@@ -94,7 +99,8 @@ def parse_args(argv: list[str] | None = None) -> tuple[argparse.Namespace, Recip
         ("token_weight", args.decision_token_weight),
         ("balance", args.decision_balance),
         ("start_weight", args.start_weight),
-        ("side_weight", args.side_weight)) if value is not None}
+        ("side_weight", args.side_weight),
+        ("brake_weight", args.brake_weight)) if value is not None}
     branches = {name: value for name, value in (
         ("early_greens", args.early_greens),
         ("held_red", on_off(args.held_red)),

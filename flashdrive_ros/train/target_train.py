@@ -24,7 +24,7 @@ from flashdrive_ros.model.kv_cache import KVCache
 from flashdrive_ros.sim.labels import DECISIONS
 from flashdrive_ros.train.batched_expert import batched_velocity
 from flashdrive_ros.train.dataset import IGNORE, TrainBatch, TrainSet
-from flashdrive_ros.train.decision_focus import PLAIN, DecisionFocus, draw_weights
+from flashdrive_ros.train.decision_focus import PLAIN, DecisionFocus, draw_weights, hard_brakes
 from flashdrive_ros.train.grad_cache import GradKVCache
 from flashdrive_ros.train.log import TrainLog
 from flashdrive_ros.train.optimizer_state import load_optimizer_state, optimizer_state
@@ -226,7 +226,7 @@ class TargetTrainer:
     or the monotonic clock passes `stop_at`; `state()` / `load_state()` carry the optimizer,
     both generators (flow draws, row picks), the schedule position and the logged metrics, so
     that a run stopped and resumed takes the same steps as one that never stopped.
-    Rows are drawn with `draw_weights(decision, v0, focus)`.
+    Rows are drawn with `draw_weights(decision, v0, focus, hard brakes of the futures)`.
     """
 
     def __init__(self, model: AlpamayoModel, data: TrainSet, steps: int,
@@ -242,7 +242,8 @@ class TargetTrainer:
         self.log_every, self.focus, self.flow_draws = log_every, focus, flow_draws
         self.gen = torch.Generator(device=device).manual_seed(seed)
         self.pick_gen = torch.Generator().manual_seed(seed)
-        self.draw_weights = draw_weights(data.decision, data.v0, focus)
+        self.draw_weights = draw_weights(
+            data.decision, data.v0, focus, hard_brakes(data.v0, data.future, data.cfg.action.dt))
         params = [p for p in model.parameters() if p.requires_grad]
         self.opt = torch.optim.AdamW(params, lr=lr, weight_decay=0.05, betas=(0.9, 0.95),
                                      fused=True)
