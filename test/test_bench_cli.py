@@ -39,6 +39,7 @@ def test_bench_json_is_complete(run):
     assert "cuda_graphs" in run["skipped"] and "flashdrive_plain_logits" in run["skipped"]
     assert "set cuda_graphs true" in run["skipped"]["flashdrive_flex"]
     assert "set cuda_graphs true" in run["skipped"]["flashdrive_compiled_expert"]
+    assert "set cuda_graphs true" in run["skipped"]["flashdrive_compiled"]
     order = list(run["variants"])
     assert order[:5] == ["flashdrive", *AT_L, "flashdrive_fp8", "reference"]
 
@@ -135,6 +136,8 @@ def test_tensorrt_variants_leave_out_what_the_backend_cannot_run():
     torch_variants, torch_skipped = variant_overrides("cuda")
     assert {ALL_PRE_ROPE, "cuda_graphs"} <= set(torch_variants) and not torch_skipped
     assert ar_counterpart("flashdrive", torch_variants["flashdrive"], "cuda") == "cuda_graphs"
+    assert ar_counterpart("flashdrive_compiled", torch_variants["flashdrive_compiled"],
+                          "cuda") is None
     variants, skipped = variant_overrides("cuda", "tensorrt")
     assert set(variants) == {"baseline", "flashdrive", "streaming", "speculative",
                              "cached_velocity", "flashdrive_plain_logits", *AT_L}

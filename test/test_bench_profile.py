@@ -59,13 +59,16 @@ def test_switch_values_are_checked():
 def test_combinations_the_engine_refuses_are_skipped_with_the_reason(capsys):
     assert main(["--shape", "tiny", "--windows", "1", "--warmup", "0", "--coc-tokens", "2",
                  "--top", "3", "--stage", "action", "--action-attention", "masked,flex",
-                 "--compiled-expert", "off,on"]) == 0
+                 "--compiled-expert", "off,on", "--compiled-backbone", "off,on"]) == 0
     out = capsys.readouterr().out
     assert out.count("tiny flashdrive stage action") == 1
-    assert "action_attention=masked compiled_expert=False" in out
-    assert "skipped graphs/rotated/staged/attention/compiled off/on/on/flex/off" in out
+    assert "action_attention=masked compiled_expert=False compiled_backbone=False" in out
+    skipped = "skipped graphs/rotated/staged/attention/compiled expert/compiled backbone"
+    assert f"{skipped} off/on/on/flex/off/off" in out
     assert "set cuda_graphs and staged_prefix true" in out
-    assert "skipped graphs/rotated/staged/attention/compiled off/on/on/masked/on" in out
+    assert f"{skipped} off/on/on/masked/on/off" in out
+    assert f"{skipped} off/on/on/masked/off/on" in out
+    assert "compiled_backbone false" in out
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")

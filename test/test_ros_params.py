@@ -156,14 +156,15 @@ def test_every_engine_switch_is_a_node_parameter():
 
     switches = {f.name for f in dataclasses.fields(EngineConfig) if "bool" in str(f.type)}
     assert switches == {*SHORTCUTS, "rotated_keys", "padded_logits", "coc_reuse", "staged_prefix",
-                        "compiled_expert"}
+                        "compiled_expert", "compiled_backbone"}
     assert switches <= set(DriveParams.field_names())
-    opt_in = {"compiled_expert"}
+    opt_in = {"compiled_expert", "compiled_backbone"}
     assert not any(getattr(DriveParams(), name) for name in opt_in)
-    compiled = DriveParams(dtype="float32", compiled_expert=True)
-    assert engine_config(compiled, "cuda").compiled_expert
-    assert not engine_config(compiled, "cpu").compiled_expert
-    assert not engine_config(compiled.replace(cuda_graphs=False), "cuda").compiled_expert
+    for name in opt_in:
+        compiled = DriveParams(dtype="float32").replace(**{name: True})
+        assert getattr(engine_config(compiled, "cuda"), name)
+        assert not getattr(engine_config(compiled, "cpu"), name)
+        assert not getattr(engine_config(compiled.replace(cuda_graphs=False), "cuda"), name)
     on_cuda = engine_config(DriveParams(dtype="float32"), "cuda")
     assert on_cuda.rotated_keys and on_cuda.padded_logits
     on_cpu = engine_config(DriveParams(dtype="float32"), "cpu")

@@ -19,7 +19,8 @@ BACKBONE_INPUTS = ("inputs_embeds", "positions", "key_positions", "slots", "attn
 
 
 class _StepCache:
-    """Duck-typed KVCache for one graph step: writes become one-hot placements, not copies."""
+    """The step's per-layer caches: writes become one-hot placements, not copies; the new
+    keys and values of every layer are kept for the graph's outputs."""
 
     def __init__(self, k_cache: torch.Tensor, v_cache: torch.Tensor, slots: torch.Tensor
                  ) -> None:
@@ -29,24 +30,37 @@ class _StepCache:
         hit = slots[:, None] == torch.arange(capacity, device=slots.device)[None, :]  # [T, C]
         self.placement = hit.to(k_cache.dtype).transpose(0, 1)  # [C, T]
         self.written = hit.any(dim=0)[None, None, :, None]  # [1, 1, C, 1]
-        self.k_rot = None
         self.new_k: list[torch.Tensor] = []
         self.new_v: list[torch.Tensor] = []
-        self.keys: list[torch.Tensor] = []
-        self.values: list[torch.Tensor] = []
 
-    def write(self, layer: int, slots: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> None:
+    def layer(self, index: int) -> _StepLayer:
+        return _StepLayer(self, self.k_cache[index], self.v_cache[index])
+
+
+class _StepLayer:
+    """One layer over all C slots, in the form of a LayerKV: after `write`, k and v hold the
+    cache with the step's keys and values placed at their slots."""
+
+    k_rot = None
+
+    def __init__(self, step: _StepCache, k: torch.Tensor, v: torch.Tensor) -> None:
+        self.step = step
+        self.k = k  # k: [B, Hkv, C, D]
+        self.v = v  # v: [B, Hkv, C, D]
+
+    def write(self, slots: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> None:
         """k, v: [B, Hkv, T, D] for slots `slots`."""
-        k = k.to(self.k_cache.dtype)
-        v = v.to(self.v_cache.dtype)
-        self.new_k.append(k)
-        self.new_v.append(v)
-        self.keys.append(torch.where(self.written, self.placement @ k, self.k_cache[layer]))
-        self.values.append(torch.where(self.written, self.placement @ v, self.v_cache[layer]))
+        step = self.step
+        k = k.to(self.k.dtype)
+        v = v.to(self.v.dtype)
+        step.new_k.append(k)
+        step.new_v.append(v)
+        self.k = torch.where(step.written, step.placement @ k, self.k)
+        self.v = torch.where(step.written, step.placement @ v, self.v)
 
-    def layer_view(self, layer: int, end: int | None = None
-                   ) -> tuple[torch.Tensor, torch.Tensor, None]:
-        return self.keys[layer], self.values[layer], None
+    def read(self) -> tuple[torch.Tensor, torch.Tensor]:
+        """(keys before RoPE, values) [B, Hkv, C, D]."""
+        return self.k, self.v
 
 
 class BackboneStepGraph(nn.Module):
@@ -81,14 +95,14 @@ class BackboneStepGraph(nn.Module):
         dtype = inputs_embeds.dtype
         query_cos, query_sin = self.backbone.rotary_cos_sin(positions, dtype)
         key_cos, key_sin = self.backbone.rotary_cos_sin(key_positions, dtype)
-        rotary = RotaryTables(query_cos, query_sin, key_cos, key_sin, capacity)
+        rotary = RotaryTables(query_cos, query_sin, key_cos, key_sin)
         mask = attn_mask[:, :, None].expand(b, 1, self.group, t, capacity)
         mask = mask.reshape(b, 1, self.group * t, capacity)  # [B, 1, G*T, C]
         cache = _StepCache(k_cache, v_cache, slots)
         x = inputs_embeds
         features = []
         for index, layer in enumerate(self.backbone.layers):
-            x = layer(x, rotary, cache, slots, mask)
+            x = layer(x, rotary, cache.layer(index), slots, mask)
             if index in self.feature_layers:
                 features.append(x)
             if index < self.num_deepstack:

@@ -2,8 +2,8 @@
 
 Prints the per-stage wall time (profiler ranges `stage:*`, CPU side) and the CUDA kernels
 that take the most device time, for every valid combination of the `--graphs`,
-`--rotated-keys`, `--staged-prefix`, `--action-attention` and `--compiled-expert` values
-given (one model build).
+`--rotated-keys`, `--staged-prefix`, `--action-attention`, `--compiled-expert` and
+`--compiled-backbone` values given (one model build).
 With CUDA graphs on, kernels inside graphs appear as graph launches; profile with `--graphs
 off` to see them.
 
@@ -15,6 +15,8 @@ off` to see them.
         --graphs on --stage action --action-attention masked,flex
     python -m flashdrive_ros.bench.profile --shape alpamayo-1.5-10b --device cuda \
         --graphs on --stage action --compiled-expert off,on
+    python -m flashdrive_ros.bench.profile --shape alpamayo-1.5-10b --device cuda \
+        --graphs on --compiled-backbone off,on
 
 `--stage action` profiles only the action stage (flow matching) of each window, reasoned
 outside the profiler: one profiler per window's action stage, their averages summed (a
@@ -58,6 +60,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                         help=f"one or more of {','.join(ACTION_ATTENTION)}, comma-separated")
     parser.add_argument("--compiled-expert", type=switch_values, default=["off"],
                         help="on, off or on,off")
+    parser.add_argument("--compiled-backbone", type=switch_values, default=["off"],
+                        help="on, off or on,off")
     parser.add_argument("--stage", choices=STAGES, default="all",
                         help="all: whole windows; action: only their action stage")
     parser.add_argument("--coc-tokens", type=int, default=16)
@@ -84,15 +88,16 @@ def attention_values(text: str) -> list[str]:
 
 
 def engine_config(args: argparse.Namespace, dtype: str, graphs: str, rotated: str,
-                  staged: str, attention: str = "masked", compiled: str = "off"
-                  ) -> EngineConfig:
+                  staged: str, attention: str = "masked", compiled_expert: str = "off",
+                  compiled_backbone: str = "off") -> EngineConfig:
     common = dict(mode=args.mode, device=args.device, dtype=dtype,
                   max_coc_tokens=args.coc_tokens, coc_reuse=False)
     if args.mode == "baseline":
         return EngineConfig(**common)
     return EngineConfig(cuda_graphs=graphs == "on", rotated_keys=rotated == "on",
                         staged_prefix=staged == "on", action_attention=attention,
-                        compiled_expert=compiled == "on", **common)
+                        compiled_expert=compiled_expert == "on",
+                        compiled_backbone=compiled_backbone == "on", **common)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -102,12 +107,13 @@ def main(argv: list[str] | None = None) -> int:
     dtype = args.dtype or ("bfloat16" if args.device.startswith("cuda") else "float32")
     parts = build_parts(args.shape, args.device, DTYPES[dtype])
     for switches in itertools.product(args.graphs, args.rotated_keys, args.staged_prefix,
-                                      args.action_attention, args.compiled_expert):
+                                      args.action_attention, args.compiled_expert,
+                                      args.compiled_backbone):
         try:
             cfg = engine_config(args, dtype, *switches)
         except ConfigError as exc:
-            print(f"\nskipped graphs/rotated/staged/attention/compiled {'/'.join(switches)}: "
-                  f"{exc}")
+            print(f"\nskipped graphs/rotated/staged/attention/compiled expert/compiled backbone "
+                  f"{'/'.join(switches)}: {exc}")
             continue
         profile_variant(args, parts, cfg)
     return 0
@@ -141,7 +147,7 @@ def profile_variant(args: argparse.Namespace, parts, cfg: EngineConfig) -> None:
     print(f"\n{args.shape} {cfg.mode} stage {args.stage} cuda_graphs={cfg.cuda_graphs} "
           f"rotated_keys={cfg.rotated_keys} staged_prefix={cfg.staged_prefix} "
           f"action_attention={cfg.action_attention} compiled_expert={cfg.compiled_expert} "
-          f"{cfg.dtype} on "
+          f"compiled_backbone={cfg.compiled_backbone} {cfg.dtype} on "
           f"{args.device}, {args.windows} "
           f"windows after {args.warmup}")
     for name in ("encode", "prefill", "decode", "action", "total"):

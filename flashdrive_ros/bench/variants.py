@@ -18,6 +18,8 @@ FLEX = {"verify_attention": "flex", "action_attention": "flex"}
 FP8 = {"backbone_weights": "fp8"}
 COMPILED = {"compiled_expert": True}
 ALL_COMPILED = "flashdrive_compiled_expert"
+COMPILED_BOTH = {**COMPILED, "compiled_backbone": True}
+ALL_COMPILED_BOTH = "flashdrive_compiled"
 ALL_OFF = {name: False for name in SHORTCUTS}
 # name: (overrides on top of mode flashdrive, accepted length, block size)
 AT_ACCEPTANCE = {
@@ -27,8 +29,12 @@ AT_ACCEPTANCE = {
     "flashdrive_compiled_expert_at_5.6_block8": (COMPILED, 5.6, 8),
     "flashdrive_flex_verify_compiled_expert_at_5.6_block8": (
         {"verify_attention": "flex", **COMPILED}, 5.6, 8),
+    "flashdrive_compiled_at_5.6_block8": (COMPILED_BOTH, 5.6, 8),
+    "flashdrive_flex_verify_compiled_at_5.6_block8": (
+        {"verify_attention": "flex", **COMPILED_BOTH}, 5.6, 8),
 }
-VARIANT_NAMES = (ALL, *AT_ACCEPTANCE, ALL_FLEX, ALL_COMPILED, ALL_FP8, ALL_FP8_FLEX,
+VARIANT_NAMES = (ALL, *AT_ACCEPTANCE, ALL_FLEX, ALL_COMPILED, ALL_COMPILED_BOTH, ALL_FP8,
+                 ALL_FP8_FLEX,
                  "cuda_graphs",
                  ALL_PLAIN_LOGITS, BASELINE, ALL_PRE_ROPE,
                  *(name for name in SHORTCUTS if name != "cuda_graphs"))
@@ -44,7 +50,8 @@ def variant_overrides(device: str, backend: str = "torch"
     (measured_acceptance.py); `flashdrive_flex` and `flashdrive_fp8[_flex]` add the
     length-aware verify and action attention and FP8 backbone weights;
     `flashdrive_compiled_expert` compiles the action expert's layers (torch.compile inside
-    the graphed flow matching);
+    the graphed flow matching), `flashdrive_compiled` those and the backbone's decoder
+    layers (inside the graphed decode and verify steps);
     `flashdrive_prerope_keys` keeps keys before RoPE (torch backend only);
     `flashdrive_plain_logits` uses the plain lm_head product where `flashdrive` pads the rows
     (CUDA). Every variant runs with `coc_reuse` off
@@ -55,6 +62,7 @@ def variant_overrides(device: str, backend: str = "torch"
                        for name, (extra, _, _) in AT_ACCEPTANCE.items()})
     candidates[ALL_FLEX] = {"mode": "flashdrive", **FLEX}
     candidates[ALL_COMPILED] = {"mode": "flashdrive", **COMPILED}
+    candidates[ALL_COMPILED_BOTH] = {"mode": "flashdrive", **COMPILED_BOTH}
     candidates[ALL_FP8] = {"mode": "flashdrive", **FP8}
     candidates[ALL_FP8_FLEX] = {"mode": "flashdrive", **FP8, **FLEX}
     candidates["cuda_graphs"] = {"mode": "flashdrive", **ALL_OFF, "cuda_graphs": True}
@@ -92,6 +100,6 @@ def ar_counterpart(variant: str, overrides: dict, device: str, backend: str = "t
     cfg = EngineConfig(device=device, backend=backend, **overrides)
     if not cfg.speculative or cfg.verify_attention != "masked" \
             or cfg.action_attention != "masked" or cfg.backbone_weights != "native" \
-            or cfg.compiled_expert:
+            or cfg.compiled_expert or cfg.compiled_backbone:
         return None
     return "cuda_graphs" if cfg.cuda_graphs else BASELINE

@@ -19,7 +19,7 @@ BACKENDS = ("torch", "tensorrt")
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 SHORTCUTS = ("streaming", "speculative", "cached_velocity", "cuda_graphs")
 SWITCHES = (*SHORTCUTS, "rotated_keys", "padded_logits", "coc_reuse", "staged_prefix",
-            "compiled_expert")
+            "compiled_expert", "compiled_backbone")
 
 
 def device_problem(device: str, auto: bool = False) -> str | None:
@@ -95,6 +95,11 @@ class EngineConfig:
                                     "action_attention masked): Inductor fuses each layer's "
                                     "norms, RoPE, SwiGLU and residual adds; compiled on the "
                                     "first plan of each sample count.")
+    compiled_backbone: bool = setting(False, "The backbone's decoder layers run as "
+                                      "torch.compile graphs inside the graphed decode, verify "
+                                      "and finish steps (cuda_graphs): Inductor fuses each "
+                                      "layer's norms, RoPE, cache write, SwiGLU and residual "
+                                      "adds; compiled on the first step of each token count.")
     backbone_weights: str = setting("native", "Backbone decoder linear layers: native, or fp8 "
                                     "(e4m3 weights with per-channel scales; torch._scaled_mm "
                                     "on CUDA of compute capability >= 8.9, emulated "
@@ -173,6 +178,13 @@ class EngineConfig:
             raise ConfigError("compiled_expert compiles the expert's layers in the graphed flow "
                               "matching with masked attention; set cuda_graphs true and "
                               "action_attention 'masked', or compiled_expert false")
+        if not isinstance(self.compiled_backbone, bool):
+            raise ConfigError(f"compiled_backbone must be true or false, got "
+                              f"{self.compiled_backbone!r}")
+        if self.compiled_backbone and not self.cuda_graphs:
+            raise ConfigError("compiled_backbone compiles the backbone's layers in the graphed "
+                              "decode and verify steps; set cuda_graphs true, or "
+                              "compiled_backbone false")
         if self.backbone_weights == "fp8" and self.backend != "torch":
             raise ConfigError("backbone_weights 'fp8' quantizes the torch backbone; set "
                               "backend 'torch' or backbone_weights 'native'")
@@ -184,15 +196,16 @@ class EngineConfig:
     def where_applicable(cls, switches: dict[str, bool], **settings) -> EngineConfig:
         """The config with `switches` (name -> wanted) read as "on where it applies": none in
         baseline mode, cuda_graphs on a CUDA device with the torch backend, compiled_expert
-        where cuda_graphs applies and is wanted, rotated_keys with the torch backend,
-        padded_logits on a CUDA device; coc_reuse as the config adjusts it."""
+        and compiled_backbone where cuda_graphs applies and is wanted, rotated_keys with the
+        torch backend, padded_logits on a CUDA device; coc_reuse as the config adjusts it."""
         if settings.get("mode", default_of(cls, "mode")) == "baseline":
             return cls(**settings)
         cuda = settings.get("device", default_of(cls, "device")).startswith("cuda")
         torch_backend = settings.get("backend", default_of(cls, "backend")) == "torch"
         graphs = cuda and torch_backend
+        compiled = graphs and switches.get("cuda_graphs", True) is not False
         applies = {"cuda_graphs": graphs, "rotated_keys": torch_backend, "padded_logits": cuda,
-                   "compiled_expert": graphs and switches.get("cuda_graphs", True) is not False}
+                   "compiled_expert": compiled, "compiled_backbone": compiled}
         wanted = {name: value and applies.get(name, True) for name, value in switches.items()}
         return cls(**wanted, **settings)
 

@@ -172,7 +172,8 @@ class Engine:
         return GraphedSteps(self.model, self.target, self.proposer, self.stream.cache,
                             self.image_size, self.cfg.flow_schedule, enabled,
                             self.cfg.verify_attention, self.cfg.staged_prefix,
-                            self.cfg.action_attention, self.cfg.compiled_expert)
+                            self.cfg.action_attention, self.cfg.compiled_expert,
+                            self.cfg.compiled_backbone)
 
     def shapes(self) -> EngineShapes:
         """The step shapes this engine runs (exported graphs and TensorRT profiles)."""

@@ -21,6 +21,7 @@ from flashdrive_ros.engine.eagle_proposer import EagleProposer
 from flashdrive_ros.engine.flow_cached import FlowSchedule, euler_cached
 from flashdrive_ros.engine.speculative import DFlashProposer, Proposal, ProposalRequest
 from flashdrive_ros.model.alpamayo import AlpamayoModel
+from flashdrive_ros.model.backbone import run_decoder_layer
 from flashdrive_ros.model.cache_attention import (
     ACTION_ATTENTION,
     VERIFY_ATTENTION,
@@ -37,10 +38,12 @@ class GraphedTarget(Target):
     """A `Target` whose `run_tokens` (decode-one, verify block, finish) runs the backbone's
     capture-safe path over the whole cache; `run_embeds` (prefill) stays eager.
     `verify_attention` "flex": the length-aware attention (one per token count) instead of
-    the dense mask, compiled on CUDA."""
+    the dense mask, compiled on CUDA; compiled_layers: each decoder layer, its cache write and
+    attention included, runs as one torch.compile graph (Inductor fuses its norms, RoPE,
+    SwiGLU and residual adds), the same compiled code for all layers of one token count."""
 
     def __init__(self, target: Target, cache: KVCache, enabled: bool = True,
-                 verify_attention: str = "masked") -> None:
+                 verify_attention: str = "masked", compiled_layers: bool = False) -> None:
         if verify_attention not in VERIFY_ATTENTION:
             raise ValueError(f"verify_attention must be one of {VERIFY_ATTENTION}, got "
                              f"{verify_attention!r}")
@@ -49,6 +52,8 @@ class GraphedTarget(Target):
         self.step = GraphedStep(self._forward, enabled)
         self.verify_attention = verify_attention
         self.attention: dict[int, FlexCacheAttention] = {}
+        self.layer_call = (torch.compile(run_decoder_layer, fullgraph=True, dynamic=False)
+                           if compiled_layers else run_decoder_layer)
 
     def _attention(self, count: int) -> FlexCacheAttention | None:
         if self.verify_attention == "masked":
@@ -67,7 +72,7 @@ class GraphedTarget(Target):
         positions = positions.view(1, 1, -1).expand(3, 1, -1).contiguous()  # [3, 1, T]
         out = self.backbone.forward_static(embeds, positions, self.cache, slots,
                                            self.feature_layers,
-                                           self._attention(ids.shape[0]))
+                                           self._attention(ids.shape[0]), self.layer_call)
         features = None
         if self.feature_layers:
             features = torch.cat([out.layer_hidden[i][0] for i in self.feature_layers], dim=-1)
@@ -240,11 +245,12 @@ class GraphedSteps:
                  image_size: tuple[int, int], schedule: FlowSchedule,
                  enabled: bool = True, verify_attention: str = "masked",
                  staged_prefix: bool = False, action_attention: str = "masked",
-                 compiled_expert: bool = False) -> None:
+                 compiled_expert: bool = False, compiled_backbone: bool = False) -> None:
         weight = model.action_out_proj.weight
         self.encoder = GraphedEncoder(model.vlm.visual, image_size, weight.dtype,
                                       weight.device, enabled)
-        self.target = GraphedTarget(target, cache, enabled, verify_attention)
+        self.target = GraphedTarget(target, cache, enabled, verify_attention,
+                                    compiled_backbone)
         self.proposer = (GraphedProposer(proposer, enabled)
                          if isinstance(proposer, DFlashProposer) else proposer)
         self.flow = GraphedFlow(model, cache, schedule, enabled, staged_prefix,

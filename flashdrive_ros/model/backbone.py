@@ -9,6 +9,7 @@ written and moved slots once per move, and attention reads them as they are.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import torch
@@ -16,48 +17,57 @@ from torch import nn
 
 from flashdrive_ros.model.cache_attention import FlexCacheAttention
 from flashdrive_ros.model.config import TextConfig
-from flashdrive_ros.model.kv_cache import KVCache
+from flashdrive_ros.model.kv_cache import CacheLayer, KVCache, LayerKV
 from flashdrive_ros.model.layers import QKNormAttention, RMSNorm, SwiGLU
 from flashdrive_ros.model.rope import apply_rotary, inverse_frequencies, mrope_cos_sin
 
 
-class TextAttention(QKNormAttention):
-    def __init__(self, cfg: TextConfig, layer_index: int) -> None:
-        super().__init__(cfg)
-        self.layer_index = layer_index
+CacheMask = torch.Tensor | FlexCacheAttention | None
+LayerCache = LayerKV | CacheLayer
 
-    def forward(self, x: torch.Tensor, rotary: RotaryTables, cache: KVCache, slots: torch.Tensor,
-                mask: torch.Tensor | FlexCacheAttention | None) -> torch.Tensor:
-        """x: [B, T, H] -> [B, T, H]; writes this layer's pre-RoPE k and v at `slots`.
-        mask: additive [B, 1, G*T, S], None (no mask) or a length-aware attention."""
+
+class TextAttention(QKNormAttention):
+    def forward(self, x: torch.Tensor, rotary: RotaryTables, kv: LayerCache,
+                slots: torch.Tensor, mask: CacheMask) -> torch.Tensor:
+        """x: [B, T, H] -> [B, T, H]; writes this layer's pre-RoPE k and v at `slots` of `kv`
+        and attends over the S slots it reads. mask: additive [B, 1, G*T, S], None (no mask)
+        or a length-aware attention."""
         k = self.keys(x)  # k: [B, Hkv, T, D]
         q = apply_rotary(self.queries(x), rotary.query_cos, rotary.query_sin)  # q: [B,Hq,T,D]
-        if cache.k_rot is None:
-            cache.write(self.layer_index, slots, k, self.values(x))
-            keys, values, _ = cache.layer_view(self.layer_index, rotary.length)  # [B,Hkv,S,D]
+        if kv.k_rot is None:
+            kv.write(slots, k, self.values(x))
+            keys, values = kv.read()  # keys, values: [B, Hkv, S, D]
             keys = apply_rotary(keys.to(q.dtype), rotary.key_cos, rotary.key_sin)
         else:
             k_rotated = apply_rotary(k.to(q.dtype), rotary.query_cos, rotary.query_sin)
-            cache.write(self.layer_index, slots, k, self.values(x), k_rotated)
-            keys, values = cache.rotated_view(self.layer_index, rotary.length)  # [B,Hkv,S,D]
+            kv.write(slots, k, self.values(x), k_rotated)
+            keys, values = kv.read()  # keys, values: [B, Hkv, S, D]
             keys = keys.to(q.dtype)
+        values = values.to(q.dtype)
         if isinstance(mask, FlexCacheAttention):
-            return self.output(mask(q, keys, values.to(q.dtype)))  # [B, Hq, T, D] heads
-        return self.output(self.grouped_attention(q, keys, values.to(q.dtype), mask))
+            return self.output(mask(q, keys, values))  # [B, Hq, T, D] heads
+        return self.output(self.grouped_attention(q, keys, values, mask))
 
 
 class TextDecoderLayer(nn.Module):
-    def __init__(self, cfg: TextConfig, layer_index: int) -> None:
+    def __init__(self, cfg: TextConfig) -> None:
         super().__init__()
-        self.self_attn = TextAttention(cfg, layer_index)
+        self.self_attn = TextAttention(cfg)
         self.mlp = SwiGLU(cfg.hidden_size, cfg.intermediate_size)
         self.input_layernorm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
         self.post_attention_layernorm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
 
-    def forward(self, x: torch.Tensor, rotary: RotaryTables, cache: KVCache, slots: torch.Tensor,
-                mask: torch.Tensor | FlexCacheAttention | None) -> torch.Tensor:
-        x = x + self.self_attn(self.input_layernorm(x), rotary, cache, slots, mask)
+    def forward(self, x: torch.Tensor, rotary: RotaryTables, kv: LayerCache,
+                slots: torch.Tensor, mask: CacheMask) -> torch.Tensor:
+        x = x + self.self_attn(self.input_layernorm(x), rotary, kv, slots, mask)
         return x + self.mlp(self.post_attention_layernorm(x))
+
+
+def run_decoder_layer(layer: TextDecoderLayer, x: torch.Tensor, rotary: RotaryTables,
+                      kv: LayerCache, slots: torch.Tensor, mask: CacheMask) -> torch.Tensor:
+    """One decoder layer over its cache slots: x: [B, T, H] -> [B, T, H]; writes the layer's
+    keys and values at `slots` of `kv` in place."""
+    return layer(x, rotary, kv, slots, mask)
 
 
 @dataclass
@@ -69,7 +79,6 @@ class RotaryTables:
     query_sin: torch.Tensor
     key_cos: torch.Tensor | None
     key_sin: torch.Tensor | None
-    length: int
 
 
 @dataclass
@@ -78,12 +87,16 @@ class BackboneOutput:
     layer_hidden: dict[int, torch.Tensor] = field(default_factory=dict)  # i -> [B, T, H]
 
 
+DecoderLayerCall = Callable[[TextDecoderLayer, torch.Tensor, RotaryTables, LayerCache,
+                             torch.Tensor, CacheMask], torch.Tensor]
+
+
 class TextBackbone(nn.Module):
     def __init__(self, cfg: TextConfig) -> None:
         super().__init__()
         self.cfg = cfg
         self.embed_tokens = nn.Embedding(cfg.vocab_size, cfg.hidden_size)
-        self.layers = nn.ModuleList(TextDecoderLayer(cfg, i) for i in range(cfg.num_hidden_layers))
+        self.layers = nn.ModuleList(TextDecoderLayer(cfg) for _ in range(cfg.num_hidden_layers))
         self.norm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
         self.register_buffer("inv_freq", inverse_frequencies(cfg.head_dim, cfg.rope_theta),
                              persistent=False)  # [D / 2]
@@ -118,13 +131,15 @@ class TextBackbone(nn.Module):
         self.rotate_moved_keys(cache, dtype)
         query_cos, query_sin = self.rotary_cos_sin(positions, dtype)
         key_cos, key_sin = self._key_cos_sin(cache, length, dtype)
-        rotary = RotaryTables(query_cos, query_sin, key_cos, key_sin, length)
-        return self._run_layers(inputs_embeds, rotary, cache, slots, mask, visual_mask,
+        rotary = RotaryTables(query_cos, query_sin, key_cos, key_sin)
+        layers_kv = [cache.layer(index, length) for index in range(len(self.layers))]
+        return self._run_layers(inputs_embeds, rotary, layers_kv, slots, mask, visual_mask,
                                 deepstack or [], output_layers)
 
     def forward_static(self, inputs_embeds: torch.Tensor, positions: torch.Tensor,
                        cache: KVCache, slots: torch.Tensor, output_layers: tuple[int, ...] = (),
-                       attention: FlexCacheAttention | None = None) -> BackboneOutput:
+                       attention: FlexCacheAttention | None = None,
+                       layer_call: DecoderLayerCall = run_decoder_layer) -> BackboneOutput:
         """Capture-safe text-only forward: no host reads, shapes fixed by T and the capacity.
 
         inputs_embeds: [B, T, H]; positions: [3, B, T]; slots: [T] device long. Attends over
@@ -133,6 +148,8 @@ class TextBackbone(nn.Module):
         at or after slots[0] (decode and verify). The caller checks the slots against the
         capacity and advances `cache.length` (host bookkeeping) itself. `attention`: the same
         attention by the block's first slot instead of the dense mask (slots consecutive).
+        layer_call: how each decoder layer runs over its cache layer's views
+        (`KVCache.layer_views`): `run_decoder_layer`, or a compiled form of it.
         """
         if cache.has_moved:
             raise ValueError("cache slots were moved: run `forward` (or rotate_moved_keys) "
@@ -149,9 +166,10 @@ class TextBackbone(nn.Module):
         dtype = inputs_embeds.dtype
         query_cos, query_sin = self.rotary_cos_sin(positions, dtype)
         key_cos, key_sin = self._key_cos_sin(cache, capacity, dtype)
-        rotary = RotaryTables(query_cos, query_sin, key_cos, key_sin, capacity)
-        return self._run_layers(inputs_embeds, rotary, cache, slots, mask, None, [],
-                                output_layers)
+        rotary = RotaryTables(query_cos, query_sin, key_cos, key_sin)
+        layers_kv = [cache.layer_views(index) for index in range(len(self.layers))]
+        return self._run_layers(inputs_embeds, rotary, layers_kv, slots, mask, None, [],
+                                output_layers, layer_call)
 
     def rotate_moved_keys(self, cache: KVCache, dtype: torch.dtype) -> None:
         """Re-rotates the rotated keys of the slots moved since the last forward (every
@@ -172,13 +190,14 @@ class TextBackbone(nn.Module):
             return None, None
         return self.rotary_cos_sin(cache.positions[:, :, :length], dtype)
 
-    def _run_layers(self, x: torch.Tensor, rotary: RotaryTables, cache: KVCache,
-                    slots: torch.Tensor, mask: torch.Tensor | FlexCacheAttention | None,
-                    visual_mask: torch.Tensor | None, deepstack: list[torch.Tensor],
-                    output_layers: tuple[int, ...]) -> BackboneOutput:
+    def _run_layers(self, x: torch.Tensor, rotary: RotaryTables, layers_kv: list[LayerCache],
+                    slots: torch.Tensor, mask: CacheMask, visual_mask: torch.Tensor | None,
+                    deepstack: list[torch.Tensor], output_layers: tuple[int, ...],
+                    layer_call: DecoderLayerCall = run_decoder_layer) -> BackboneOutput:
+        """Every decoder layer over its cache layer in `layers_kv`."""
         layer_hidden: dict[int, torch.Tensor] = {}
-        for index, layer in enumerate(self.layers):
-            x = layer(x, rotary, cache, slots, mask)
+        for index, (layer, kv) in enumerate(zip(self.layers, layers_kv)):
+            x = layer_call(layer, x, rotary, kv, slots, mask)
             if index in output_layers:
                 layer_hidden[index] = x
             if index < len(deepstack):

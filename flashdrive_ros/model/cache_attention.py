@@ -30,6 +30,14 @@ def compiled_flex():
     return _compiled_flex
 
 
+def flex_kernel(compiled: bool):
+    """`compiled_flex()` where `compiled`, else flex_attention as it is; flex_attention itself
+    inside a region being compiled, whose graph takes it in."""
+    if compiled and not torch.compiler.is_compiling():
+        return compiled_flex()
+    return flex_attention
+
+
 class FlexCacheAttention:
     """Attention of `block` query rows written at cache slots [start, start + block) over
     slots [0, start + block) of a `capacity`-slot cache, causal within the block."""
@@ -70,7 +78,7 @@ class FlexCacheAttention:
         if keys.shape[2] != self.capacity or q.shape[2] != self.block:
             raise ValueError(f"flex cache attention is built for {self.block} queries over "
                              f"{self.capacity} slots, got {q.shape[2]} over {keys.shape[2]}")
-        attend = compiled_flex() if self.compiled else flex_attention
+        attend = flex_kernel(self.compiled)
         return attend(q, keys, values, block_mask=self.block_mask, enable_gqa=True)
 
 
@@ -127,5 +135,5 @@ class FlexPrefixAttention:
             raise ValueError(f"flex prefix attention is built for {self.num_tokens} tokens over "
                              f"{self.prefix_slots} + {self.num_tokens} slots, got {q.shape[2]} "
                              f"over {keys.shape[2]}")
-        attend = compiled_flex() if self.compiled else flex_attention
+        attend = flex_kernel(self.compiled)
         return attend(q, keys, values, block_mask=self.block_mask, enable_gqa=True)

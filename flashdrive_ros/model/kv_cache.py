@@ -3,7 +3,62 @@ the keys after RoPE, kept in step with the slots' positions."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import torch
+
+
+@dataclass(frozen=True)
+class LayerKV:
+    """One layer's keys before RoPE, values and, with rotated keys, keys after RoPE, as views
+    of the cache over all its slots ([B, Hkv, C, D] each): the layer without its index, so
+    that one compiled function serves every layer."""
+
+    k: torch.Tensor
+    v: torch.Tensor
+    k_rot: torch.Tensor | None
+
+    def write(self, slots: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
+              k_rotated: torch.Tensor | None = None) -> None:
+        """k, v, k_rotated: [B, Hkv, T, D] written at slots `slots` ([T] long) in place;
+        k_rotated (k after RoPE at the slots' positions) is required with rotated keys."""
+        self.k.index_copy_(2, slots, k.to(self.k.dtype))
+        self.v.index_copy_(2, slots, v.to(self.v.dtype))
+        if self.k_rot is not None:
+            if k_rotated is None:
+                raise ValueError("a cache with rotated keys needs k_rotated on write")
+            self.k_rot.index_copy_(2, slots, k_rotated.to(self.k_rot.dtype))
+
+    def read(self) -> tuple[torch.Tensor, torch.Tensor]:
+        """(keys, values) of every slot: the keys after RoPE where kept, else before."""
+        return (self.k if self.k_rot is None else self.k_rot), self.v
+
+
+@dataclass(frozen=True)
+class CacheLayer:
+    """Layer `index` of `cache`, written and read through the cache (views taken at each
+    call, which ONNX tracing follows into the cache), attended over slots below `length`."""
+
+    cache: KVCache
+    index: int
+    length: int
+
+    @property
+    def k_rot(self) -> torch.Tensor | None:
+        return self.cache.k_rot
+
+    def write(self, slots: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
+              k_rotated: torch.Tensor | None = None) -> None:
+        """`KVCache.write` of this layer."""
+        self.cache.write(self.index, slots, k, v, k_rotated)
+
+    def read(self) -> tuple[torch.Tensor, torch.Tensor]:
+        """(keys, values) [B, Hkv, S, D] of slots < length: the keys after RoPE where kept,
+        else before."""
+        if self.cache.k_rot is not None:
+            return self.cache.rotated_view(self.index, self.length)
+        keys, values, _ = self.cache.layer_view(self.index, self.length)
+        return keys, values
 
 
 class KVCache:
@@ -86,6 +141,16 @@ class KVCache:
     def reset(self) -> None:
         self.length = 0
         self._moved = []
+
+    def layer(self, layer: int, length: int) -> CacheLayer:
+        """Layer `layer`, attended over slots below `length`, written and read through the
+        cache."""
+        return CacheLayer(self, layer, length)
+
+    def layer_views(self, layer: int) -> LayerKV:
+        """Layer `layer`'s tensors as views over every slot."""
+        rotated = None if self.k_rot is None else self.k_rot[layer]
+        return LayerKV(self.k[layer], self.v[layer], rotated)
 
     def layer_view(self, layer: int, end: int | None = None
                    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:

@@ -121,6 +121,9 @@ class DriveParams:
     compiled_expert: bool = derived(EngineConfig, "compiled_expert",
                                     also="Used when cuda_graphs is used; applied at the next "
                                     "configure.")
+    compiled_backbone: bool = derived(EngineConfig, "compiled_backbone",
+                                      also="Used when cuda_graphs is used; applied at the next "
+                                      "configure.")
     drafter_file: str = derived(EngineConfig, "drafter_file", read_only=True)
     mode: str = derived(EngineConfig, "mode", help="flashdrive: the shortcuts above; baseline: "
                         "every shortcut off.", also="Applied at the next configure.")

@@ -19,8 +19,11 @@ class GradKVCache(KVCache):
         self.layer_k: list[torch.Tensor] = [self.k[i] for i in range(num_layers)]
         self.layer_v: list[torch.Tensor] = [self.v[i] for i in range(num_layers)]
 
-    def write(self, layer: int, slots: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> None:
+    def write(self, layer: int, slots: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
+              k_rotated: torch.Tensor | None = None) -> None:
         """k, v: [B, Hkv, T, D] written at cache slots `slots` ([T] long), out of place."""
+        if k_rotated is not None:
+            raise ValueError("a GradKVCache keeps no rotated keys")
         self.layer_k[layer] = self.layer_k[layer].index_copy(2, slots, k.to(self.k.dtype))
         self.layer_v[layer] = self.layer_v[layer].index_copy(2, slots, v.to(self.v.dtype))
 
