@@ -1,8 +1,30 @@
+import os
+import tempfile
+
 import pytest
 import torch
 from helpers.speculative import tiny_target
 from helpers.streaming import make_vlm
 from helpers.tiny_model import PROMPT_CORPUS, tiny_parts
+
+
+def pytest_configure(config):
+    """Inductor's compiled kernels on disk, one folder per CPU capability: a kernel built
+    under one (AVX512) and loaded under another (ATEN_CPU_CAPABILITY=avx2) computes NaN or
+    crashes the process."""
+    capability = torch.backends.cpu.get_cpu_capability().lower()
+    os.environ.setdefault("TORCHINDUCTOR_CACHE_DIR",
+                          os.path.join(tempfile.gettempdir(), f"flashdrive_inductor_{capability}"))
+
+
+@pytest.fixture()
+def in_process_compile():
+    """Inductor compiles in the test process: no pool of compile workers left to shut down at
+    the process's exit."""
+    import torch._inductor.config
+
+    with torch._inductor.config.patch(compile_threads=1):
+        yield
 
 
 @pytest.fixture(scope="module")

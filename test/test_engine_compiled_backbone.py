@@ -20,18 +20,8 @@ from flashdrive_ros.model.config import ConfigError
 from flashdrive_ros.model.kv_cache import KVCache
 from flashdrive_ros.model.positions import text_positions
 
-pytestmark = pytest.mark.usefixtures("one_thread")
+pytestmark = pytest.mark.usefixtures("one_thread", "in_process_compile")
 BLOCK = 8
-
-
-@pytest.fixture(autouse=True)
-def in_process_compile():
-    """Inductor compiles in this process: no pool of compile workers left to shut down at the
-    test process's exit."""
-    import torch._inductor.config
-
-    with torch._inductor.config.patch(compile_threads=1):
-        yield
 
 
 @pytest.fixture(scope="module")

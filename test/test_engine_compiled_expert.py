@@ -16,17 +16,7 @@ from flashdrive_ros.engine.flow_cached import FlowSchedule
 from flashdrive_ros.engine.graphed_steps import GraphedFlow
 from flashdrive_ros.model.config import ConfigError
 
-pytestmark = pytest.mark.usefixtures("one_thread")
-
-
-@pytest.fixture(autouse=True)
-def in_process_compile():
-    """Inductor compiles in this process: no pool of compile workers left to shut down at the
-    test process's exit."""
-    import torch._inductor.config
-
-    with torch._inductor.config.patch(compile_threads=1):
-        yield
+pytestmark = pytest.mark.usefixtures("one_thread", "in_process_compile")
 
 
 def test_compiled_expert_is_a_switch_of_the_graphed_flow():

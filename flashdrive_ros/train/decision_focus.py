@@ -136,22 +136,26 @@ def draw_weights(decision: np.ndarray, speed: np.ndarray, focus: DecisionFocus,
     return row_weights(decision, focus.balance) * torch.from_numpy(factor)
 
 
-def drawn_share(mask: np.ndarray, decision: np.ndarray, speed: np.ndarray,
-                focus: DecisionFocus, brakes: np.ndarray | None = None) -> float:
-    """Expected share of the rows in `mask` ([N] bool) among the drawn rows."""
-    weights = draw_weights(decision, speed, focus, brakes).numpy()
+def _share(weights: torch.Tensor, mask: np.ndarray) -> float:
+    """Expected share of the rows in `mask` ([N] bool) among rows drawn with `weights`."""
     total = float(weights.sum())
     if total <= 0:
         return 0.0
-    return round(float(weights[np.asarray(mask)].sum()) / total, 4)
+    return round(float(weights.numpy()[np.asarray(mask)].sum()) / total, 4)
+
+
+def drawn_share(mask: np.ndarray, decision: np.ndarray, speed: np.ndarray,
+                focus: DecisionFocus, brakes: np.ndarray | None = None) -> float:
+    """Expected share of the rows in `mask` ([N] bool) among the drawn rows."""
+    return _share(draw_weights(decision, speed, focus, brakes), mask)
 
 
 def decision_shares(decision: np.ndarray, speed: np.ndarray, focus: DecisionFocus,
                     names: tuple[str, ...], brakes: np.ndarray | None = None
                     ) -> dict[str, float]:
     """Expected share of each decision among the drawn rows."""
-    return {name: drawn_share(decision == i, decision, speed, focus, brakes)
-            for i, name in enumerate(names)}
+    weights = draw_weights(decision, speed, focus, brakes)
+    return {name: _share(weights, decision == i) for i, name in enumerate(names)}
 
 
 def start_share(decision: np.ndarray, speed: np.ndarray, focus: DecisionFocus,
