@@ -221,6 +221,33 @@ def test_a_lead_approach_pulse_closes_in_on_the_lead_and_the_futures_back_off(se
             f"frame {k}: the expert future does not back off from the lead"
 
 
+@pytest.mark.parametrize("seed", [3, 11])
+def test_a_late_reaction_to_a_braking_lead_closes_in_fast_and_the_futures_brake_hard(seed):
+    late = Disturbance(first_s=100.0, drift_first_s=100.0, approach_kinds=(),
+                       start_hold_share=0.0, lead_lag_share=1.0, lead_lag_s=(6.0, 6.0))
+    log = simulate_disturbed(seed, 14.0, late, blocks=("lead",))
+    plain = simulate(seed, 14.0, blocks=("lead",))
+    gaps, plain_gaps = _lead_gaps(log), _lead_gaps(plain)
+    speeds = log.ego[::SUBSTEPS, 4][:log.frame_count]
+    plain_speeds = plain.ego[::SUBSTEPS, 4][:plain.frame_count]
+    assert np.nanmin(gaps) < np.nanmin(plain_gaps) - 0.5, "the ego never closed in on the lead"
+    assert np.nanmin(gaps) > EGO_LENGTH, "the ego ran into the lead"
+    near = np.flatnonzero(gaps < 22.0)
+    plain_near = np.flatnonzero(plain_gaps < 22.0)
+    assert speeds[near].max() > plain_speeds[plain_near].max() + 1.5
+    future_speed = np.array([np.hypot(*(log.future(k)[29, :2] - log.future(k)[28, :2]))
+                             for k in range(log.frame_count)]) / 0.1
+    assert np.any(speeds[near] - future_speed[near] > 6.0), "no hard brake in the futures"
+    assert (log.ego[:, 6].min() < -5.0) and plain.ego[:, 6].min() > -4.0
+
+
+def test_without_late_reactions_the_lead_drive_is_the_plain_one():
+    calm = Disturbance(first_s=100.0, drift_first_s=100.0, approach_kinds=(),
+                       start_hold_share=0.0, lead_lag_share=0.0)
+    log = simulate_disturbed(3, 8.0, calm, blocks=("lead",), hold_lights=False)
+    assert np.array_equal(log.ego, simulate(3, 8.0, blocks=("lead",)).ego)
+
+
 def test_lead_spans_get_late_braking_and_never_an_early_stop():
     spans = [ScenarioSpan("follow_lead", 0.0, 115.0), ScenarioSpan("red_light_stop", 150.0, 220.0)]
     d = Disturbance(stop_short_share=1.0)
@@ -282,7 +309,11 @@ def test_pulse_schedule_keeps_pulses_apart_and_inside_the_drive():
                                     {"stop_short_hold_s": (0.0, 1.0)},
                                     {"stop_short_decel_mps2": 0.0},
                                     {"start_hold_share": -0.1},
-                                    {"start_hold_s": (2.0, 1.0)}])
+                                    {"start_hold_s": (2.0, 1.0)},
+                                    {"lead_lag_share": 1.5},
+                                    {"lead_lag_s": (3.0, 2.0)},
+                                    {"lead_lag_decel_mps2": 0.0},
+                                    {"lead_lag_margin_m": -1.0}])
 def test_bad_disturbances_are_refused(kwargs):
     with pytest.raises(ValueError):
         Disturbance(**kwargs)

@@ -9,14 +9,17 @@ standstill (the light turned green, the pedestrian crossed) is held back a while
 `start_hold_share` of the starts, a driver's reaction time, so the drive holds the ego standing
 still with nothing left to wait for. Drifts steer the ego over to a
 random offset beside its lane centre and hold it there a while, so the drive holds the ego
-parallel to its lane but off its centre (never towards a parked car being passed). Each 10 Hz
+parallel to its lane but off its centre (never towards a parked car being passed). Late
+reactions to a braking lead (`lead_lag_share` of the leads' brakings, none by default) keep
+the ego at its speed for a while after the lead car ahead starts to brake, so the drive holds
+the ego closing in fast on a slow or stopped car and the expert's hard braking. Each 10 Hz
 frame's future is the expert's undisturbed plan from that frame's state: the drive as logged
 up to the first disturbed step of the frame's horizon, then the expert alone on a copy of the
 world forked at that step."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -30,8 +33,10 @@ from flashdrive_ros.sim.drive import (
     to_frame,
 )
 from flashdrive_ros.sim.ego_world import EgoWorld
-from flashdrive_ros.sim.entities import LightEdit, PendingLightEdits
+from flashdrive_ros.sim.entities import LightEdit, PendingLightEdits, Vehicle
+from flashdrive_ros.sim.expert import lane_gap
 from flashdrive_ros.sim.labels import SCENARIO_TAGS, STANDING_MPS
+from flashdrive_ros.sim.world import EGO_LANE_D, SENSE_RANGE
 
 HORIZON_STEPS = FUTURE_STEPS * SUBSTEPS
 START_ACCEL = 0.3  # m/s^2: an expert acceleration above it while the ego stands is a start
@@ -63,13 +68,17 @@ class Disturbance:
     drift_offset_m: tuple[float, float] = (0.4, 1.6)  # |offset| from the lane centre
     drift_ramp_s: tuple[float, float] = (1.5, 3.0)  # time to move over to the offset
     drift_hold_s: tuple[float, float] = (1.0, 4.0)  # time the offset is held
+    lead_lag_share: float = 0.0  # share of lead brakings the ego reacts to late
+    lead_lag_s: tuple[float, float] = (2.0, 6.0)  # longest the ego keeps its speed
+    lead_lag_decel_mps2: float = 4.5  # a lag ends where stopping behind the lead needs this
+    lead_lag_margin_m: float = 2.0  # bumper gap left when stopping at lead_lag_decel_mps2
 
     def __post_init__(self) -> None:
         for name in ("gap_s", "duration_s", "approach_before_m", "lead_approach_before_m",
                      "approach_duration_s",
                      "approach_accel_mps2", "stop_short_before_m", "stop_short_hold_s",
                      "start_hold_s", "drift_gap_s", "drift_offset_m", "drift_ramp_s",
-                     "drift_hold_s"):
+                     "drift_hold_s", "lead_lag_s"):
             low, high = getattr(self, name)
             if not 0 < low <= high:
                 raise ValueError(f"{name} must be (low, high) with 0 < low <= high, got "
@@ -88,12 +97,14 @@ class Disturbance:
                                  f"{SCENARIO_TAGS}")
         if min(self.steer_rad, self.accel_mps2, self.first_s, self.drift_first_s) < 0:
             raise ValueError("steer_rad, accel_mps2, first_s and drift_first_s must be >= 0")
-        for name in ("stop_short_share", "start_hold_share"):
+        for name in ("stop_short_share", "start_hold_share", "lead_lag_share"):
             if not 0.0 <= getattr(self, name) <= 1.0:
                 raise ValueError(f"{name} must be in [0, 1], got {getattr(self, name)}")
-        if self.stop_short_decel_mps2 <= 0:
-            raise ValueError(f"stop_short_decel_mps2 must be > 0, got "
-                             f"{self.stop_short_decel_mps2}")
+        for name in ("stop_short_decel_mps2", "lead_lag_decel_mps2"):
+            if getattr(self, name) <= 0:
+                raise ValueError(f"{name} must be > 0, got {getattr(self, name)}")
+        if self.lead_lag_margin_m < 0:
+            raise ValueError(f"lead_lag_margin_m must be >= 0, got {self.lead_lag_margin_m}")
 
 
 @dataclass(frozen=True)
@@ -225,6 +236,49 @@ class StartHolds:
         return 0
 
 
+def lead_gap(sim: EgoWorld, veh: Vehicle) -> float | None:
+    """Bumper gap (m) from the ego of `sim` to `veh` when it is ahead in the ego lane within
+    sensing range, else None."""
+    if not veh.active or np.hypot(veh.x - sim.ego.x, veh.y - sim.ego.y) > SENSE_RANGE:
+        return None
+    s = sim.route_position()[0]
+    s_o, d_o = sim.world.route.project((veh.x, veh.y), hint=s, window=SENSE_RANGE + 10)
+    return lane_gap(s, s_o, d_o, veh, EGO_LANE_D)
+
+
+@dataclass
+class LeadLags:
+    """Decides once per lead car's braking (its `brake` span starting) whether the ego reacts
+    late: for `lead_lag_share` of those that start ahead in the ego lane, the ego keeps its
+    speed for a drawn lag, ended early where stopping behind the lead would need more than
+    `lead_lag_decel_mps2` to keep `lead_lag_margin_m`."""
+
+    disturbance: Disturbance
+    rng: np.random.Generator
+    seen: set[int] = field(default_factory=set)
+    lead: Vehicle | None = None
+    until: int = -1
+
+    def active(self, i: int, sim: EgoWorld) -> bool:
+        """Whether the ego reacts late at 50 Hz step i."""
+        d = self.disturbance
+        for veh in sim.world.vehicles:
+            if veh.kind != "lead" or veh.brake_until is None or id(veh) in self.seen:
+                continue
+            self.seen.add(id(veh))
+            if self.rng.random() < d.lead_lag_share and lead_gap(sim, veh) is not None:
+                self.lead = veh
+                self.until = i + int(round(self.rng.uniform(*d.lead_lag_s) * SIM_HZ))
+        if self.lead is None or i >= self.until:
+            return False
+        gap = lead_gap(sim, self.lead)
+        v = sim.ego.v
+        if gap is None or v * v / (2.0 * d.lead_lag_decel_mps2) + d.lead_lag_margin_m >= gap:
+            self.lead, self.until = None, -1
+            return False
+        return True
+
+
 def simulate_disturbed(seed: int, seconds: float, disturbance: Disturbance | None,
                        blocks: tuple[str, ...] | None = None,
                        hold_lights: bool = True, light_edits: tuple[LightEdit, ...] = (),
@@ -248,7 +302,7 @@ def simulate_disturbed(seed: int, seconds: float, disturbance: Disturbance | Non
     offsets = np.zeros((n_steps, 2))  # offsets: [n_steps, 2] (accel, steer) added at a step
     drifts = np.zeros(n_steps)  # drifts: [n_steps] lateral offset the expert steers to
     approaches: list[ApproachPulse | StopShortPulse] = []
-    holds = None
+    holds = lags = None
     if disturbance is not None:
         schedule_steps = (frame_count - 1) * SUBSTEPS + HORIZON_STEPS
         pulses = pulse_schedule(disturbance, schedule_steps, np.random.default_rng([seed, 23]))
@@ -259,6 +313,8 @@ def simulate_disturbed(seed: int, seconds: float, disturbance: Disturbance | Non
         approaches = approach_pulses(disturbance, sim.world.spans,
                                      np.random.default_rng([seed, 29]))
         holds = StartHolds(disturbance, np.random.default_rng([seed, 31]))
+        if disturbance.lead_lag_share > 0.0:
+            lags = LeadLags(disturbance, np.random.default_rng([seed, 41]))
     for t, hold_s in brake_holds:
         start = int(round(t * SIM_HZ))
         offsets[start:start + int(round(hold_s * SIM_HZ)), 0] = -HOLD_BRAKE
@@ -280,13 +336,16 @@ def simulate_disturbed(seed: int, seconds: float, disturbance: Disturbance | Non
             offsets[i:i + hold, 0] = -HOLD_BRAKE
         if drifts[i] < 0.0 and sim.expert.nudge_at(route_s) > 0.0:
             drifts[i] = 0.0
-        marked[i] = offsets[i].any() or drifts[i] != 0.0
+        lagging = lags is not None and lags.active(i, sim)
+        marked[i] = offsets[i].any() or drifts[i] != 0.0 or lagging
         run_starts = i == 0 or not marked[i - 1]
         on_frame = i % SUBSTEPS == 0 and i < frame_count * SUBSTEPS
         if marked[i] and (run_starts or on_frame):
             forks[i] = sim.fork(lights_now)
         accel, steer, info = sim.expert_control(float(drifts[i]))
         expert_accel = accel
+        if lagging:
+            offsets[i, 0] = max(offsets[i, 0], -accel)
         if i % SUBSTEPS == 0:
             scenes.append(sim.snapshot())
             infos.append(info)

@@ -55,6 +55,17 @@ class ExpertInfo:
     oncoming_near: bool
 
 
+def lane_gap(s: float, s_o: float, d_o: float, veh, d_self: float) -> float | None:
+    """Bumper gap (m) from an ego with base_link at route arc length s, driving at lateral
+    offset d_self, to a vehicle at route (s_o, d_o) ahead in its path; None when the vehicle
+    is not in its path ahead."""
+    center_s = s + EGO_LENGTH / 2 - 1.0
+    gap = s_o - center_s - (veh.length + EGO_LENGTH) / 2
+    if s_o > center_s and abs(d_o - d_self) < (veh.width + EGO_WIDTH) / 2 + 0.3 and gap > -1.0:
+        return gap
+    return None
+
+
 class Expert:
     def __init__(self, world: World) -> None:
         self.world = world
@@ -97,7 +108,6 @@ class Expert:
         s, d = route.project((ego.x, ego.y), hint=self._s, window=30.0)
         self._s = s
         front_s = s + ego.front_offset
-        center_s = s + EGO_LENGTH / 2 - 1.0
         v_des = curve_speed_limit(route, s, world.v_cruise, p)
         obstacles: list[Obstacle] = []
         lead_speed, oncoming_near = None, False
@@ -109,10 +119,8 @@ class Expert:
             s_o, d_o = route.project((veh.x, veh.y), hint=s, window=SENSE_RANGE + 10)
             if veh.kind == "oncoming" and s_o > s - 5 and s_o - s < 40:
                 oncoming_near = True
-            d_self = EGO_LANE_D + float(self.nudge_at(s_o))
-            gap = s_o - center_s - (veh.length + EGO_LENGTH) / 2
-            if s_o > center_s and abs(d_o - d_self) < (veh.width + EGO_WIDTH) / 2 + 0.3 \
-                    and gap > -1.0:
+            gap = lane_gap(s, s_o, d_o, veh, EGO_LANE_D + float(self.nudge_at(s_o)))
+            if gap is not None:
                 obstacles.append(Obstacle(gap, veh.v, "lead" if veh.kind == "lead"
                                           else "vehicle", veh))
         ped_gap = None

@@ -7,7 +7,7 @@ import argparse
 import dataclasses
 from pathlib import Path
 
-
+from flashdrive_ros.sim.disturbed_drive import Disturbance
 from flashdrive_ros.sim.light_branches import LightBranches
 from flashdrive_ros.train.decision_focus import BRAKE_DROP_MPS, BRAKE_HORIZON_S, DecisionFocus
 from flashdrive_ros.train.recipe import Recipe, smoke
@@ -36,6 +36,10 @@ def parse_args(argv: list[str] | None = None) -> tuple[argparse.Namespace, Recip
     parser.add_argument("--disturbed-share", type=float, default=None,
                         help=f"share of training drives driven with disturbances (default "
                              f"{Recipe.disturbed_share})")
+    parser.add_argument("--lead-lag-share", type=float, default=None,
+                        help=f"share of the lead cars' brakings in disturbed drives that the "
+                             f"ego reacts to late, keeping its speed until it must brake hard "
+                             f"(default {Disturbance.lead_lag_share}: none)")
     parser.add_argument("--early-greens", type=int, default=None,
                         help=f"forks per red-light wait of a training seed where the light "
                              f"turns green early (default {LightBranches.early_greens}; 0: "
@@ -109,14 +113,18 @@ def parse_args(argv: list[str] | None = None) -> tuple[argparse.Namespace, Recip
     if args.target_call_steps is not None and (args.stages != "target"
                                                or args.target_call_steps < 1):
         parser.error("--target-call-steps takes a count >= 1 and --stages target")
-    if args.resume is not None and (overrides or focus or branches or args.smoke):
+    disturbance = {name: value for name, value in (
+        ("lead_lag_share", args.lead_lag_share),) if value is not None}
+    if args.resume is not None and (overrides or focus or branches or disturbance
+                                    or args.smoke):
         parser.error("--resume takes the recipe of the run it resumes; drop the recipe "
                      "options")
     recipe = smoke() if args.smoke else Recipe()
     try:
         recipe = dataclasses.replace(
             recipe, **overrides, decision=dataclasses.replace(recipe.decision, **focus),
-            light_branches=dataclasses.replace(recipe.light_branches, **branches))
+            light_branches=dataclasses.replace(recipe.light_branches, **branches),
+            disturbance=dataclasses.replace(recipe.disturbance, **disturbance))
     except ValueError as exc:
         parser.error(str(exc))
     return args, recipe
