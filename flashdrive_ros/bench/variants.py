@@ -30,8 +30,6 @@ AT_ACCEPTANCE = {
     "flashdrive_flex_verify_compiled_expert_at_5.6_block8": (
         {"verify_attention": "flex", **COMPILED}, 5.6, 8),
     "flashdrive_compiled_at_5.6_block8": (COMPILED_BOTH, 5.6, 8),
-    "flashdrive_flex_verify_compiled_at_5.6_block8": (
-        {"verify_attention": "flex", **COMPILED_BOTH}, 5.6, 8),
 }
 VARIANT_NAMES = (ALL, *AT_ACCEPTANCE, ALL_FLEX, ALL_COMPILED, ALL_COMPILED_BOTH, ALL_FP8,
                  ALL_FP8_FLEX,

@@ -185,6 +185,10 @@ class EngineConfig:
             raise ConfigError("compiled_backbone compiles the backbone's layers in the graphed "
                               "decode and verify steps; set cuda_graphs true, or "
                               "compiled_backbone false")
+        if self.compiled_backbone and self.verify_attention == "flex":
+            raise ConfigError("compiled_backbone with verify_attention 'flex' writes other CoC "
+                              "tokens than the graphed engine on CUDA; set verify_attention "
+                              "'masked', or compiled_backbone false")
         if self.backbone_weights == "fp8" and self.backend != "torch":
             raise ConfigError("backbone_weights 'fp8' quantizes the torch backbone; set "
                               "backend 'torch' or backbone_weights 'native'")
