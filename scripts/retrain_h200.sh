@@ -2,7 +2,7 @@
 # Retrain the embedded model on one H200 (training pipeline with the recipe's decision focus)
 # and evaluate it on the 16 held-out 60 s drives 1000100..1000115 on the host's CPU cores.
 #
-#   bash scripts/retrain_h200.sh [all|train|target|resume|eval|drive|policy|probe|dagger]
+#   bash scripts/retrain_h200.sh [all|train|target|resume|eval|drive|soup|policy|probe|dagger]
 #
 # all    (default; one call, <= 9.5 min): pipeline with a TRAIN_MINUTES (5.5) budget, then the
 #        16 drives with streaming only (the full-prefill replay does not fit in the same call).
@@ -38,6 +38,11 @@
 #        DRIVES drives of SECONDS_PER_DRIVE from seed DRIVE_SEED (1000000) in flashdrive mode
 #        at 128 ms latency (flashdrive-drive); run it beside `eval` with WORKERS splitting the
 #        cores between them. MODEL_DIR as for eval.
+# soup   (a call on the same warm machine, about 5 min for 24 drives each): the 50/50 average
+#        of models/default and that model (train/average_models.py, into out/retrain/soup),
+#        then the closed-loop benchmark of both side by side, WORKERS each (default half the
+#        cores), as `drive` does: reports in closed_loop_finetune/ and closed_loop_soup/.
+#        MODEL_DIR as for eval.
 # probe  (a call on the same warm machine, about a minute): the lamp probe on that model
 #        (eval/lamp_probe.py), the red-light waits of DRIVES held-out drives from 1000100
 #        planned standing under red and under green. MODEL_DIR as for eval.
@@ -118,16 +123,33 @@ evaluate() {
     return "${status}"
 }
 
+# closed_loop [MODEL NAME WORKERS]: the closed-loop benchmark of MODEL (default the phase's
+# model) into ${run_dir}/NAME (default closed_loop)
 closed_loop() {
     have_model || return 2
-    rm -rf "${run_dir}/closed_loop"
-    run_module "${logs}/closed_loop.log" 15 flashdrive_ros.closed_loop.cli \
-        --model-dir "${model_dir}" --seconds "${seconds}" --seed "${DRIVE_SEED:-1000000}" \
-        --drives "${drives}" --variants flashdrive --latency-ms 128 --workers "${workers}" \
-        --threads 1 --no-pictures --plan-trace --out "${run_dir}/closed_loop"
+    local model="${1:-${model_dir}}" name="${2:-closed_loop}" cores="${3:-${workers}}"
+    rm -rf "${run_dir:?}/${name}"
+    run_module "${logs}/${name}.log" 15 flashdrive_ros.closed_loop.cli \
+        --model-dir "${model}" --seconds "${seconds}" --seed "${DRIVE_SEED:-1000000}" \
+        --drives "${drives}" --variants flashdrive --latency-ms 128 --workers "${cores}" \
+        --threads 1 --no-pictures --plan-trace --out "${run_dir}/${name}"
     local status=$?
-    tail -n 60 "${logs}/closed_loop.log"
-    echo "closed loop exit ${status} after $(( $(date +%s) - start )) s"
+    tail -n 60 "${logs}/${name}.log"
+    echo "closed loop ${name} exit ${status} after $(( $(date +%s) - start )) s"
+    return "${status}"
+}
+
+soup_drives() {
+    have_model || return 2
+    rm -rf "${run_dir}/soup"
+    "${python}" -m flashdrive_ros.train.average_models --model-dir models/default \
+        --model-dir "${model_dir}" --weights 0.5,0.5 --out "${run_dir}/soup" || return 2
+    local half=$(( ($(nproc) + 1) / 2 ))
+    closed_loop "${model_dir}" closed_loop_finetune "${WORKERS:-${half}}" &
+    local finetune=$!
+    closed_loop "${run_dir}/soup/model" closed_loop_soup "${WORKERS:-${half}}"
+    local status=$?
+    wait "${finetune}" || status=$?
     return "${status}"
 }
 
@@ -161,14 +183,20 @@ pack() {
     local files=() wanted=(summary.json coverage.md train_log.jsonl logs held_out/held_out.json
                            held_out/held_out.md closed_loop/report.json closed_loop/report.md
                            lamp_probe/lamp_probe.json lamp_probe/lamp_probe.md
-                           policy_coverage.md)
+                           policy_coverage.md closed_loop_finetune/report.json
+                           closed_loop_finetune/report.md closed_loop_soup/report.json
+                           closed_loop_soup/report.md logs/closed_loop_finetune.log
+                           logs/closed_loop_soup.log)
     if "${own_model}"; then
         wanted+=(model/config.json model/tokenizer.json model/manifest.json
                  model/drafter.safetensors model/drafter_mrope.safetensors)
     else
         wanted=("logs/held_out_${phase}.log" logs/closed_loop.log held_out/held_out.json
                 held_out/held_out.md closed_loop/report.json closed_loop/report.md
-                lamp_probe/lamp_probe.json lamp_probe/lamp_probe.md)
+                lamp_probe/lamp_probe.json lamp_probe/lamp_probe.md
+                closed_loop_finetune/report.json closed_loop_finetune/report.md
+                closed_loop_soup/report.json closed_loop_soup/report.md
+                logs/closed_loop_finetune.log logs/closed_loop_soup.log)
     fi
     for f in "${wanted[@]}"; do
         [ -e "${run_dir}/${f}" ] && files+=("${f}")
@@ -214,6 +242,9 @@ case "${phase}" in
     policy)
         policy_drives || status=$?
         ;;
+    soup)
+        soup_drives || status=$?
+        ;;
     probe)
         lamp_probe || status=$?
         ;;
@@ -229,7 +260,7 @@ case "${phase}" in
         cp out/policy_drives.log "${logs}/" 2>/dev/null
         ;;
     *)
-        echo "usage: $0 [all|train|target|resume|eval|drive|policy|probe|dagger]"
+        echo "usage: $0 [all|train|target|resume|eval|drive|soup|policy|probe|dagger]"
         exit 2
         ;;
 esac
