@@ -97,7 +97,8 @@ class EngineConfig:
                                     "first plan of each sample count.")
     compiled_backbone: bool = setting(False, "The backbone's decoder layers run as "
                                       "torch.compile graphs inside the graphed decode, verify "
-                                      "and finish steps (cuda_graphs): Inductor fuses each "
+                                      "and finish steps (cuda_graphs, verify_attention "
+                                      "masked): Inductor fuses each "
                                       "layer's norms, RoPE, cache write, SwiGLU and residual "
                                       "adds; compiled on the first step of each token count.")
     backbone_weights: str = setting("native", "Backbone decoder linear layers: native, or fp8 "
