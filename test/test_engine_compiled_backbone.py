@@ -8,6 +8,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
+from helpers.engines import cuda_float32_engines
 from helpers.windows import window
 from torch._dynamo.utils import counters
 
@@ -123,12 +124,7 @@ def test_engine_with_compiled_backbone_matches_the_graphed_engine(parts):
     plan, as with the compiled expert). Dynamo's cache starts empty, so the graphs of the
     tests before do not count against its recompile limit (8 graphs of one function)."""
     torch._dynamo.reset()
-    model, tok, drafter = parts
-    model, drafter = model.to("cuda", torch.float32), drafter.to("cuda", torch.float32)
-    engines = [Engine(model, tok, drafter,
-                      EngineConfig(device="cuda", dtype="float32", max_coc_tokens=12,
-                                   num_samples=2, compiled_backbone=compiled))
-               for compiled in (False, True)]
+    engines = cuda_float32_engines(parts, "compiled_backbone")
     compiled_graphs = 0
     for step in (0, 1, 2, 3, 5):
         plain = engines[0].step(window(step))

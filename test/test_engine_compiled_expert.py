@@ -7,6 +7,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
+from helpers.engines import cuda_float32_engines
 from helpers.windows import window
 from torch._dynamo.utils import counters
 
@@ -59,12 +60,7 @@ def test_engine_with_compiled_expert_matches_the_graphed_engine(parts):
     (relative 2e-4 at the far end of the plan). In bfloat16 the fused kernels keep float32
     intermediates where the plain layers round every operation, which the random tiny
     expert amplifies over the Euler steps to decimetres: not compared here."""
-    model, tok, drafter = parts
-    model, drafter = model.to("cuda", torch.float32), drafter.to("cuda", torch.float32)
-    engines = [Engine(model, tok, drafter,
-                      EngineConfig(device="cuda", dtype="float32", max_coc_tokens=12,
-                                   num_samples=2, compiled_expert=compiled))
-               for compiled in (False, True)]
+    engines = cuda_float32_engines(parts, "compiled_expert")
     for step in (0, 1, 2, 3, 5):
         plain, compiled = (engine.step(window(step)) for engine in engines)
         assert compiled.coc_token_ids == plain.coc_token_ids

@@ -236,14 +236,13 @@ class StartHolds:
         return 0
 
 
-def lead_gap(sim: EgoWorld, veh: Vehicle) -> float | None:
-    """Bumper gap (m) from the ego of `sim` to `veh` when it is ahead in the ego lane within
-    sensing range, else None."""
+def lead_gap(sim: EgoWorld, route_s: float, veh: Vehicle) -> float | None:
+    """Bumper gap (m) from the ego of `sim`, base_link at route arc length route_s, to `veh`
+    when it is ahead in the ego lane within sensing range, else None."""
     if not veh.active or np.hypot(veh.x - sim.ego.x, veh.y - sim.ego.y) > SENSE_RANGE:
         return None
-    s = sim.route_position()[0]
-    s_o, d_o = sim.world.route.project((veh.x, veh.y), hint=s, window=SENSE_RANGE + 10)
-    return lane_gap(s, s_o, d_o, veh, EGO_LANE_D)
+    s_o, d_o = sim.world.route.project((veh.x, veh.y), hint=route_s, window=SENSE_RANGE + 10)
+    return lane_gap(route_s, s_o, d_o, veh, EGO_LANE_D)
 
 
 @dataclass
@@ -259,19 +258,20 @@ class LeadLags:
     lead: Vehicle | None = None
     until: int = -1
 
-    def active(self, i: int, sim: EgoWorld) -> bool:
-        """Whether the ego reacts late at 50 Hz step i."""
+    def active(self, i: int, sim: EgoWorld, route_s: float) -> bool:
+        """Whether the ego reacts late at 50 Hz step i, base_link at route arc length
+        route_s."""
         d = self.disturbance
         for veh in sim.world.vehicles:
             if veh.kind != "lead" or veh.brake_until is None or id(veh) in self.seen:
                 continue
             self.seen.add(id(veh))
-            if self.rng.random() < d.lead_lag_share and lead_gap(sim, veh) is not None:
+            if self.rng.random() < d.lead_lag_share and lead_gap(sim, route_s, veh) is not None:
                 self.lead = veh
                 self.until = i + int(round(self.rng.uniform(*d.lead_lag_s) * SIM_HZ))
         if self.lead is None or i >= self.until:
             return False
-        gap = lead_gap(sim, self.lead)
+        gap = lead_gap(sim, route_s, self.lead)
         v = sim.ego.v
         if gap is None or v * v / (2.0 * d.lead_lag_decel_mps2) + d.lead_lag_margin_m >= gap:
             self.lead, self.until = None, -1
@@ -336,7 +336,7 @@ def simulate_disturbed(seed: int, seconds: float, disturbance: Disturbance | Non
             offsets[i:i + hold, 0] = -HOLD_BRAKE
         if drifts[i] < 0.0 and sim.expert.nudge_at(route_s) > 0.0:
             drifts[i] = 0.0
-        lagging = lags is not None and lags.active(i, sim)
+        lagging = lags is not None and lags.active(i, sim, route_s)
         marked[i] = offsets[i].any() or drifts[i] != 0.0 or lagging
         run_starts = i == 0 or not marked[i - 1]
         on_frame = i % SUBSTEPS == 0 and i < frame_count * SUBSTEPS

@@ -1,6 +1,8 @@
 """Engines over the in-memory tiny model (the `parts` fixture) and their plans of the test
 windows."""
 
+import torch
+
 from flashdrive_ros.engine.config import EngineConfig
 from flashdrive_ros.engine.engine import Engine
 from helpers.windows import window
@@ -34,3 +36,14 @@ def plans_with_switch(parts, switch: str, steps=(0, 1, 2)) -> dict[bool, tuple[E
         eng = engine(parts, num_samples=2, **{switch: value})
         out[value] = (eng, run(eng, steps))
     return out
+
+
+def cuda_float32_engines(parts, switch: str) -> list[Engine]:
+    """[plain, `switch` on]: engines of the tiny model moved to CUDA in float32 (2 samples,
+    up to 12 CoC tokens)."""
+    model, tok, drafter = parts
+    model, drafter = model.to("cuda", torch.float32), drafter.to("cuda", torch.float32)
+    return [Engine(model, tok, drafter,
+                   EngineConfig(device="cuda", dtype="float32", max_coc_tokens=12,
+                                num_samples=2, **{switch: on}))
+            for on in (False, True)]
