@@ -10,6 +10,7 @@ from flashdrive_ros.sim.disturbed_drive import (
     HORIZON_STEPS,
     ApproachPulse,
     Disturbance,
+    RestHold,
     StopShortPulse,
     approach_pulses,
     drift_offsets,
@@ -21,7 +22,7 @@ from flashdrive_ros.sim.drive import SUBSTEPS, simulate
 from flashdrive_ros.sim.ego_world import EgoWorld
 from flashdrive_ros.sim.entities import TrafficLight
 from flashdrive_ros.sim.labels import label_drive
-from flashdrive_ros.sim.vehicle import EGO_LENGTH, REAR_OVERHANG
+from flashdrive_ros.sim.vehicle import EGO_LENGTH, REAR_OVERHANG, EgoState, step_bicycle
 from flashdrive_ros.sim.world import EGO_LANE_D, ScenarioSpan
 from flashdrive_ros.train.generate import generate_drives, is_disturbed
 
@@ -359,3 +360,43 @@ def test_start_holds_are_drawn_by_their_share():
     assert 0.4 < len(held) / len(steps) < 0.6
     assert min(held) >= 0.5 * 50 and max(held) <= 4.0 * 50
     assert not any(start_hold_steps(Disturbance(start_hold_share=0.0), rng) for _ in range(50))
+
+
+@pytest.mark.parametrize("v0, start_s", [(12.0, 0.0), (8.0, 20.0), (3.0, 35.0)])
+def test_a_rest_hold_stops_the_ego_at_its_point_and_keeps_it_there_until_its_time(v0, start_s):
+    hold = RestHold(rest_s=40.0, until=20.0)
+    ego, s, dt, first = EgoState(0.0, 0.0, 0.0, v0), start_s, 0.02, None
+    for i in range(1500):
+        accel = hold.accel(i * dt, s, ego.v)
+        if accel is None:
+            assert first is None or i * dt >= 20.0
+            accel = 1.0
+        elif first is None:
+            first = s
+            assert ego.v * ego.v / (2.0 * (40.0 - s)) >= 3.0 - 0.2
+        moved = step_bicycle(ego, accel, 0.0, dt)
+        s += moved.x - ego.x
+        ego = moved
+        if i * dt < 20.0 and ego.v == 0.0:
+            assert abs(s - 40.0) < 0.3
+    assert first is not None and s > 45.0
+
+
+def test_a_rest_hold_stands_the_ego_short_of_the_red_light_and_the_futures_move_up():
+    plain = simulate(SEED, 20.0, blocks=("red_light",))
+    light = plain.world.lights()[0]
+    rest_s = light.stop_s - (EGO_LENGTH - REAR_OVERHANG) - 8.0
+    log = simulate_disturbed(SEED, 20.0, None, blocks=("red_light",),
+                             rest_holds=((rest_s, 18.0),))
+    standing = [k for k, info in enumerate(log.infos[:log.frame_count])
+                if info.v < 0.05 and info.t < 18.0]
+    assert standing and standing[-1] == int(round(18.0 * 10)) - 1
+    for k in standing:
+        assert abs(log.infos[k].route_s - rest_s) < 0.3
+        if log.infos[k].light_state == "red":
+            assert 8.0 - 4.5 - 0.3 < log.future(k)[-1, 0] < 8.0 + 0.3
+        else:
+            assert log.future(k)[-1, 0] > 10.0
+    assert {log.infos[k].light_state for k in standing} == {"red", "green"}
+    assert log.infos[log.frame_count - 1].v > 1.0
+    assert min(info.route_s for info in plain.infos if info.v < 0.05) > rest_s + 3.0

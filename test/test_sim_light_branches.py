@@ -2,7 +2,9 @@
 before it, and the other traffic keeps the light's cycle; the forks of a red-light wait start
 from the seed's own drive, an early green holds the car a reaction time under a green lamp
 with go labels and the expert's start as the future, then it starts; a held red keeps it
-standing under a red one; the training drives of the forks carry those labels."""
+standing under a red one; a stand-back stands farther short of the line than the expert
+waits, moving up under red and starting under green in its futures; the training drives of
+the forks carry those labels."""
 
 import dataclasses
 
@@ -12,13 +14,14 @@ import pytest
 from flashdrive_ros.model.config import tiny
 from flashdrive_ros.sim.drive import FRAME_HZ, HISTORY_STEPS, SUBSTEPS, simulate
 from flashdrive_ros.sim.entities import LightEdit, TrafficLight
-from flashdrive_ros.sim.labels import DECISIONS, STANDING_MPS, label_drive
+from flashdrive_ros.sim.labels import DECISIONS, RED_WAIT_GAP, STANDING_MPS, label_drive
 from flashdrive_ros.sim.light_branches import (
     LightBranches,
     branch_logs,
     drive_forks,
     red_waits,
 )
+from flashdrive_ros.sim.vehicle import EGO_LENGTH, REAR_OVERHANG
 from flashdrive_ros.train.generate import light_branch_drives
 
 SEED, SECONDS = 1000, 14.0
@@ -61,10 +64,12 @@ def test_light_edits_and_branch_settings_are_validated():
             LightEdit(**{"t": 1.0, "index": 0, "state": "green", **bad})
     for bad in ({"early_greens": -1}, {"after_s": 0.0}, {"after_s": float("inf")},
                 {"reaction_s": (2.0, 1.0)}, {"reaction_s": (-1.0, 1.0)},
-                {"min_standing_s": -1.0}):
+                {"min_standing_s": -1.0}, {"stand_back_m": (RED_WAIT_GAP - 1.0, 8.0)},
+                {"stand_back_m": (9.0, 8.0)}):
         with pytest.raises(ValueError, match="LightBranches"):
             LightBranches(**bad)
     assert not LightBranches().enabled
+    assert LightBranches(stand_back=True).enabled
 
 
 def test_a_light_edit_leaves_the_drive_before_its_time_unchanged(drive):
@@ -213,3 +218,34 @@ def test_training_drives_of_the_forks_are_rendered_and_labelled():
     assert made.speed[fork] < STANDING_MPS
     assert light_branch_drives([SEED], SECONDS, cfg, dataclasses.replace(
         spec, early_greens=0), workers=1) == []
+
+
+def test_a_stand_back_holds_the_ego_short_of_the_line_then_it_moves_up_or_starts():
+    seconds = 20.0
+    drive = simulate(SEED, seconds)
+    spec = LightBranches(stand_back=True)
+    wait = red_waits(drive)[0]
+    light = drive.world.lights()[wait.light]
+    forks = drive_forks(drive, spec, np.random.default_rng([SEED, 23]))
+    assert len(forks) == 1 and forks[0].edit is None
+    fork = forks[0]
+    gap = light.stop_s - (EGO_LENGTH - REAR_OVERHANG) - fork.rest_s
+    assert spec.stand_back_m[0] <= gap <= spec.stand_back_m[1]
+    assert wait.first <= fork.frame <= wait.last
+    assert fork.hold_at == (wait.last + 1) / FRAME_HZ
+    (log,) = branch_logs(SEED, seconds, spec, drive)
+    labels = label_drive(log.infos, log.frame_count)
+    first = HISTORY_STEPS - 1
+    green = first + wait.last + 1 - fork.frame
+    assert log.infos[0].t == (fork.frame - first) / FRAME_HZ
+    for k in range(first, green):
+        info = log.infos[k]
+        assert info.v < STANDING_MPS and info.light_state == "red"
+        assert abs(info.light_gap - gap) < 0.3
+        assert labels[k].decision == "stop"
+        assert gap - 4.5 - 0.3 < log.future(k)[-1, 0] < gap + 0.3
+    held = int(spec.reaction_s[0] * FRAME_HZ)
+    for k in range(green, green + held):
+        assert log.infos[k].v < STANDING_MPS and log.infos[k].light_state == "green"
+        assert labels[k].decision == "keep_lane" and log.future(k)[-1, 0] > 10.0
+    assert log.infos[log.frame_count - 1].v > 1.0

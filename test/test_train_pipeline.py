@@ -179,6 +179,7 @@ def test_the_command_line_sets_the_recipe():
     assert (branches.early_greens, branches.held_red, branches.natural_wait) == (3, False, True)
     assert not parse_args(["--out", "o"])[1].light_branches.enabled
     assert parse_args(["--out", "o", "--held-red", "on"])[1].light_branches.held_red
+    assert parse_args(["--out", "o", "--stand-back", "on"])[1].light_branches.stand_back
     disturbance = parse_args(["--out", "o", "--lead-lag-share", "0.6"])[1].disturbance
     assert disturbance == dataclasses.replace(Recipe().disturbance, lead_lag_share=0.6)
     for bad in (["--target-batch", "0"], ["--train-seed-offset", "-1"],

@@ -42,6 +42,8 @@ HORIZON_STEPS = FUTURE_STEPS * SUBSTEPS
 START_ACCEL = 0.3  # m/s^2: an expert acceleration above it while the ego stands is a start
 MOVING_SPEED = 1.0  # m/s: above it, the next standstill's start is drawn afresh
 HOLD_BRAKE = 3.0  # m/s^2 offset that keeps a standing ego at rest against the expert's start
+STOPPED_MPS = 0.05  # m/s: below it a rest hold keeps the ego standing
+REST_TOLERANCE_M = 0.05  # m: a rest hold past its point brakes as if this far before it
 
 
 @dataclass(frozen=True)
@@ -279,10 +281,37 @@ class LeadLags:
         return True
 
 
+@dataclass
+class RestHold:
+    """The ego brought to rest with base_link at route arc length `rest_s` and held there
+    until time `until` (s): from where stopping there takes `decel`, it brakes at the
+    deceleration that ends there, then stands."""
+
+    rest_s: float
+    until: float
+    decel: float = 3.0
+    acting: bool = False
+
+    def accel(self, t: float, route_s: float, v: float) -> float | None:
+        """The ego's acceleration at time t, base_link at route arc length route_s and speed
+        v; None where the hold leaves the ego to the expert."""
+        if t >= self.until:
+            return None
+        left = self.rest_s - route_s
+        if not self.acting:
+            if left > 0.0 and v * v < 2.0 * self.decel * left:
+                return None
+            self.acting = True
+        if v < STOPPED_MPS:
+            return -HOLD_BRAKE
+        return -v * v / (2.0 * max(left, REST_TOLERANCE_M))
+
+
 def simulate_disturbed(seed: int, seconds: float, disturbance: Disturbance | None,
                        blocks: tuple[str, ...] | None = None,
                        hold_lights: bool = True, light_edits: tuple[LightEdit, ...] = (),
                        brake_holds: tuple[tuple[float, float], ...] = (),
+                       rest_holds: tuple[tuple[float, float], ...] = (),
                        end_s: float | None = None) -> DriveLog:
     """Like `drive.simulate`, with the ego disturbed by `pulse_schedule` and
     `approach_pulses` pulses, `drift_offsets` drifts and `StartHolds` (seeded by `seed`; none
@@ -291,7 +320,9 @@ def simulate_disturbed(seed: int, seconds: float, disturbance: Disturbance | Non
     shows: the lights keep the states they have at the frame's time through its horizon (a
     light that turns green 4 s later is red for the whole future of a car waiting at it).
     light_edits and end_s as in `drive.simulate`; brake_holds: (t, seconds) spans in which
-    the ego is held at rest against the expert (a driver's reaction time)."""
+    the ego is held at rest against the expert (a driver's reaction time); rest_holds:
+    (rest_s, until) of `RestHold`s, each stopping the ego at a route arc length and keeping
+    it there until a time."""
     if seconds <= 0:
         raise ValueError(f"seconds must be > 0, got {seconds}")
     sim = EgoWorld(seed, seconds, blocks)
@@ -318,6 +349,7 @@ def simulate_disturbed(seed: int, seconds: float, disturbance: Disturbance | Non
     for t, hold_s in brake_holds:
         start = int(round(t * SIM_HZ))
         offsets[start:start + int(round(hold_s * SIM_HZ)), 0] = -HOLD_BRAKE
+    rests = [RestHold(rest_s, until) for rest_s, until in rest_holds]
     marked = np.zeros(n_steps, dtype=bool)  # marked: [n_steps] the step is disturbed
     rows, scenes, infos, forks, light_changes = [], [], [], {}, {}
     expert_accel = 0.0
@@ -337,7 +369,12 @@ def simulate_disturbed(seed: int, seconds: float, disturbance: Disturbance | Non
         if drifts[i] < 0.0 and sim.expert.nudge_at(route_s) > 0.0:
             drifts[i] = 0.0
         lagging = lags is not None and lags.active(i, sim, route_s)
-        marked[i] = offsets[i].any() or drifts[i] != 0.0 or lagging
+        rest_accel = None
+        for rest in rests:
+            rest_accel = rest.accel(sim.t, route_s, sim.ego.v)
+            if rest_accel is not None:
+                break
+        marked[i] = offsets[i].any() or drifts[i] != 0.0 or lagging or rest_accel is not None
         run_starts = i == 0 or not marked[i - 1]
         on_frame = i % SUBSTEPS == 0 and i < frame_count * SUBSTEPS
         if marked[i] and (run_starts or on_frame):
@@ -346,6 +383,8 @@ def simulate_disturbed(seed: int, seconds: float, disturbance: Disturbance | Non
         expert_accel = accel
         if lagging:
             offsets[i, 0] = max(offsets[i, 0], -accel)
+        if rest_accel is not None:
+            offsets[i, 0] = rest_accel - accel
         if i % SUBSTEPS == 0:
             scenes.append(sim.snapshot())
             infos.append(info)

@@ -8,7 +8,11 @@ time before it starts, each frame's future being the expert's plan (the lights h
 frame shows them, sim/disturbed_drive.py). Each fork is the seed's drive simulated again with
 that one edit (the world is built for the drive's full length, so it is the same world), cut
 to HISTORY_STEPS - 1 frames before the fork (a training window's history and frames) and
-`after_s` after it, so its first window is the first frame under the new colour."""
+`after_s` after it, so its first window is the first frame under the new colour. A
+stand-back fork stops the ego farther short of the line than the expert ever waits and holds
+it there through the red and a reaction time into the light's own green, each frame's future
+being the expert's: moving up to the line under red, starting under green; it is cut from a
+frame drawn in the wait."""
 
 from __future__ import annotations
 
@@ -20,6 +24,7 @@ from flashdrive_ros.sim.disturbed_drive import simulate_disturbed
 from flashdrive_ros.sim.drive import FRAME_HZ, HISTORY_STEPS, DriveLog, simulate
 from flashdrive_ros.sim.entities import LightEdit
 from flashdrive_ros.sim.labels import RED_WAIT_GAP, STANDING_MPS
+from flashdrive_ros.sim.vehicle import EGO_LENGTH, REAR_OVERHANG
 
 
 @dataclass(frozen=True)
@@ -32,11 +37,15 @@ class LightBranches:
     long after the ego stopped and before the light's own green; after_s: frames kept after a
     fork; reaction_s: after an early green the ego is held at rest for a time drawn from this
     range while each frame's future is the expert's start (a driver's reaction time), so the
-    fork holds a standing car under a green lamp."""
+    fork holds a standing car under a green lamp; stand_back: one stand-back fork per red wait
+    whose light turns green within the drive, the front bumper held at a gap to the line
+    drawn from stand_back_m."""
 
     early_greens: int = 0
     held_red: bool = False
     natural_wait: bool = False
+    stand_back: bool = False
+    stand_back_m: tuple[float, float] = (5.0, 10.0)
     min_standing_s: float = 0.5
     after_s: float = 4.0
     reaction_s: tuple[float, float] = (0.5, 3.0)
@@ -54,10 +63,14 @@ class LightBranches:
         if not (np.isfinite(high) and 0 <= low <= high):
             raise ValueError(f"LightBranches.reaction_s must be (low, high) with 0 <= low <= "
                              f"high, got {self.reaction_s}")
+        low, high = self.stand_back_m
+        if not (np.isfinite(high) and RED_WAIT_GAP <= low <= high):
+            raise ValueError(f"LightBranches.stand_back_m must be (low, high) with "
+                             f"{RED_WAIT_GAP} <= low <= high, got {self.stand_back_m}")
 
     @property
     def enabled(self) -> bool:
-        return self.early_greens > 0 or self.held_red or self.natural_wait
+        return self.early_greens > 0 or self.held_red or self.natural_wait or self.stand_back
 
 
 @dataclass(frozen=True)
@@ -89,19 +102,23 @@ def red_waits(log: DriveLog) -> list[RedWait]:
 @dataclass(frozen=True)
 class Fork:
     """A fork of a drive: its first window's frame, the light edit made there (None: the
-    drive's own lights) and how long the ego is held at rest from `hold_at` on (s)."""
+    drive's own lights) and how long the ego is held at rest from `hold_at` on (s);
+    rest_s: the route arc length where base_link is stopped and held until then (None: the
+    ego stops where the expert does)."""
 
     frame: int
     edit: LightEdit | None
     hold_at: float
     hold_s: float
+    rest_s: float | None = None
 
 
 def drive_forks(log: DriveLog, spec: LightBranches, rng: np.random.Generator) -> list[Fork]:
     """The drive's forks per red wait: early greens at frames drawn from the wait's standing
     frames (held a reaction time), the wait itself from its first frame (held a reaction time
     after its own green), a held red from its last red frame (the light turns green before
-    the next frame)."""
+    the next frame), a stand-back from a frame drawn in the wait (held a reaction time after
+    its own green)."""
     forks: list[Fork] = []
     margin = int(round(spec.min_standing_s * FRAME_HZ))
     for wait in red_waits(log):
@@ -119,6 +136,13 @@ def drive_forks(log: DriveLog, spec: LightBranches, rng: np.random.Generator) ->
         if spec.held_red and ends:
             forks.append(Fork(wait.last, LightEdit(float(wait.last) / FRAME_HZ, wait.light,
                                                    "red"), 0.0, 0.0))
+        if spec.stand_back and ends:
+            gap = float(rng.uniform(*spec.stand_back_m))
+            rest_s = log.world.lights()[wait.light].stop_s - (EGO_LENGTH - REAR_OVERHANG) - gap
+            forks.append(Fork(int(rng.integers(max(wait.first, HISTORY_STEPS - 1),
+                                               wait.last + 1)),
+                              None, float(wait.last + 1) / FRAME_HZ,
+                              float(rng.uniform(*spec.reaction_s)), rest_s))
     return forks
 
 
@@ -135,9 +159,12 @@ def branch_logs(seed: int, seconds: float, spec: LightBranches,
         last = max(fork.frame, int(round(fork.hold_at * FRAME_HZ))) + after
         count = min(last, log.frame_count - 1) - fork.frame + HISTORY_STEPS
         end_frame = fork.frame - (HISTORY_STEPS - 1) + count - 1
+        resting = fork.rest_s is not None
         branch = simulate_disturbed(
             seed, log.seconds, None, light_edits=() if fork.edit is None else (fork.edit,),
-            brake_holds=((fork.hold_at, fork.hold_s),) if fork.hold_s > 0 else (),
+            brake_holds=((fork.hold_at, fork.hold_s),) if fork.hold_s > 0 and not resting
+            else (),
+            rest_holds=((fork.rest_s, fork.hold_at + fork.hold_s),) if resting else (),
             end_s=end_frame / FRAME_HZ)
         cut = branch.cut(fork.frame - (HISTORY_STEPS - 1), count)
         if fork.hold_s > 0 and any(info.reason == "vehicle"

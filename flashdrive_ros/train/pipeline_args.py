@@ -48,6 +48,10 @@ def parse_args(argv: list[str] | None = None) -> tuple[argparse.Namespace, Recip
                "a fork per red-light wait where the light stays red past its green")
     add_on_off(parser, "--natural-wait", LightBranches.natural_wait,
                "each red-light wait itself as a fork, held a reaction time after its green")
+    add_on_off(parser, "--stand-back", LightBranches.stand_back,
+               f"a fork per red-light wait with the ego stopped {LightBranches.stand_back_m[0]:g}-"
+               f"{LightBranches.stand_back_m[1]:g} m short of the line, held there a reaction "
+               f"time into the green")
     parser.add_argument("--decision-token-weight", type=float, default=None,
                         help=f"CoC loss weight of the tokens that decide the decision "
                              f"(default {DecisionFocus.token_weight}; 1: plain mean)")
@@ -108,7 +112,8 @@ def parse_args(argv: list[str] | None = None) -> tuple[argparse.Namespace, Recip
     branches = {name: value for name, value in (
         ("early_greens", args.early_greens),
         ("held_red", on_off(args.held_red)),
-        ("natural_wait", on_off(args.natural_wait)))
+        ("natural_wait", on_off(args.natural_wait)),
+        ("stand_back", on_off(args.stand_back)))
         if value is not None}
     if args.target_call_steps is not None and (args.stages != "target"
                                                or args.target_call_steps < 1):
