@@ -188,6 +188,49 @@ def test_compiled_flex_on_cuda_matches_the_masked_attention(dtype, tol):
         torch.testing.assert_close(got.float(), want, atol=tol, rtol=tol)
 
 
+def write_then_attend(q, k, v, slots, keys, values, attention):
+    keys.index_copy_(2, slots, k)
+    values.index_copy_(2, slots, v)
+    return attention(q, keys, values)
+
+
+@needs_cuda
+def test_a_compiled_cache_write_and_flex_under_a_cuda_graph_match_the_masked_attention():
+    capacity = 32 * KV_BLOCK
+    compiled = torch.compile(write_then_attend, fullgraph=True, dynamic=False)
+    _, base_k, base_v = random_qkv(1, capacity, torch.float32, "cuda")
+    for t in (8, 1, 9):
+        attention = FlexCacheAttention(capacity, t, "cuda", compiled=True)
+        q, k, v = (torch.zeros(1, heads, t, 32, device="cuda") for heads in (8, 2, 2))
+        keys, values = base_k.clone(), base_v.clone()
+        slots = torch.arange(t, device="cuda")
+
+        def step():
+            attention.update(slots)
+            return compiled(q, k, v, slots, keys, values, attention)
+
+        side = torch.cuda.Stream()
+        side.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(side):
+            step()
+        torch.cuda.current_stream().wait_stream(side)
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            out = step()
+        for start in (100, 16 * KV_BLOCK - 3, capacity - t):
+            keys.copy_(base_k)
+            values.copy_(base_v)
+            for x in (q, k, v):
+                x.copy_(torch.randn_like(x))
+            slots.copy_(torch.arange(start, start + t, device="cuda"))
+            graph.replay()
+            want_k, want_v = base_k.clone(), base_v.clone()
+            want_k[:, :, start:start + t] = k
+            want_v[:, :, start:start + t] = v
+            torch.testing.assert_close(out, masked_reference(q, want_k, want_v, start),
+                                       atol=1e-4, rtol=1e-4)
+
+
 @needs_cuda
 @pytest.mark.parametrize("flex", [{"verify_attention": "flex"}, {"action_attention": "flex"}])
 def test_engine_with_flex_under_cuda_graphs_plans_like_the_masked_engine(flex):
