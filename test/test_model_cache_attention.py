@@ -195,14 +195,18 @@ def write_then_attend(q, k, v, slots, keys, values, attention):
 
 
 @needs_cuda
-def test_a_compiled_cache_write_and_flex_under_a_cuda_graph_match_the_masked_attention():
+@pytest.mark.parametrize("layer", [0, 1])
+def test_a_compiled_cache_write_and_flex_under_a_cuda_graph_match_the_masked_attention(layer):
+    """The cache of `layer` as the engine holds it: views of one allocation for all layers."""
     capacity = 32 * KV_BLOCK
     compiled = torch.compile(write_then_attend, fullgraph=True, dynamic=False)
     _, base_k, base_v = random_qkv(1, capacity, torch.float32, "cuda")
+    cache_k = torch.zeros(2, *base_k.shape, device="cuda")  # [L, B, Hkv, C, D]
+    cache_v = torch.zeros_like(cache_k)
+    keys, values = cache_k[layer], cache_v[layer]
     for t in (8, 1, 9):
         attention = FlexCacheAttention(capacity, t, "cuda", compiled=True)
         q, k, v = (torch.zeros(1, heads, t, 32, device="cuda") for heads in (8, 2, 2))
-        keys, values = base_k.clone(), base_v.clone()
         slots = torch.arange(t, device="cuda")
 
         def step():
