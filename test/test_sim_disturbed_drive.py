@@ -381,22 +381,3 @@ def test_a_rest_hold_stops_the_ego_at_its_point_and_keeps_it_there_until_its_tim
             assert abs(s - 40.0) < 0.3
     assert first is not None and s > 45.0
 
-
-def test_a_rest_hold_stands_the_ego_short_of_the_red_light_and_the_futures_move_up():
-    plain = simulate(SEED, 20.0, blocks=("red_light",))
-    light = plain.world.lights()[0]
-    rest_s = light.stop_s - (EGO_LENGTH - REAR_OVERHANG) - 8.0
-    log = simulate_disturbed(SEED, 20.0, None, blocks=("red_light",),
-                             rest_holds=((rest_s, 18.0),))
-    standing = [k for k, info in enumerate(log.infos[:log.frame_count])
-                if info.v < 0.05 and info.t < 18.0]
-    assert standing and standing[-1] == int(round(18.0 * 10)) - 1
-    for k in standing:
-        assert abs(log.infos[k].route_s - rest_s) < 0.3
-        if log.infos[k].light_state == "red":
-            assert 8.0 - 4.5 - 0.3 < log.future(k)[-1, 0] < 8.0 + 0.3
-        else:
-            assert log.future(k)[-1, 0] > 10.0
-    assert {log.infos[k].light_state for k in standing} == {"red", "green"}
-    assert log.infos[log.frame_count - 1].v > 1.0
-    assert min(info.route_s for info in plain.infos if info.v < 0.05) > rest_s + 3.0
