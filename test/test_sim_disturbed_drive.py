@@ -381,3 +381,15 @@ def test_a_rest_hold_stops_the_ego_at_its_point_and_keeps_it_there_until_its_tim
             assert abs(s - 40.0) < 0.3
     assert first is not None and s > 45.0
 
+
+
+def test_futures_from_a_frame_are_those_of_the_whole_drive_and_none_before():
+    whole = simulate_disturbed(SEED, 20.0, None, blocks=("red_light",),
+                               brake_holds=((9.0, 3.0),))
+    late = simulate_disturbed(SEED, 20.0, None, blocks=("red_light",),
+                              brake_holds=((9.0, 3.0),), futures_from=80)
+    assert np.array_equal(late.ego, whole.ego)
+    assert np.isnan(late.planned[:80]).all()
+    assert np.array_equal(late.planned[80:], whole.planned[80:])
+    with pytest.raises(ValueError, match="futures_from"):
+        simulate_disturbed(SEED, 2.0, None, futures_from=21)

@@ -312,7 +312,7 @@ def simulate_disturbed(seed: int, seconds: float, disturbance: Disturbance | Non
                        hold_lights: bool = True, light_edits: tuple[LightEdit, ...] = (),
                        brake_holds: tuple[tuple[float, float], ...] = (),
                        rest_holds: tuple[tuple[float, float], ...] = (),
-                       end_s: float | None = None) -> DriveLog:
+                       end_s: float | None = None, futures_from: int = 0) -> DriveLog:
     """Like `drive.simulate`, with the ego disturbed by `pulse_schedule` and
     `approach_pulses` pulses, `drift_offsets` drifts and `StartHolds` (seeded by `seed`; none
     when `disturbance` is None) and `DriveLog.planned` holding each frame's undisturbed
@@ -322,7 +322,8 @@ def simulate_disturbed(seed: int, seconds: float, disturbance: Disturbance | Non
     light_edits and end_s as in `drive.simulate`; brake_holds: (t, seconds) spans in which
     the ego is held at rest against the expert (a driver's reaction time); rest_holds:
     (rest_s, until) of `RestHold`s, each stopping the ego at a route arc length and keeping
-    it there until a time."""
+    it there until a time; futures_from: the first frame whose future is planned (the
+    frames before it, which a caller cuts away, get NaN futures and no expert forks)."""
     if seconds <= 0:
         raise ValueError(f"seconds must be > 0, got {seconds}")
     sim = EgoWorld(seed, seconds, blocks)
@@ -349,6 +350,10 @@ def simulate_disturbed(seed: int, seconds: float, disturbance: Disturbance | Non
     for t, hold_s in brake_holds:
         start = int(round(t * SIM_HZ))
         offsets[start:start + int(round(hold_s * SIM_HZ)), 0] = -HOLD_BRAKE
+    if not 0 <= futures_from < frame_count:
+        raise ValueError(f"futures_from must be a frame in [0, {frame_count}), got "
+                         f"{futures_from}")
+    first_step = futures_from * SUBSTEPS
     rests = [RestHold(rest_s, until) for rest_s, until in rest_holds]
     marked = np.zeros(n_steps, dtype=bool)  # marked: [n_steps] the step is disturbed
     rows, scenes, infos, forks, light_changes = [], [], [], {}, {}
@@ -357,7 +362,7 @@ def simulate_disturbed(seed: int, seconds: float, disturbance: Disturbance | Non
     for i in range(n_steps):
         if pending.apply_due(sim.t, sim.world.lights()) and hold_lights:
             lights_before, lights_now = lights_now, sim.light_states()
-            if i > 0 and lights_now != lights_before:
+            if i > first_step and lights_now != lights_before:
                 light_changes[i] = sim.fork(lights_before)
         route_s = sim.route_position()[0]
         while approaches and approaches[0].due(route_s, sim.ego.v):
@@ -377,7 +382,7 @@ def simulate_disturbed(seed: int, seconds: float, disturbance: Disturbance | Non
         marked[i] = offsets[i].any() or drifts[i] != 0.0 or lagging or rest_accel is not None
         run_starts = i == 0 or not marked[i - 1]
         on_frame = i % SUBSTEPS == 0 and i < frame_count * SUBSTEPS
-        if marked[i] and (run_starts or on_frame):
+        if marked[i] and (run_starts or on_frame) and i >= first_step:
             forks[i] = sim.fork(lights_now)
         accel, steer, info = sim.expert_control(float(drifts[i]))
         expert_accel = accel
@@ -393,15 +398,16 @@ def simulate_disturbed(seed: int, seconds: float, disturbance: Disturbance | Non
         sim.step(accel + offsets[i, 0], steer + offsets[i, 1])
         if hold_lights:
             lights_before, lights_now = lights_now, sim.light_states()
-            if i + 1 < n_steps and lights_now != lights_before:
+            if first_step < i + 1 < n_steps and lights_now != lights_before:
                 light_changes[i + 1] = sim.fork(lights_before)
     disturbed = np.flatnonzero(marked)
     ego_rows = np.asarray(rows, dtype=np.float64)
     branches = {i: expert_poses(fork) for i, fork in forks.items()}
     held = {i: expert_poses(fork) for i, fork in light_changes.items()}
     changes = np.array(sorted(held), dtype=np.int64)
+    unplanned = np.full((FUTURE_STEPS, 3), np.nan)
     planned = np.stack([_planned_future(k * SUBSTEPS, ego_rows, disturbed, branches,
-                                        changes, held)
+                                        changes, held) if k >= futures_from else unplanned
                         for k in range(frame_count)])
     return DriveLog(sim.world, float(seconds), ego_rows, scenes, infos, planned=planned)
 

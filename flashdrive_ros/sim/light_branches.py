@@ -146,29 +146,40 @@ def drive_forks(log: DriveLog, spec: LightBranches, rng: np.random.Generator) ->
     return forks
 
 
+def fork_log(seed: int, seconds: float, frame_count: int, fork: Fork, spec: LightBranches
+             ) -> DriveLog | None:
+    """The fork of the seed's `seconds` drive (of `frame_count` frames), cut to its window
+    frames; None for a held fork where a vehicle then holds the expert back."""
+    after = int(round(spec.after_s * FRAME_HZ))
+    last = max(fork.frame, int(round(fork.hold_at * FRAME_HZ))) + after
+    count = min(last, frame_count - 1) - fork.frame + HISTORY_STEPS
+    first = fork.frame - (HISTORY_STEPS - 1)
+    resting = fork.rest_s is not None
+    branch = simulate_disturbed(
+        seed, seconds, None, light_edits=() if fork.edit is None else (fork.edit,),
+        brake_holds=((fork.hold_at, fork.hold_s),) if fork.hold_s > 0 and not resting
+        else (),
+        rest_holds=((fork.rest_s, fork.hold_at + fork.hold_s),) if resting else (),
+        end_s=(first + count - 1) / FRAME_HZ, futures_from=first)
+    cut = branch.cut(first, count)
+    if fork.hold_s > 0 and any(info.reason == "vehicle"
+                               for info in cut.infos[HISTORY_STEPS - 1:]):
+        return None
+    return cut
+
+
+def seed_forks(seed: int, seconds: float, spec: LightBranches,
+               log: DriveLog | None = None) -> tuple[DriveLog, list[Fork]]:
+    """The seed's `seconds` drive (`log`, when already simulated) and its forks."""
+    if log is None:
+        log = simulate(seed, seconds)
+    return log, drive_forks(log, spec, np.random.default_rng([seed, 23]))
+
+
 def branch_logs(seed: int, seconds: float, spec: LightBranches,
                 log: DriveLog | None = None) -> list[DriveLog]:
     """The forks of the seed's `seconds` drive (`log`: that drive, when already simulated),
     each cut to its window frames."""
-    if log is None:
-        log = simulate(seed, seconds)
-    rng = np.random.default_rng([seed, 23])
-    after = int(round(spec.after_s * FRAME_HZ))
-    out = []
-    for fork in drive_forks(log, spec, rng):
-        last = max(fork.frame, int(round(fork.hold_at * FRAME_HZ))) + after
-        count = min(last, log.frame_count - 1) - fork.frame + HISTORY_STEPS
-        end_frame = fork.frame - (HISTORY_STEPS - 1) + count - 1
-        resting = fork.rest_s is not None
-        branch = simulate_disturbed(
-            seed, log.seconds, None, light_edits=() if fork.edit is None else (fork.edit,),
-            brake_holds=((fork.hold_at, fork.hold_s),) if fork.hold_s > 0 and not resting
-            else (),
-            rest_holds=((fork.rest_s, fork.hold_at + fork.hold_s),) if resting else (),
-            end_s=end_frame / FRAME_HZ)
-        cut = branch.cut(fork.frame - (HISTORY_STEPS - 1), count)
-        if fork.hold_s > 0 and any(info.reason == "vehicle"
-                                   for info in cut.infos[HISTORY_STEPS - 1:]):
-            continue
-        out.append(cut)
-    return out
+    log, forks = seed_forks(seed, seconds, spec, log)
+    cuts = (fork_log(seed, log.seconds, log.frame_count, fork, spec) for fork in forks)
+    return [cut for cut in cuts if cut is not None]

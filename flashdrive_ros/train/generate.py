@@ -15,7 +15,8 @@ import numpy as np
 
 from flashdrive_ros.model.config import ModelConfig
 from flashdrive_ros.sim.disturbed_drive import Disturbance
-from flashdrive_ros.sim.light_branches import LightBranches
+from flashdrive_ros.sim.drive import FRAME_HZ
+from flashdrive_ros.sim.light_branches import Fork, LightBranches, fork_log, seed_forks
 from flashdrive_ros.train.drive import Drive
 from flashdrive_ros.train.sensor_noise import NO_NOISE, SensorNoise, camera_effects, measured_poses
 
@@ -66,7 +67,7 @@ def drive_from_log(log, seed: int, image_size: tuple[int, int], noise: SensorNoi
     import torch
 
     from flashdrive_ros.model.preprocess import resize_images
-    from flashdrive_ros.sim.drive import FRAME_HZ, SUBSTEPS
+    from flashdrive_ros.sim.drive import SUBSTEPS
     from flashdrive_ros.sim.labels import DECISIONS, label_drive
     from flashdrive_ros.sim.render import Renderer
 
@@ -143,30 +144,49 @@ def run_drive_jobs(jobs: list[DriveJob], workers: int | None = None) -> list[Dri
     return drives
 
 
-BranchJob = tuple[int, float, tuple[int, int], SensorNoise, LightBranches]
+def _forks_worker(args: tuple[int, float, LightBranches]) -> tuple[float, int, list[Fork]]:
+    seed, seconds, spec = args
+    log, forks = seed_forks(seed, seconds, spec)
+    return log.seconds, log.frame_count, forks
 
 
-def _branch_worker(args: BranchJob) -> list[Drive]:
+ForkJob = tuple[int, float, int, Fork, tuple[int, int], SensorNoise, LightBranches]
+
+
+def _fork_worker(args: ForkJob) -> Drive | None:
     import torch
 
-    from flashdrive_ros.sim.light_branches import branch_logs
-
-    seed, seconds, image_size, noise, spec = args
+    seed, seconds, frame_count, fork, image_size, noise, spec = args
     torch.set_num_threads(1)
-    return [drive_from_log(log, seed, image_size, noise)
-            for log in branch_logs(seed, seconds, spec)]
+    log = fork_log(seed, seconds, frame_count, fork, spec)
+    return None if log is None else drive_from_log(log, seed, image_size, noise)
+
+
+def _fork_cost(job: ForkJob) -> tuple[bool, float]:
+    """Stand-back forks first (an expert plan per standing frame), then the longest holds."""
+    fork = job[3]
+    return fork.rest_s is not None, fork.hold_at - fork.frame / FRAME_HZ
 
 
 def light_branch_drives(seeds: list[int], seconds: float, cfg: ModelConfig,
                         spec: LightBranches, noise: SensorNoise = NO_NOISE,
                         workers: int | None = None) -> list[Drive]:
     """The forks of the seeds' red-light waits with the light changed
-    (sim/light_branches.py), rendered and labelled like drives, in seed order."""
+    (sim/light_branches.py), rendered and labelled like drives, in seed order. The seeds'
+    forks are drawn first, then every fork is one job, the slowest handed out first."""
     if not spec.enabled or not seeds:
         return []
     size = (cfg.prompt.image_height, cfg.prompt.image_width)
-    jobs = [(int(seed), float(seconds), size, noise, spec) for seed in seeds]
-    return [drive for made in _pool_map(_branch_worker, jobs, workers) for drive in made]
+    found = _pool_map(_forks_worker, [(int(seed), float(seconds), spec) for seed in seeds],
+                      workers)
+    jobs = [(int(seed), log_seconds, frame_count, fork, size, noise, spec)
+            for seed, (log_seconds, frame_count, forks) in zip(seeds, found) for fork in forks]
+    order = sorted(range(len(jobs)), key=lambda i: _fork_cost(jobs[i]), reverse=True)
+    made = _pool_map(_fork_worker, [jobs[i] for i in order], workers)
+    drives: list[Drive | None] = [None] * len(jobs)
+    for i, drive in zip(order, made):
+        drives[i] = drive
+    return [drive for drive in drives if drive is not None]
 
 
 def generate_drives(seeds: list[int], seconds: float, cfg: ModelConfig,
