@@ -6,18 +6,16 @@ each frame's future is the expert's plan with the lights as that frame shows the
 import numpy as np
 import pytest
 
-from flashdrive_ros.sim.disturbed_drive import (
-    HORIZON_STEPS,
+from flashdrive_ros.sim.disturbance import (
     ApproachPulse,
     Disturbance,
-    RestHold,
     StopShortPulse,
     approach_pulses,
     drift_offsets,
     pulse_schedule,
-    simulate_disturbed,
     start_hold_steps,
 )
+from flashdrive_ros.sim.disturbed_drive import HORIZON_STEPS, RestHold, simulate_disturbed
 from flashdrive_ros.sim.drive import SUBSTEPS, simulate
 from flashdrive_ros.sim.ego_world import EgoWorld
 from flashdrive_ros.sim.entities import TrafficLight

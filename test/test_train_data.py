@@ -10,7 +10,7 @@ from flashdrive_ros.sim.drive import simulate
 from flashdrive_ros.sim.labels import DECISIONS, label_drive
 from flashdrive_ros.sim.seeds import EVAL_SEEDS, TRAIN_SEEDS, is_eval_seed
 from flashdrive_ros.train.dataset import IGNORE, TrainSet
-from flashdrive_ros.sim.disturbed_drive import Disturbance
+from flashdrive_ros.sim.disturbance import Disturbance
 from flashdrive_ros.train.generate import drive_jobs, generate_drive, run_drive_jobs
 from flashdrive_ros.train.run_data import train_tokenizer
 

@@ -24,7 +24,7 @@ from flashdrive_ros.sim.disturbed_drive import simulate_disturbed
 from flashdrive_ros.sim.drive import FRAME_HZ, HISTORY_STEPS, DriveLog, simulate
 from flashdrive_ros.sim.entities import LightEdit
 from flashdrive_ros.sim.labels import RED_WAIT_GAP, STANDING_MPS
-from flashdrive_ros.sim.vehicle import EGO_LENGTH, REAR_OVERHANG
+from flashdrive_ros.sim.vehicle import FRONT_OFFSET
 
 
 @dataclass(frozen=True)
@@ -138,7 +138,7 @@ def drive_forks(log: DriveLog, spec: LightBranches, rng: np.random.Generator) ->
                                                    "red"), 0.0, 0.0))
         if spec.stand_back and ends:
             gap = float(rng.uniform(*spec.stand_back_m))
-            rest_s = log.world.lights()[wait.light].stop_s - (EGO_LENGTH - REAR_OVERHANG) - gap
+            rest_s = log.world.lights()[wait.light].stop_s - FRONT_OFFSET - gap
             forks.append(Fork(int(rng.integers(max(wait.first, HISTORY_STEPS - 1),
                                                wait.last + 1)),
                               None, float(wait.last + 1) / FRAME_HZ,

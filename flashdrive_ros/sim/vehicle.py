@@ -11,6 +11,7 @@ EGO_LENGTH = 4.8
 EGO_WIDTH = 1.9
 EGO_HEIGHT = 1.5
 REAR_OVERHANG = 1.0
+FRONT_OFFSET = EGO_LENGTH - REAR_OVERHANG  # m, base_link to the front bumper
 MAX_STEER = 0.6
 MAX_STEER_RATE = 0.7
 MAX_ACCEL = 2.5
@@ -35,7 +36,7 @@ class EgoState:
     @property
     def front_offset(self) -> float:
         """Distance from base_link to the front bumper."""
-        return EGO_LENGTH - REAR_OVERHANG
+        return FRONT_OFFSET
 
     @property
     def center(self) -> tuple[float, float]:

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from flashdrive_ros.model.config import ModelConfig
-from flashdrive_ros.sim.disturbed_drive import Disturbance
+from flashdrive_ros.sim.disturbance import Disturbance
 from flashdrive_ros.sim.drive import FRAME_HZ
 from flashdrive_ros.sim.light_branches import Fork, LightBranches, fork_log, seed_forks
 from flashdrive_ros.train.drive import Drive
@@ -133,15 +133,21 @@ def _pool_map(function, jobs: list, workers: int | None) -> list:
         return pool.map(function, jobs, chunksize=1)
 
 
+def _pool_map_slowest_first(function, jobs: list, cost, workers: int | None) -> list:
+    """`_pool_map` with the jobs of the highest `cost(job)` handed out first, so that no long
+    job starts last; results in job order."""
+    order = sorted(range(len(jobs)), key=lambda i: cost(jobs[i]), reverse=True)
+    made = _pool_map(function, [jobs[i] for i in order], workers)
+    results: list = [None] * len(jobs)
+    for i, result in zip(order, made):
+        results[i] = result
+    return results
+
+
 def run_drive_jobs(jobs: list[DriveJob], workers: int | None = None) -> list[Drive]:
     """The drives of `jobs` in job order, made by `workers` processes (default: all cores);
     the slowest kinds are handed out first so that no long drive starts last."""
-    order = sorted(range(len(jobs)), key=lambda i: -_job_cost(jobs[i]))
-    made = _pool_map(_worker, [jobs[i] for i in order], workers)
-    drives: list[Drive | None] = [None] * len(jobs)
-    for i, drive in zip(order, made):
-        drives[i] = drive
-    return drives
+    return _pool_map_slowest_first(_worker, jobs, _job_cost, workers)
 
 
 def _forks_worker(args: tuple[int, float, LightBranches]) -> tuple[float, int, list[Fork]]:
@@ -181,12 +187,8 @@ def light_branch_drives(seeds: list[int], seconds: float, cfg: ModelConfig,
                       workers)
     jobs = [(int(seed), log_seconds, frame_count, fork, size, noise, spec)
             for seed, (log_seconds, frame_count, forks) in zip(seeds, found) for fork in forks]
-    order = sorted(range(len(jobs)), key=lambda i: _fork_cost(jobs[i]), reverse=True)
-    made = _pool_map(_fork_worker, [jobs[i] for i in order], workers)
-    drives: list[Drive | None] = [None] * len(jobs)
-    for i, drive in zip(order, made):
-        drives[i] = drive
-    return [drive for drive in drives if drive is not None]
+    made = _pool_map_slowest_first(_fork_worker, jobs, _fork_cost, workers)
+    return [drive for drive in made if drive is not None]
 
 
 def generate_drives(seeds: list[int], seconds: float, cfg: ModelConfig,

@@ -7,7 +7,7 @@ import argparse
 import dataclasses
 from pathlib import Path
 
-from flashdrive_ros.sim.disturbed_drive import Disturbance
+from flashdrive_ros.sim.disturbance import Disturbance
 from flashdrive_ros.sim.light_branches import LightBranches
 from flashdrive_ros.train.decision_focus import BRAKE_DROP_MPS, BRAKE_HORIZON_S, DecisionFocus
 from flashdrive_ros.train.recipe import Recipe, smoke

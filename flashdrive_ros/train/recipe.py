@@ -7,7 +7,7 @@ import typing
 from dataclasses import dataclass, field
 
 from flashdrive_ros.model.config import ModelConfig, PromptConfig, embedded, tiny
-from flashdrive_ros.sim.disturbed_drive import Disturbance
+from flashdrive_ros.sim.disturbance import Disturbance
 from flashdrive_ros.sim.light_branches import LightBranches
 from flashdrive_ros.train.decision_focus import DecisionFocus
 from flashdrive_ros.train.sensor_noise import SensorNoise
