@@ -3,8 +3,9 @@ before it, and the other traffic keeps the light's cycle; the forks of a red-lig
 from the seed's own drive, an early green holds the car a reaction time under a green lamp
 with go labels and the expert's start as the future, then it starts; a held red keeps it
 standing under a red one; a stand-back stands farther short of the line than the expert
-waits, moving up under red and starting under green in its futures; the training drives of
-the forks carry those labels."""
+waits, moving up under red and starting under green in its futures, and released under red
+it moves up to the line before the green; the training drives of the forks carry those
+labels."""
 
 import dataclasses
 
@@ -65,7 +66,7 @@ def test_light_edits_and_branch_settings_are_validated():
     for bad in ({"early_greens": -1}, {"after_s": 0.0}, {"after_s": float("inf")},
                 {"reaction_s": (2.0, 1.0)}, {"reaction_s": (-1.0, 1.0)},
                 {"min_standing_s": -1.0}, {"stand_back_m": (RED_WAIT_GAP - 1.0, 8.0)},
-                {"stand_back_m": (9.0, 8.0)}):
+                {"stand_back_m": (9.0, 8.0)}, {"stand_back_release": "amber"}):
         with pytest.raises(ValueError, match="LightBranches"):
             LightBranches(**bad)
     assert not LightBranches().enabled
@@ -249,3 +250,33 @@ def test_a_stand_back_holds_the_ego_short_of_the_line_then_it_moves_up_or_starts
         assert log.infos[k].v < STANDING_MPS and log.infos[k].light_state == "green"
         assert labels[k].decision == "keep_lane" and log.future(k)[-1, 0] > 10.0
     assert log.infos[log.frame_count - 1].v > 1.0
+
+
+def test_a_stand_back_released_under_red_moves_up_before_the_green():
+    seconds = 20.0
+    drive = simulate(SEED, seconds)
+    spec = LightBranches(stand_back=True, stand_back_release="red", reaction_s=(0.5, 0.5))
+    wait = red_waits(drive)[0]
+    light = drive.world.lights()[wait.light]
+    (fork,) = drive_forks(drive, spec, np.random.default_rng([SEED, 23]))
+    gap = light.stop_s - (EGO_LENGTH - REAR_OVERHANG) - fork.rest_s
+    assert spec.stand_back_m[0] <= gap <= spec.stand_back_m[1]
+    assert fork.hold_s == 0.0 and fork.hold_at == pytest.approx(fork.frame / FRAME_HZ + 0.5)
+    assert fork.hold_at < (wait.last + 1) / FRAME_HZ
+    (log,) = branch_logs(SEED, seconds, spec, drive)
+    labels = label_drive(log.infos, log.frame_count)
+    first = HISTORY_STEPS - 1
+    release = first + int(round(fork.hold_at * FRAME_HZ)) - fork.frame
+    green = first + wait.last + 1 - fork.frame
+    for k in range(first, release):
+        info = log.infos[k]
+        assert info.v < STANDING_MPS and info.light_state == "red"
+        assert abs(info.light_gap - gap) < 0.3
+        assert labels[k].decision == "stop"
+        assert gap - 4.5 - 0.3 < log.future(k)[-1, 0] < gap + 0.3
+    assert all(labels[k].decision == "stop" for k in range(release, green))
+    assert log.infos[green].light_state == "green"
+    assert log.infos[green].light_gap < gap - 2.0
+    for info in log.infos[green:log.frame_count]:
+        assert not (info.light_state == "green" and info.v < STANDING_MPS
+                    and info.light_gap > RED_WAIT_GAP)

@@ -180,9 +180,13 @@ def test_the_command_line_sets_the_recipe():
     assert not parse_args(["--out", "o"])[1].light_branches.enabled
     assert parse_args(["--out", "o", "--held-red", "on"])[1].light_branches.held_red
     assert parse_args(["--out", "o", "--stand-back", "on"])[1].light_branches.stand_back
+    branches = parse_args(["--out", "o", "--stand-back", "on", "--stand-back-release",
+                           "red"])[1].light_branches
+    assert (branches.stand_back, branches.stand_back_release) == (True, "red")
     disturbance = parse_args(["--out", "o", "--lead-lag-share", "0.6"])[1].disturbance
     assert disturbance == dataclasses.replace(Recipe().disturbance, lead_lag_share=0.6)
     for bad in (["--target-batch", "0"], ["--train-seed-offset", "-1"],
-                ["--early-greens", "-1"], ["--held-red", "maybe"], ["--lead-lag-share", "2"]):
+                ["--early-greens", "-1"], ["--held-red", "maybe"], ["--lead-lag-share", "2"],
+                ["--stand-back-release", "amber"]):
         with pytest.raises(SystemExit):
             parse_args(["--out", "o", *bad])

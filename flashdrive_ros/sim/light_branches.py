@@ -12,7 +12,8 @@ to HISTORY_STEPS - 1 frames before the fork (a training window's history and fra
 stand-back fork stops the ego farther short of the line than the expert ever waits and holds
 it there through the red and a reaction time into the light's own green, each frame's future
 being the expert's: moving up to the line under red, starting under green; it is cut from a
-frame drawn in the wait."""
+frame drawn in the wait. Released under red instead, the ego moves up to the line before the
+green, so the fork never shows it standing farther back than the expert under a green lamp."""
 
 from __future__ import annotations
 
@@ -25,6 +26,9 @@ from flashdrive_ros.sim.drive import FRAME_HZ, HISTORY_STEPS, DriveLog, simulate
 from flashdrive_ros.sim.entities import LightEdit
 from flashdrive_ros.sim.labels import RED_WAIT_GAP, STANDING_MPS
 from flashdrive_ros.sim.vehicle import FRONT_OFFSET
+
+STAND_BACK_RELEASES = ("green", "red")
+MOVE_UP_S = 4.0  # s, a released stand-back moving up to the line, about
 
 
 @dataclass(frozen=True)
@@ -39,13 +43,17 @@ class LightBranches:
     range while each frame's future is the expert's start (a driver's reaction time), so the
     fork holds a standing car under a green lamp; stand_back: one stand-back fork per red wait
     whose light turns green within the drive, the front bumper held at a gap to the line
-    drawn from stand_back_m."""
+    drawn from stand_back_m; stand_back_release: "green" holds it a reaction time into the
+    light's own green, "red" a reaction time from the fork's first frame, drawn so that
+    MOVE_UP_S of red are left where the wait is long enough and ending before the green, so
+    that it moves up to the line under red."""
 
     early_greens: int = 0
     held_red: bool = False
     natural_wait: bool = False
     stand_back: bool = False
     stand_back_m: tuple[float, float] = (5.0, 10.0)
+    stand_back_release: str = "green"
     min_standing_s: float = 0.5
     after_s: float = 4.0
     reaction_s: tuple[float, float] = (0.5, 3.0)
@@ -67,6 +75,9 @@ class LightBranches:
         if not (np.isfinite(high) and RED_WAIT_GAP <= low <= high):
             raise ValueError(f"LightBranches.stand_back_m must be (low, high) with "
                              f"{RED_WAIT_GAP} <= low <= high, got {self.stand_back_m}")
+        if self.stand_back_release not in STAND_BACK_RELEASES:
+            raise ValueError(f"LightBranches.stand_back_release must be one of "
+                             f"{STAND_BACK_RELEASES}, got {self.stand_back_release!r}")
 
     @property
     def enabled(self) -> bool:
@@ -118,7 +129,7 @@ def drive_forks(log: DriveLog, spec: LightBranches, rng: np.random.Generator) ->
     frames (held a reaction time), the wait itself from its first frame (held a reaction time
     after its own green), a held red from its last red frame (the light turns green before
     the next frame), a stand-back from a frame drawn in the wait (held a reaction time after
-    its own green)."""
+    its own green, or from that frame on and released before the green)."""
     forks: list[Fork] = []
     margin = int(round(spec.min_standing_s * FRAME_HZ))
     for wait in red_waits(log):
@@ -139,10 +150,18 @@ def drive_forks(log: DriveLog, spec: LightBranches, rng: np.random.Generator) ->
         if spec.stand_back and ends:
             gap = float(rng.uniform(*spec.stand_back_m))
             rest_s = log.world.lights()[wait.light].stop_s - FRONT_OFFSET - gap
-            forks.append(Fork(int(rng.integers(max(wait.first, HISTORY_STEPS - 1),
-                                               wait.last + 1)),
-                              None, float(wait.last + 1) / FRAME_HZ,
-                              float(rng.uniform(*spec.reaction_s)), rest_s))
+            first = max(wait.first, HISTORY_STEPS - 1)
+            green = float(wait.last + 1) / FRAME_HZ
+            if spec.stand_back_release == "red":
+                reaction = float(rng.uniform(*spec.reaction_s))
+                last = wait.last + 1 - int(round((reaction + MOVE_UP_S) * FRAME_HZ))
+                frame = int(rng.integers(first, max(first, last) + 1))
+                release = min(frame / FRAME_HZ + reaction, green - 1.0 / FRAME_HZ)
+                forks.append(Fork(frame, None, release, 0.0, rest_s))
+            else:
+                frame = int(rng.integers(first, wait.last + 1))
+                forks.append(Fork(frame, None, green, float(rng.uniform(*spec.reaction_s)),
+                                  rest_s))
     return forks
 
 

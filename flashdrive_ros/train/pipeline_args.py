@@ -8,7 +8,7 @@ import dataclasses
 from pathlib import Path
 
 from flashdrive_ros.sim.disturbance import Disturbance
-from flashdrive_ros.sim.light_branches import LightBranches
+from flashdrive_ros.sim.light_branches import STAND_BACK_RELEASES, LightBranches
 from flashdrive_ros.train.decision_focus import BRAKE_DROP_MPS, BRAKE_HORIZON_S, DecisionFocus
 from flashdrive_ros.train.recipe import Recipe, smoke
 from flashdrive_ros.train.run_options import add_on_off, add_run_options, on_off
@@ -52,6 +52,11 @@ def parse_args(argv: list[str] | None = None) -> tuple[argparse.Namespace, Recip
                f"a fork per red-light wait with the ego stopped {LightBranches.stand_back_m[0]:g}-"
                f"{LightBranches.stand_back_m[1]:g} m short of the line, held there a reaction "
                f"time into the green")
+    parser.add_argument("--stand-back-release", choices=STAND_BACK_RELEASES, default=None,
+                        help=f"with --stand-back: green holds the ego there a reaction time "
+                             f"into the green, red releases it under red so that it moves up "
+                             f"to the line before the green (default "
+                             f"{LightBranches.stand_back_release})")
     parser.add_argument("--decision-token-weight", type=float, default=None,
                         help=f"CoC loss weight of the tokens that decide the decision "
                              f"(default {DecisionFocus.token_weight}; 1: plain mean)")
@@ -113,7 +118,8 @@ def parse_args(argv: list[str] | None = None) -> tuple[argparse.Namespace, Recip
         ("early_greens", args.early_greens),
         ("held_red", on_off(args.held_red)),
         ("natural_wait", on_off(args.natural_wait)),
-        ("stand_back", on_off(args.stand_back)))
+        ("stand_back", on_off(args.stand_back)),
+        ("stand_back_release", args.stand_back_release))
         if value is not None}
     if args.target_call_steps is not None and (args.stages != "target"
                                                or args.target_call_steps < 1):
