@@ -221,10 +221,13 @@ def test_training_drives_of_the_forks_are_rendered_and_labelled():
         spec, early_greens=0), workers=1) == []
 
 
-def test_a_stand_back_holds_the_ego_short_of_the_line_then_it_moves_up_or_starts():
-    seconds = 20.0
-    drive = simulate(SEED, seconds)
-    spec = LightBranches(stand_back=True)
+@pytest.fixture(scope="module")
+def long_drive():
+    return simulate(SEED, 20.0)
+
+
+def stand_back_fork(drive, spec):
+    """-> (wait, fork, gap, fork log, its labels) of the drive's first red wait."""
     wait = red_waits(drive)[0]
     light = drive.world.lights()[wait.light]
     forks = drive_forks(drive, spec, np.random.default_rng([SEED, 23]))
@@ -232,19 +235,28 @@ def test_a_stand_back_holds_the_ego_short_of_the_line_then_it_moves_up_or_starts
     fork = forks[0]
     gap = light.stop_s - (EGO_LENGTH - REAR_OVERHANG) - fork.rest_s
     assert spec.stand_back_m[0] <= gap <= spec.stand_back_m[1]
-    assert wait.first <= fork.frame <= wait.last
-    assert fork.hold_at == (wait.last + 1) / FRAME_HZ
-    (log,) = branch_logs(SEED, seconds, spec, drive)
-    labels = label_drive(log.infos, log.frame_count)
-    first = HISTORY_STEPS - 1
-    green = first + wait.last + 1 - fork.frame
-    assert log.infos[0].t == (fork.frame - first) / FRAME_HZ
-    for k in range(first, green):
+    (log,) = branch_logs(SEED, drive.seconds, spec, drive)
+    return wait, fork, gap, log, label_drive(log.infos, log.frame_count)
+
+
+def assert_stands_back_under_red(log, labels, gap, end):
+    for k in range(HISTORY_STEPS - 1, end):
         info = log.infos[k]
         assert info.v < STANDING_MPS and info.light_state == "red"
         assert abs(info.light_gap - gap) < 0.3
         assert labels[k].decision == "stop"
         assert gap - 4.5 - 0.3 < log.future(k)[-1, 0] < gap + 0.3
+
+
+def test_a_stand_back_holds_the_ego_short_of_the_line_then_it_moves_up_or_starts(long_drive):
+    spec = LightBranches(stand_back=True)
+    wait, fork, gap, log, labels = stand_back_fork(long_drive, spec)
+    assert wait.first <= fork.frame <= wait.last
+    assert fork.hold_at == (wait.last + 1) / FRAME_HZ
+    first = HISTORY_STEPS - 1
+    green = first + wait.last + 1 - fork.frame
+    assert log.infos[0].t == (fork.frame - first) / FRAME_HZ
+    assert_stands_back_under_red(log, labels, gap, green)
     held = int(spec.reaction_s[0] * FRAME_HZ)
     for k in range(green, green + held):
         assert log.infos[k].v < STANDING_MPS and log.infos[k].light_state == "green"
@@ -252,28 +264,15 @@ def test_a_stand_back_holds_the_ego_short_of_the_line_then_it_moves_up_or_starts
     assert log.infos[log.frame_count - 1].v > 1.0
 
 
-def test_a_stand_back_released_under_red_moves_up_before_the_green():
-    seconds = 20.0
-    drive = simulate(SEED, seconds)
+def test_a_stand_back_released_under_red_moves_up_before_the_green(long_drive):
     spec = LightBranches(stand_back=True, stand_back_release="red", reaction_s=(0.5, 0.5))
-    wait = red_waits(drive)[0]
-    light = drive.world.lights()[wait.light]
-    (fork,) = drive_forks(drive, spec, np.random.default_rng([SEED, 23]))
-    gap = light.stop_s - (EGO_LENGTH - REAR_OVERHANG) - fork.rest_s
-    assert spec.stand_back_m[0] <= gap <= spec.stand_back_m[1]
+    wait, fork, gap, log, labels = stand_back_fork(long_drive, spec)
     assert fork.hold_s == 0.0 and fork.hold_at == pytest.approx(fork.frame / FRAME_HZ + 0.5)
     assert fork.hold_at < (wait.last + 1) / FRAME_HZ
-    (log,) = branch_logs(SEED, seconds, spec, drive)
-    labels = label_drive(log.infos, log.frame_count)
     first = HISTORY_STEPS - 1
     release = first + int(round(fork.hold_at * FRAME_HZ)) - fork.frame
     green = first + wait.last + 1 - fork.frame
-    for k in range(first, release):
-        info = log.infos[k]
-        assert info.v < STANDING_MPS and info.light_state == "red"
-        assert abs(info.light_gap - gap) < 0.3
-        assert labels[k].decision == "stop"
-        assert gap - 4.5 - 0.3 < log.future(k)[-1, 0] < gap + 0.3
+    assert_stands_back_under_red(log, labels, gap, release)
     assert all(labels[k].decision == "stop" for k in range(release, green))
     assert log.infos[green].light_state == "green"
     assert log.infos[green].light_gap < gap - 2.0
