@@ -150,16 +150,16 @@ def drive_forks(log: DriveLog, spec: LightBranches, rng: np.random.Generator) ->
         if spec.stand_back and ends:
             gap = float(rng.uniform(*spec.stand_back_m))
             rest_s = log.world.lights()[wait.light].stop_s - FRONT_OFFSET - gap
-            first = max(wait.first, HISTORY_STEPS - 1)
+            earliest = max(wait.first, HISTORY_STEPS - 1)
             green = float(wait.last + 1) / FRAME_HZ
             if spec.stand_back_release == "red":
                 reaction = float(rng.uniform(*spec.reaction_s))
-                last = wait.last + 1 - int(round((reaction + MOVE_UP_S) * FRAME_HZ))
-                frame = int(rng.integers(first, max(first, last) + 1))
+                latest = wait.last + 1 - int(round((reaction + MOVE_UP_S) * FRAME_HZ))
+                frame = int(rng.integers(earliest, max(earliest, latest) + 1))
                 release = min(frame / FRAME_HZ + reaction, green - 1.0 / FRAME_HZ)
                 forks.append(Fork(frame, None, release, 0.0, rest_s))
             else:
-                frame = int(rng.integers(first, wait.last + 1))
+                frame = int(rng.integers(earliest, wait.last + 1))
                 forks.append(Fork(frame, None, green, float(rng.uniform(*spec.reaction_s)),
                                   rest_s))
     return forks
