@@ -65,12 +65,14 @@ def one_file_replay(tmp_path_factory, model):
     return topics, report
 
 
-@pytest.mark.parametrize("fmt, compression, split_s", [
-    ("mcap", "storage", 3.0), ("sqlite3", "file", 2.5), ("sqlite3", "message", None)])
-def test_split_and_compressed_recordings_replay_like_one_plain_file(
-        tmp_path, model, one_file_replay, fmt, compression, split_s):
+@pytest.mark.parametrize("fmt, compression, split_s, layout", [
+    ("mcap", "storage", 3.0, "jazzy"), ("sqlite3", "file", 2.5, "jazzy"),
+    ("sqlite3", "message", None, "jazzy"), ("sqlite3", "none", None, "humble")])
+def test_split_compressed_and_humble_recordings_replay_like_one_plain_file(
+        tmp_path, model, one_file_replay, fmt, compression, split_s, layout):
     topics, plain = one_file_replay
-    style = VehicleStyle(**{**STYLE.__dict__, "compression": compression, "split_s": split_s})
+    style = VehicleStyle(**{**STYLE.__dict__, "compression": compression, "split_s": split_s,
+                            "layout": layout})
     bag = write_vehicle_bag(tmp_path / "bag", SECONDS, SEED, style, fmt=fmt, width=64,
                             height=48)
     files = sorted(p.name for p in bag.path.iterdir() if p.name != "metadata.yaml")

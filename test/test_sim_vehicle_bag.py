@@ -3,12 +3,16 @@ latencies, drops, stamp offsets, sizes, encodings, odometry frame and offset, ex
 the same ground truth as the simulator's bag of the seed."""
 
 
+from dataclasses import replace
+
 import cv2
 import numpy as np
 import pytest
 import yaml
 from helpers.image_loss import neighbour_spread
+from rosbags.interfaces import MessageDefinitionFormat, QosDurability
 from rosbags.rosbag2 import Reader
+from rosbags.typesys import Stores, get_typestore
 
 from flashdrive_ros.eval.bag import BagReader, header_seconds
 from flashdrive_ros.eval.ground_truth import OdometryTrack
@@ -17,8 +21,12 @@ from flashdrive_ros.eval.topics import TopicMapping
 from flashdrive_ros.sim.bag import write_bag
 from flashdrive_ros.sim.cli import main
 from flashdrive_ros.sim.clock import SIM_EPOCH_NS
-from flashdrive_ros.sim.messages import TYPESTORE
-from flashdrive_ros.sim.vehicle_bag import VehicleStyle, write_vehicle_bag
+from flashdrive_ros.sim.messages import TYPESTORE, VELOCITY_REPORT_TYPE
+from flashdrive_ros.sim.vehicle_bag import (
+    VELOCITY_STATUS_TOPIC,
+    VehicleStyle,
+    write_vehicle_bag,
+)
 
 SEED = 4
 SECONDS = 2.5
@@ -61,6 +69,8 @@ def test_topics_types_and_extra_topics(drive):
         ["sensor_msgs/msg/CompressedImage"] * 2 + ["sensor_msgs/msg/Image"] * 2
     assert types["/tf"] == "tf2_msgs/msg/TFMessage"
     assert types["/rosout"] == "rcl_interfaces/msg/Log"
+    assert types[VELOCITY_STATUS_TOPIC] == VELOCITY_REPORT_TYPE
+    assert VELOCITY_REPORT_TYPE not in get_typestore(Stores.ROS2_JAZZY).types
     assert types["/sensing/camera/front_wide/camera_info"] == "sensor_msgs/msg/CameraInfo"
 
 
@@ -163,6 +173,11 @@ def test_odometry_in_map_with_offset_keeps_the_ground_truth_and_labels(drive):
                        atol=1e-6)
     assert [(r.stamp, r.values) for r in vehicle_labels] == \
         [(r.stamp, r.values) for r in sim_labels]
+    reports = [TYPESTORE.deserialize_cdr(raw, msgtype) for topic, msgtype, _, raw in msgs
+               if topic == VELOCITY_STATUS_TOPIC]
+    assert [m.header.stamp for m in reports] == [m.header.stamp for m in odom]
+    assert np.allclose([m.longitudinal_velocity for m in reports],
+                       [m.twist.twist.linear.x for m in odom], atol=1e-5)
 
 
 def test_same_seed_same_bytes_and_sqlite3(tmp_path):
@@ -172,6 +187,44 @@ def test_same_seed_same_bytes_and_sqlite3(tmp_path):
                           workers=2)
     assert sorted((t, s, r) for t, _, s, r in _messages(a.path)) == \
         sorted((t, s, r) for t, _, s, r in _messages(b.path))
+
+
+def _connections(path):
+    with Reader(path) as reader:
+        return {c.topic: c for c in reader.connections}
+
+
+@pytest.mark.parametrize("fmt, compression, split_s", [
+    ("sqlite3", "none", None), ("sqlite3", "file", 0.3), ("mcap", "storage", None)])
+def test_the_humble_layout_holds_the_same_messages_without_definitions(
+        tmp_path, fmt, compression, split_s):
+    style = VehicleStyle(sizes=((32, 24),) * 4, compression=compression, split_s=split_s)
+    jazzy = write_vehicle_bag(tmp_path / "jazzy", 0.6, 9, style, fmt, width=32, height=24,
+                              workers=1)
+    humble = write_vehicle_bag(tmp_path / "humble", 0.6, 9, replace(style, layout="humble"),
+                               fmt, width=32, height=24, workers=1)
+    assert _messages(humble.path) == _messages(jazzy.path)
+    info = yaml.safe_load((humble.path / "metadata.yaml").read_text())[
+        "rosbag2_bagfile_information"]
+    assert info["version"] == 5 and "custom_data" not in info
+    qos = {e["topic_metadata"]["name"]: e["topic_metadata"]["offered_qos_profiles"]
+           for e in info["topics_with_message_count"]}
+    assert isinstance(qos["/tf_static"], str) and "durability: 1" in qos["/tf_static"]
+    connections = _connections(humble.path)
+    assert connections["/tf_static"].ext.offered_qos_profiles[0].durability \
+        == QosDurability.TRANSIENT_LOCAL
+    vendor = connections[VELOCITY_STATUS_TOPIC]
+    jazzy_vendor = _connections(jazzy.path)[VELOCITY_STATUS_TOPIC]
+    assert jazzy_vendor.msgdef.format == MessageDefinitionFormat.MSG
+    if fmt == "sqlite3":
+        assert vendor.msgtype == VELOCITY_REPORT_TYPE and not vendor.msgdef.data
+        files = [p for p in humble.path.iterdir() if p.name != "metadata.yaml"]
+        assert len(files) == (1 if split_s is None else 3)
+    else:
+        assert vendor.msgdef == jazzy_vendor.msgdef
+    topics = TopicMapping(**humble.topics)
+    with BagReader(humble.path, topics) as bag:
+        assert len(bag.odometry()) == humble.odometry
 
 
 @pytest.mark.parametrize("kwargs, message", [
@@ -186,6 +239,7 @@ def test_same_seed_same_bytes_and_sqlite3(tmp_path):
      "multiple of 2x1"),
     ({"sizes": ((64, 48),) * 3}, "sizes"),
     ({"odometry_offset": (1.0, float("nan"), 0.0)}, "odometry_offset"),
+    ({"layout": "iron"}, "layout"),
 ])
 def test_bad_styles_are_refused(kwargs, message):
     with pytest.raises(ValueError, match=message):
@@ -200,10 +254,13 @@ def test_cli_vehicle_style_and_its_topics_yaml(tmp_path, capsys):
     assert "--drop-rate" in capsys.readouterr().err
     assert main([*args, "--style", "vehicle", "--camera-sizes", "32x24,48x27,32x24,32x24",
                  "--encodings", "bayer_grbg8,yuv422_yuy2,rgb16,png", "--odometry-frame", "utm",
-                 "--no-extra-topics", "--topics-out", str(topics_file)]) == 0
+                 "--no-extra-topics", "--layout", "humble", "--topics-out",
+                 str(topics_file)]) == 0
     mapping = yaml.safe_load(topics_file.read_text())
     assert mapping["cameras"][3].endswith("/front_tele/image_raw/compressed")
     with BagReader(out, TopicMapping.from_yaml(topics_file)) as bag:
         odometry = bag.odometry()
         topics = {c.topic for c in bag.reader.connections}
     assert len(odometry) == 21 and "/tf" not in topics
+    info = yaml.safe_load((out / "metadata.yaml").read_text())["rosbag2_bagfile_information"]
+    assert info["version"] == 5

@@ -30,6 +30,7 @@ from flashdrive_ros.sim.cameras import rig
 from flashdrive_ros.sim.clock import stamp_ns
 from flashdrive_ros.sim.drive import SUBSTEPS, DriveLog, simulate
 from flashdrive_ros.sim.frames import render_frames
+from flashdrive_ros.sim.humble_bag import rewrite_as_humble
 from flashdrive_ros.sim.labels import Label, label_drive
 from flashdrive_ros.sim.render import Renderer
 from flashdrive_ros.sim.topics import (
@@ -44,6 +45,7 @@ FORMATS = {"mcap": StoragePlugin.MCAP, "sqlite3": StoragePlugin.SQLITE3}
 COMPRESSIONS = {"none": CompressionMode.NONE, "storage": CompressionMode.STORAGE,
                 "file": CompressionMode.FILE, "message": CompressionMode.MESSAGE}
 BAG_VERSION = 9
+LAYOUTS = ("jazzy", "humble")
 _ZERO = QosTime(0, 0)
 _LATCHED = Qos(QosHistory.KEEP_LAST, 1, QosReliability.RELIABLE, QosDurability.TRANSIENT_LOCAL,
                _ZERO, _ZERO, QosLiveliness.AUTOMATIC, _ZERO, False)
@@ -172,6 +174,11 @@ def check_compression(fmt: str, compression: str) -> None:
                          "'message'")
 
 
+def check_layout(layout: str) -> None:
+    if layout not in LAYOUTS:
+        raise ValueError(f"layout must be one of {LAYOUTS}, got {layout!r}")
+
+
 def check_bag_output(out: Path, fmt: str) -> None:
     if fmt not in FORMATS:
         raise ValueError(f"bag format must be one of {sorted(FORMATS)}, got {fmt!r}")
@@ -181,11 +188,13 @@ def check_bag_output(out: Path, fmt: str) -> None:
 
 @contextmanager
 def open_bag(out: Path, fmt: str, compression: str = "none",
-             split_s: float | None = None) -> Iterator[BagOut]:
+             split_s: float | None = None, layout: str = "jazzy") -> Iterator[BagOut]:
     """A new bag directory `out` in storage `fmt` (mcap or sqlite3), compressed and split as
-    BagOut says."""
+    BagOut says; `layout` humble rewrites it as ROS 2 Humble writes it (sim/humble_bag.py)
+    once it is closed."""
     check_bag_output(out, fmt)
     check_compression(fmt, compression)
+    check_layout(layout)
     if split_s is not None:
         if not split_s > 0:
             raise ValueError(f"split seconds must be > 0, got {split_s}")
@@ -196,6 +205,8 @@ def open_bag(out: Path, fmt: str, compression: str = "none",
         yield bag
     finally:
         bag.close()
+    if layout == "humble":
+        rewrite_as_humble(out)
 
 
 def last_odometry_step(seconds: float) -> int:

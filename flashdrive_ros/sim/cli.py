@@ -11,7 +11,7 @@ from pathlib import Path
 
 import yaml
 
-from flashdrive_ros.sim.bag import COMPRESSIONS, FORMATS, default_workers, write_bag
+from flashdrive_ros.sim.bag import COMPRESSIONS, FORMATS, LAYOUTS, default_workers, write_bag
 from flashdrive_ros.sim.cameras import DEFAULT_HEIGHT, DEFAULT_WIDTH
 from flashdrive_ros.sim.vehicle_bag import ENCODINGS, VehicleStyle, write_vehicle_bag
 
@@ -102,7 +102,7 @@ def build_parser() -> argparse.ArgumentParser:
     v.add_argument("--sim-topics", dest="vehicle_topics", action="store_const", const=False,
                    help="keep the simulator's topic names")
     v.add_argument("--no-extra-topics", dest="extra_topics", action="store_const",
-                   const=False, help="no /tf and /rosout")
+                   const=False, help="no /tf, /rosout and vehicle velocity status")
     v.add_argument("--no-labels", dest="labels", action="store_const", const=False,
                    help="no /sim/labels")
     v.add_argument("--compression", choices=sorted(COMPRESSIONS),
@@ -111,6 +111,9 @@ def build_parser() -> argparse.ArgumentParser:
     v.add_argument("--split-seconds", dest="split_s", type=_positive_float,
                    help="a new bag file every this many seconds (ros2 bag record "
                         "--max-bag-duration)")
+    v.add_argument("--layout", choices=LAYOUTS,
+                   help="rosbag2 layout: jazzy, or humble (metadata version 5; sqlite3 files "
+                        "without message definitions) (default jazzy)")
     v.add_argument("--topics-out", default=None,
                    help="write the bag's topic mapping as a topics YAML for flashdrive-replay")
     return p

@@ -1,17 +1,26 @@
-"""Sim data as ROS 2 Jazzy messages (rosbags typestore classes, no rclpy needed)."""
+"""Sim data as ROS 2 Jazzy messages (rosbags typestore classes, no rclpy needed), and one
+vendor type a vehicle logger records besides (Autoware's velocity report), known only to this
+typestore."""
 
 from __future__ import annotations
 
 import json
 
 import numpy as np
-from rosbags.typesys import Stores, get_typestore
+from rosbags.typesys import Stores, get_types_from_msg, get_typestore
 
 from flashdrive_ros.sim.cameras import CameraSpec
 from flashdrive_ros.sim.labels import Label
 from flashdrive_ros.sim.topics import BASE_FRAME, ODOM_FRAME, camera_frame
 
+VELOCITY_REPORT_TYPE = "autoware_vehicle_msgs/msg/VelocityReport"
+VELOCITY_REPORT_MSG = """std_msgs/Header header
+float32 longitudinal_velocity
+float32 lateral_velocity
+float32 heading_rate
+"""
 TYPESTORE = get_typestore(Stores.ROS2_JAZZY)
+TYPESTORE.register(get_types_from_msg(VELOCITY_REPORT_MSG, VELOCITY_REPORT_TYPE))
 _T = TYPESTORE.types
 
 
@@ -97,6 +106,11 @@ def ego_tf(t_ns: int, parent: str, x: float, y: float, z: float, yaw: float):
         header=header(t_ns, parent), child_frame_id=BASE_FRAME,
         transform=_T["geometry_msgs/msg/Transform"](translation=_vec(x, y, z),
                                                     rotation=_quat_z(yaw)))])
+
+
+def velocity_report(t_ns: int, v: float, yaw_rate: float):
+    return _T[VELOCITY_REPORT_TYPE](header=header(t_ns, BASE_FRAME), longitudinal_velocity=v,
+                                    lateral_velocity=0.0, heading_rate=yaw_rate)
 
 
 def rosout_log(t_ns: int, node: str, text: str):

@@ -1,14 +1,14 @@
 """A synthetic drive written the way a vehicle logger records it.
 
 Every property of a vehicle recording is a switch of VehicleStyle: cameras at 30 Hz, each with
-its own transport latency (bag log time = header stamp + latency, so log times are not
-sorted across topics), dropped frames, stamp offsets, image size and encoding (raw Image in
-any encoding of sim/raw_pixels.py or CompressedImage jpeg / png); odometry in a map frame
-with UTM-like offsets; vehicle topic names; /tf and /rosout besides. Frames between the
-10 Hz scenes are rendered with the ego pose of their own time (other road users from the
-nearest scene), at the render size and then resized to each camera's size. The same seed
-gives the same drive as `write_bag`, so its ground truth (odometry) and labels are those of
-the simulator bag.
+its own transport latency (bag log time = header stamp + latency, so log times are not sorted
+across topics), dropped frames, stamp offsets, image size and encoding (raw Image in any
+encoding of sim/raw_pixels.py or CompressedImage jpeg / png); odometry in a map frame with UTM-
+like offsets; vehicle topic names; /tf, /rosout and a vendor-typed velocity report besides; the
+rosbag2 layout of Jazzy or of Humble (no message definitions in sqlite3). Frames between the 10
+Hz scenes are rendered with the ego pose of their own time (other road users from the nearest
+scene), at the render size and then resized to each camera's size. The same seed gives the same
+drive as `write_bag`, so its ground truth (odometry) and labels are those of the simulator bag.
 """
 
 from __future__ import annotations
@@ -23,6 +23,7 @@ import numpy as np
 from flashdrive_ros.sim import messages as M
 from flashdrive_ros.sim.bag import (
     COMPRESSIONS,
+    check_layout,
     default_workers,
     last_odometry_step,
     open_bag,
@@ -54,6 +55,7 @@ VEHICLE_CAMERA_NAMES = {"camera_cross_left_120fov": "cross_left",
 VEHICLE_ODOMETRY_TOPIC = "/localization/kinematic_state"
 TF_TOPIC = "/tf"
 ROSOUT_TOPIC = "/rosout"
+VELOCITY_STATUS_TOPIC = "/vehicle/status/velocity_status"
 ROSOUT_PERIOD_S = 1.0
 
 
@@ -65,7 +67,10 @@ class VehicleStyle:
     encodings per camera in rig order; odometry_offset (x, y, z) in metres is added to every
     odometry and /tf position; vehicle_topics: /sensing/camera/front_wide/... names, else the
     simulator's; compression: none, storage (mcap zstd chunks), file or message (zstd);
-    split_s: a new bag file every split_s seconds of log time (None: one file)."""
+    split_s: a new bag file every split_s seconds of log time (None: one file); extra_topics:
+    /tf, /rosout and VELOCITY_STATUS_TOPIC (an Autoware type, not in the ROS 2 typestores);
+    layout: jazzy, or humble (sim/humble_bag.py: a sqlite3 file holds no message definitions,
+    so that vendor type is known by name only)."""
 
     camera_hz: float = 30.0
     latency_ms: tuple[float, float] = (40.0, 80.0)
@@ -82,6 +87,7 @@ class VehicleStyle:
     labels: bool = True
     compression: str = "none"
     split_s: float | None = None
+    layout: str = "jazzy"
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "sizes", tuple(tuple(int(v) for v in s) for s in self.sizes))
@@ -132,6 +138,7 @@ class VehicleStyle:
                              f"{self.compression!r}")
         if self.split_s is not None and not (math.isfinite(self.split_s) and self.split_s > 0):
             raise ValueError(f"split_s must be > 0 seconds, got {self.split_s}")
+        check_layout(self.layout)
 
     @classmethod
     def simulator(cls, width: int = DEFAULT_WIDTH, height: int = DEFAULT_HEIGHT
@@ -237,7 +244,7 @@ def write_vehicle_bag(out: str | Path, seconds: float, seed: int,
     ox, oy, oz = style.odometry_offset
     odom_latency_ns = int(round(style.odometry_latency_ms * 1e6))
     last_step = last_odometry_step(seconds)
-    with open_bag(out, fmt, style.compression, style.split_s) as bag:
+    with open_bag(out, fmt, style.compression, style.split_s, style.layout) as bag:
         put = bag.put
         tf_static = bag.connection(TF_STATIC_TOPIC, "tf2_msgs/msg/TFMessage", latched=True)
         img_conns = [bag.connection(style.image_topic(s.name, enc),
@@ -253,12 +260,14 @@ def write_vehicle_bag(out: str | Path, seconds: float, seed: int,
             else None
         rosout_conn = bag.connection(ROSOUT_TOPIC, "rcl_interfaces/msg/Log") \
             if style.extra_topics else None
+        velocity_conn = bag.connection(VELOCITY_STATUS_TOPIC, M.VELOCITY_REPORT_TYPE) \
+            if style.extra_topics else None
         t0 = stamp_ns(0.0)
         put(tf_static, t0, M.camera_tf_static(t0, specs))
         cursor = {"odometry": 0, "label": 0, "rosout": 0.0}
 
         def write_until(t: float) -> None:
-            """Odometry, /tf, labels and /rosout stamped up to t."""
+            """Odometry, /tf, the velocity report, labels and /rosout stamped up to t."""
             while cursor["odometry"] <= last_step and log.ego[cursor["odometry"], 0] <= t:
                 ts, x, y, yaw, v, yaw_rate, _ = log.ego[cursor["odometry"]]
                 s_ns = stamp_ns(ts)
@@ -268,6 +277,8 @@ def write_vehicle_bag(out: str | Path, seconds: float, seed: int,
                 if tf_conn is not None:
                     put(tf_conn, s_ns, M.ego_tf(s_ns, style.odometry_frame, x + ox, y + oy,
                                                 oz, yaw))
+                if velocity_conn is not None:
+                    put(velocity_conn, s_ns, M.velocity_report(s_ns, v, yaw_rate))
                 cursor["odometry"] += 1
             while label_conn is not None and cursor["label"] < log.frame_count \
                     and cursor["label"] / FRAME_HZ <= t:
