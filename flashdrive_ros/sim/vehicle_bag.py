@@ -3,12 +3,13 @@
 Every property of a vehicle recording is a switch of VehicleStyle: cameras at 30 Hz, each with
 its own transport latency (bag log time = header stamp + latency, so log times are not sorted
 across topics), dropped frames, stamp offsets, image size and encoding (raw Image in any
-encoding of sim/raw_pixels.py or CompressedImage jpeg / png); odometry in a map frame with UTM-
-like offsets; vehicle topic names; /tf, /rosout and a vendor-typed velocity report besides; the
-rosbag2 layout of Jazzy or of Humble (no message definitions in sqlite3). Frames between the 10
-Hz scenes are rendered with the ego pose of their own time (other road users from the nearest
-scene), at the render size and then resized to each camera's size. The same seed gives the same
-drive as `write_bag`, so its ground truth (odometry) and labels are those of the simulator bag.
+encoding of sim/raw_pixels.py or CompressedImage jpeg / png); odometry in a map frame with
+UTM-like offsets; vehicle topic names; /tf, /rosout and a vendor-typed velocity report besides;
+the rosbag2 layout of Jazzy or of Humble (no message definitions in sqlite3). Frames between
+the 10 Hz scenes are rendered with the ego pose of their own time (other road users from the
+nearest scene), at the render size and then resized to each camera's size. The same seed gives
+the same drive as `write_bag`, so its ground truth (odometry) and labels are those of the
+simulator bag.
 """
 
 from __future__ import annotations
