@@ -10,7 +10,11 @@ from flashdrive_ros.eval.topic_proposal import ProposalError, propose
 from flashdrive_ros.eval.topics import TopicMapping
 from flashdrive_ros.eval.topics_cli import main
 from flashdrive_ros.sim.topics import CAMERA_NAMES
-from flashdrive_ros.sim.vehicle_bag import VehicleStyle, write_vehicle_bag
+from flashdrive_ros.sim.vehicle_bag import (
+    VELOCITY_STATUS_TOPIC,
+    VehicleStyle,
+    write_vehicle_bag,
+)
 
 CAMS = "cameras: [/c/a, /c/b, /c/c, /c/d]\n"
 SLOTS = tuple(CAMERA_NAMES)
@@ -86,6 +90,19 @@ def test_proposal_for_a_vehicle_bag_is_its_mapping_and_replays(vehicle_bag, tmp_
     assert yaml.safe_load(out.read_text()) == vehicle_bag.topics
     with BagReader(vehicle_bag.path, TopicMapping.from_yaml(out)) as bag:
         assert len(bag.odometry()) == 26 and bag.has_labels
+
+
+def test_a_humble_sqlite3_bag_with_a_vendor_type_gets_its_mapping(tmp_path, capsys):
+    style = VehicleStyle(camera_hz=10.0, sizes=((32, 24),) * 4, drop_rate=0.0,
+                         layout="humble")
+    bag = write_vehicle_bag(tmp_path / "bag", 0.5, 2, style, "sqlite3", width=32, height=24,
+                            workers=1)
+    out = tmp_path / "proposal.yaml"
+    assert main([str(bag.path), "--out", str(out)]) == 0
+    assert f"{VELOCITY_STATUS_TOPIC} " in capsys.readouterr().out
+    assert yaml.safe_load(out.read_text()) == bag.topics
+    with BagReader(bag.path, TopicMapping.from_yaml(out)) as reader:
+        assert len(reader.odometry()) == 26 and reader.has_labels
 
 
 def test_proposal_prefers_compressed_and_flags_guesses():
