@@ -52,7 +52,8 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--workers", type=int, default=RunOptions.workers,
                    help="in process: drives run in this many processes at once")
     p.add_argument("--threads", type=int, default=RunOptions.threads_per_worker,
-                   help="torch / OpenCV threads per worker process (with --workers > 1)")
+                   help="torch / OpenCV threads of each drive's process (this process too with "
+                        "one worker or one drive)")
     p.add_argument("--no-pictures", action="store_true")
     p.add_argument("--plan-trace", action="store_true",
                    help="write plans_VARIANT_SEED.csv per drive: each followed plan with the "

@@ -44,7 +44,7 @@ class RunOptions:
     plan_trace: bool = False
     variant_latency_ms: dict[str, float] = field(default_factory=dict)
     workers: int = 1  # in process: drives run in this many processes at once
-    threads_per_worker: int = 1  # torch / OpenCV threads of each worker process (workers > 1)
+    threads_per_worker: int = 1  # torch / OpenCV threads of each drive's process (this one too)
 
     def __post_init__(self) -> None:
         self.model_dir, self.out_dir = Path(self.model_dir), Path(self.out_dir)

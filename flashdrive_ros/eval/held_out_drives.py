@@ -22,7 +22,7 @@ from flashdrive_ros.eval.errors import ReplayError
 from flashdrive_ros.eval.held_out import DriveWindows, replay_drive
 from flashdrive_ros.eval.held_out_breakdown import Targets, held_out_report, markdown
 from flashdrive_ros.eval.model_compare import PREFILLS, CompareSettings
-from flashdrive_ros.eval.process_pool import map_in_processes, set_worker_threads
+from flashdrive_ros.eval.process_pool import map_in_processes
 from flashdrive_ros.eval.sim_source import SimDriveSource
 from flashdrive_ros.model.manifest import read_manifest
 from flashdrive_ros.paths import default_model_dir
@@ -41,7 +41,7 @@ class HeldOutSettings:
     drives: int = 4  # on seeds first_seed .. first_seed + drives - 1, all held out
     seconds: float = 60.0  # length of each drive
     first_seed: int = EVAL_SEEDS.start
-    workers: int = 1  # processes, one drive each; 1: in this process, its threads as they are
+    workers: int = 1  # processes, one drive each; 1: in this process
     threads_per_worker: int = 1  # torch threads of each worker process
     device: str = derived(EngineConfig, "device", choices=DEVICES)
     num_samples: int = derived(EngineConfig, "num_samples", help="trajectory samples per "
@@ -156,8 +156,6 @@ def main(argv: list[str] | None = None) -> int:
             streaming_only=args.streaming_only)
     except ValueError as exc:
         p.error(str(exc))
-    if settings.workers == 1:
-        set_worker_threads(settings.threads_per_worker)
     try:
         report = run(Path(args.model_dir or default_model_dir()), Path(args.out), settings)
     except (ReplayError, ValueError, OSError) as exc:
