@@ -195,7 +195,7 @@ def _connections(path):
 
 
 @pytest.mark.parametrize("fmt, compression, split_s", [
-    ("sqlite3", "none", None), ("sqlite3", "file", 0.3), ("mcap", "storage", None)])
+    ("sqlite3", "none", None), ("sqlite3", "message", 0.3), ("mcap", "storage", None)])
 def test_the_humble_layout_holds_the_same_messages_without_definitions(
         tmp_path, fmt, compression, split_s):
     style = VehicleStyle(sizes=((32, 24),) * 4, compression=compression, split_s=split_s)
@@ -240,6 +240,7 @@ def test_the_humble_layout_holds_the_same_messages_without_definitions(
     ({"sizes": ((64, 48),) * 3}, "sizes"),
     ({"odometry_offset": (1.0, float("nan"), 0.0)}, "odometry_offset"),
     ({"layout": "iron"}, "layout"),
+    ({"layout": "humble", "compression": "file"}, "without file compression"),
 ])
 def test_bad_styles_are_refused(kwargs, message):
     with pytest.raises(ValueError, match=message):

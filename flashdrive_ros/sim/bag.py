@@ -174,9 +174,12 @@ def check_compression(fmt: str, compression: str) -> None:
                          "'message'")
 
 
-def check_layout(layout: str) -> None:
+def check_layout(layout: str, compression: str) -> None:
     if layout not in LAYOUTS:
         raise ValueError(f"layout must be one of {LAYOUTS}, got {layout!r}")
+    if layout == "humble" and compression == "file":
+        raise ValueError("the humble layout is written for bags without file compression "
+                         "(none, storage or message)")
 
 
 def check_bag_output(out: Path, fmt: str) -> None:
@@ -194,7 +197,7 @@ def open_bag(out: Path, fmt: str, compression: str = "none",
     once it is closed."""
     check_bag_output(out, fmt)
     check_compression(fmt, compression)
-    check_layout(layout)
+    check_layout(layout, compression)
     if split_s is not None:
         if not split_s > 0:
             raise ValueError(f"split seconds must be > 0, got {split_s}")

@@ -4,23 +4,16 @@ Humble records metadata.yaml version 5: offered QoS profiles as one YAML string 
 enum numbers, and no type description hashes, custom data or distro. Its sqlite3 files are
 of schema 3: no message_definitions table, no metadata table and no type hashes, so a reader
 knows a message type by its name only (a vendor type is then unknown to it). Its mcap files
-keep their schemas. File-compressed (zstd) storage files are rewritten inside their
-compression.
+keep their schemas. Bags with file-compressed storage files are not rewritten (refused by
+`check_layout`).
 """
 
 from __future__ import annotations
 
-import shutil
 import sqlite3
-import tempfile
 from pathlib import Path
 
 import yaml
-
-try:
-    from compression import zstd
-except ImportError:
-    from backports import zstd
 
 HUMBLE_METADATA_VERSION = 5
 HUMBLE_SQLITE_SCHEMA = 3
@@ -92,27 +85,12 @@ def humble_sqlite(path: Path) -> None:
         db.close()
 
 
-def humble_compressed_sqlite(path: Path) -> None:
-    """Rewrite one zstd-compressed sqlite3 storage file (.db3.zstd) as schema 3."""
-    with tempfile.TemporaryDirectory(dir=path.parent) as tmp:
-        plain = Path(tmp) / path.name.removesuffix(".zstd")
-        with zstd.open(path, "rb") as src, plain.open("wb") as dst:
-            shutil.copyfileobj(src, dst)
-        humble_sqlite(plain)
-        with plain.open("rb") as src, zstd.open(path, "wb") as dst:
-            shutil.copyfileobj(src, dst)
-
-
 def rewrite_as_humble(bag: Path) -> None:
     """Rewrite the closed rosbag2 directory `bag` in Humble's layout."""
     meta_path = bag / "metadata.yaml"
     info = yaml.safe_load(meta_path.read_text())["rosbag2_bagfile_information"]
     if info["storage_identifier"] == "sqlite3":
         for name in info["relative_file_paths"]:
-            path = bag / name
-            if name.endswith(".zstd"):
-                humble_compressed_sqlite(path)
-            else:
-                humble_sqlite(path)
+            humble_sqlite(bag / name)
     meta_path.write_text(yaml.safe_dump({"rosbag2_bagfile_information": humble_metadata(info)},
                                         default_flow_style=False, sort_keys=False))

@@ -139,7 +139,7 @@ class VehicleStyle:
                              f"{self.compression!r}")
         if self.split_s is not None and not (math.isfinite(self.split_s) and self.split_s > 0):
             raise ValueError(f"split_s must be > 0 seconds, got {self.split_s}")
-        check_layout(self.layout)
+        check_layout(self.layout, self.compression)
 
     @classmethod
     def simulator(cls, width: int = DEFAULT_WIDTH, height: int = DEFAULT_HEIGHT
