@@ -67,7 +67,7 @@ def one_file_replay(tmp_path_factory, model):
 
 @pytest.mark.parametrize("fmt, compression, split_s, layout", [
     ("mcap", "storage", 3.0, "jazzy"), ("sqlite3", "file", 2.5, "jazzy"),
-    ("sqlite3", "message", None, "jazzy"), ("sqlite3", "none", None, "humble")])
+    ("sqlite3", "message", None, "humble")])
 def test_split_compressed_and_humble_recordings_replay_like_one_plain_file(
         tmp_path, model, one_file_replay, fmt, compression, split_s, layout):
     topics, plain = one_file_replay
