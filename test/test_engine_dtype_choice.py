@@ -25,6 +25,17 @@ def test_auto_is_bfloat16_only_on_a_cpu_with_native_bf16(monkeypatch, native, de
         resolve_dtype("int8", device)
 
 
+@pytest.mark.parametrize("capability,bf16,amx,expected", [
+    ("AVX512", True, False, True), ("AVX512", False, True, True), ("AVX512", False, False, False),
+    ("AVX2", True, True, False), ("DEFAULT", True, False, False)])
+def test_native_bf16_needs_the_cpu_and_aten_kernels_at_avx512(monkeypatch, capability, bf16,
+                                                              amx, expected):
+    monkeypatch.setattr(torch.backends.cpu, "get_cpu_capability", lambda: capability)
+    monkeypatch.setattr(torch.cpu, "_is_avx512_bf16_supported", lambda: bf16)
+    monkeypatch.setattr(torch.cpu, "_is_amx_tile_supported", lambda: amx)
+    assert dtype_choice.cpu_has_native_bf16() is expected
+
+
 def relative_error(a: torch.Tensor, b: torch.Tensor) -> float:
     a, b = a.double(), b.double()
     return float((a - b).norm() / b.norm())

@@ -19,10 +19,13 @@ def resolve_device(device: str) -> str:
 
 
 def cpu_has_native_bf16() -> bool:
+    """AVX512-BF16 or AMX on the CPU, with ATen's kernels at AVX512 (ATEN_CPU_CAPABILITY=avx2
+    caps them below it, and inductor's bf16 GEMM templates then do not build)."""
     import torch
 
     cpu = torch.cpu
-    return bool(cpu._is_avx512_bf16_supported() or cpu._is_amx_tile_supported())
+    return (torch.backends.cpu.get_cpu_capability() == "AVX512"
+            and bool(cpu._is_avx512_bf16_supported() or cpu._is_amx_tile_supported()))
 
 
 def resolve_dtype(dtype: str, device: str) -> str:
