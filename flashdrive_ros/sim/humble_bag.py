@@ -33,16 +33,11 @@ def humble_qos(profiles: list[dict] | str) -> str:
     items = yaml.safe_load(profiles) if isinstance(profiles, str) else profiles
     if not items:
         return ""
-    out = []
-    for item in items:
-        row = {}
-        for key in QOS_KEYS:
-            value = item[key]
-            if key in ENUMS and isinstance(value, str):
-                value = ENUMS[key][value.lower()]
-            row[key] = value
-        out.append(row)
-    return yaml.safe_dump(out, default_flow_style=False, sort_keys=False)
+    def number(key: str, value):
+        return ENUMS[key][value.lower()] if key in ENUMS and isinstance(value, str) else value
+
+    rows = [{key: number(key, item[key]) for key in QOS_KEYS} for item in items]
+    return yaml.safe_dump(rows, default_flow_style=False, sort_keys=False)
 
 
 def humble_metadata(info: dict) -> dict:
@@ -80,7 +75,6 @@ def humble_sqlite(path: Path) -> None:
         db.execute("UPDATE schema SET schema_version = ?, ros_distro = 'humble'",
                    (HUMBLE_SQLITE_SCHEMA,))
         db.commit()
-        db.execute("VACUUM")
     finally:
         db.close()
 
