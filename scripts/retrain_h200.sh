@@ -43,9 +43,11 @@
 #        then the closed-loop benchmark of both side by side, WORKERS each (default half the
 #        cores), as `drive` does: reports in closed_loop_finetune/ and closed_loop_soup/.
 #        MODEL_DIR as for eval.
-# probe  (a call on the same warm machine, about a minute): the lamp probe on that model
-#        (eval/lamp_probe.py), the red-light waits of DRIVES held-out drives from 1000100
-#        planned standing under red and under green. MODEL_DIR as for eval.
+# probe  (a call on the same warm machine, a few minutes): the lamp probe and the lead probe
+#        on that model side by side (eval/lamp_probe.py: the red-light waits of DRIVES
+#        held-out drives from 1000100 planned standing under red and under green;
+#        eval/lead_probe.py: their leads, the ego coming up behind them standing and
+#        moving). MODEL_DIR as for eval.
 # The run directories (out/retrain, out/retrain_target) are ignored by git, so they stay on
 # the machine between calls while it is held; a machine given back between `target` and
 # `resume` takes the checkpoint with it (~100 MB with the optimizer state, and the drive
@@ -153,14 +155,17 @@ soup_drives() {
     return "${status}"
 }
 
-lamp_probe() {
+# scene_probe NAME: flashdrive_ros.eval.NAME (lamp_probe, lead_probe) on the phase's model
+# into ${run_dir}/NAME
+scene_probe() {
+    local name="$1"
     have_model || return 2
-    run_module "${logs}/lamp_probe.log" 15 flashdrive_ros.eval.lamp_probe \
-        --model-dir "${model_dir}" --out "${run_dir}/lamp_probe" --drives "${drives}" \
+    run_module "${logs}/${name}.log" 15 "flashdrive_ros.eval.${name}" \
+        --model-dir "${model_dir}" --out "${run_dir}/${name}" --drives "${drives}" \
         --seconds "${seconds}" --device cpu
     local status=$?
-    tail -n 20 "${logs}/lamp_probe.log"
-    echo "lamp probe exit ${status} after $(( $(date +%s) - start )) s"
+    tail -n 20 "${logs}/${name}.log"
+    echo "${name} exit ${status} after $(( $(date +%s) - start )) s"
     return "${status}"
 }
 
@@ -183,6 +188,7 @@ pack() {
     local files=() wanted=(summary.json coverage.md train_log.jsonl logs held_out/held_out.json
                            held_out/held_out.md closed_loop/report.json closed_loop/report.md
                            lamp_probe/lamp_probe.json lamp_probe/lamp_probe.md
+                           lead_probe/lead_probe.json lead_probe/lead_probe.md
                            policy_coverage.md closed_loop_finetune/report.json
                            closed_loop_finetune/report.md closed_loop_soup/report.json
                            closed_loop_soup/report.md logs/closed_loop_finetune.log
@@ -194,6 +200,7 @@ pack() {
         wanted=("logs/held_out_${phase}.log" logs/closed_loop.log held_out/held_out.json
                 held_out/held_out.md closed_loop/report.json closed_loop/report.md
                 lamp_probe/lamp_probe.json lamp_probe/lamp_probe.md
+                lead_probe/lead_probe.json lead_probe/lead_probe.md
                 closed_loop_finetune/report.json closed_loop_finetune/report.md
                 closed_loop_soup/report.json closed_loop_soup/report.md
                 logs/closed_loop_finetune.log logs/closed_loop_soup.log)
@@ -246,7 +253,10 @@ case "${phase}" in
         soup_drives || status=$?
         ;;
     probe)
-        lamp_probe || status=$?
+        scene_probe lamp_probe &
+        lamp=$!
+        scene_probe lead_probe || status=$?
+        wait "${lamp}" || status=$?
         ;;
     dagger)
         rm -rf "${run_dir}"

@@ -13,20 +13,16 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import json
 import sys
-from pathlib import Path
 
 import numpy as np
 
-from flashdrive_ros.engine.config import EngineConfig
 from flashdrive_ros.engine.types import Window
-from flashdrive_ros.paths import default_model_dir
+from flashdrive_ros.eval.scene_probe import add_probe_arguments, run_probe
 from flashdrive_ros.sim.drive import SceneSnapshot, simulate
 from flashdrive_ros.sim.labels import DECISION_WORDS
 from flashdrive_ros.sim.light_branches import red_waits
 from flashdrive_ros.sim.render import Renderer
-from flashdrive_ros.sim.seeds import EVAL_SEEDS, is_eval_seed
 
 JSON_FILE, MARKDOWN_FILE = "lamp_probe.json", "lamp_probe.md"
 COLOURS = ("red", "green")
@@ -109,44 +105,13 @@ def _backs(text: str) -> tuple[float, ...]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    import torch
-
-    from flashdrive_ros.engine.engine import Engine
-
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    p.add_argument("--model-dir", default=None, help="model directory (default: embedded)")
-    p.add_argument("--out", required=True, type=Path)
-    p.add_argument("--drives", type=int, default=16)
-    p.add_argument("--first-seed", type=int, default=EVAL_SEEDS.start + 100)
-    p.add_argument("--seconds", type=float, default=60.0)
+    add_probe_arguments(p)
     p.add_argument("--back-m", type=_backs, default=(0.0, 1.0, 2.0),
                    help="distances the ego is moved back from the expert's waiting spot")
-    p.add_argument("--device", choices=("cpu", "cuda"), default="cpu")
-    args = p.parse_args(argv)
-    seeds = list(range(args.first_seed, args.first_seed + args.drives))
-    if args.drives < 1 or not (is_eval_seed(seeds[0]) and is_eval_seed(seeds[-1])):
-        p.error(f"seeds {seeds[0]} .. {seeds[-1]} leave the held-out range")
-    if not args.seconds > 0:
-        p.error("--seconds must be > 0")
-    model_dir = Path(args.model_dir) if args.model_dir else default_model_dir()
-    torch.manual_seed(0)
-    try:
-        engine = Engine.load(model_dir, EngineConfig(num_samples=1, streaming=False,
-                                                     speculative=False, device=args.device))
-    except (FileNotFoundError, ValueError) as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
-    rows = [row for seed in seeds for row in probe_seed(engine, seed, args.seconds,
-                                                        args.back_m)]
-    summary = summarize(rows)
-    args.out.mkdir(parents=True, exist_ok=True)
-    (args.out / JSON_FILE).write_text(json.dumps({"model_dir": str(model_dir), "seeds": seeds,
-                                                  "summary": summary, "rows": rows},
-                                                 indent=2) + "\n")
-    text = markdown(summary, str(model_dir), seeds)
-    (args.out / MARKDOWN_FILE).write_text(text)
-    print(text)
-    return 0
+    return run_probe(p, argv, lambda engine, seed, args: probe_seed(
+        engine, seed, args.seconds, args.back_m), summarize, markdown, JSON_FILE,
+        MARKDOWN_FILE)
 
 
 if __name__ == "__main__":
