@@ -257,8 +257,8 @@ def test_lead_spans_get_late_braking_and_never_an_early_stop():
         assert 115.0 - high <= lead.start_s <= 115.0 - low
 
 
-@pytest.mark.parametrize("seed", [3, SEED])
-def test_an_early_stop_holds_the_ego_short_of_the_red_light_and_the_futures_go_on(seed):
+def test_an_early_stop_holds_the_ego_short_of_the_red_light_and_the_futures_go_on():
+    seed = SEED
     log = simulate_disturbed(seed, 24.0, Disturbance(first_s=100.0, drift_first_s=100.0,
                                                       stop_short_share=1.0),
                              blocks=("red_light",))
