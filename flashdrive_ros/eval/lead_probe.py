@@ -65,11 +65,9 @@ def lead_scenes(log: DriveLog) -> list[LeadScene]:
                 or (info.light_gap is not None and info.light_gap < CLEAR_AHEAD_M)
                 or info.ped_gap is not None):
             continue
-        scene = log.scenes[k]
-        ego_s, ego_d = route.project((scene.ego.x, scene.ego.y), hint=scene.route_s)
-        lead = _lead_box(scene, route, ego_s, ego_d)
+        lead = _lead_box(log.scenes[k], route, info.route_s, info.route_d)
         if lead is not None:
-            out.append(LeadScene(k, scene, *lead, ego_d))
+            out.append(LeadScene(k, log.scenes[k], *lead, info.route_d))
     return out
 
 
@@ -111,8 +109,8 @@ def approach_scenes(route, lead: LeadScene, gap: float, speed: float, moving: bo
 
 def lane_pose(route, s: float, d: float) -> tuple[float, float, float]:
     """(x, y, yaw) at route arc length s and lateral offset d (left +)."""
-    x, y, yaw = route.pose_at(s)
-    return x - np.sin(yaw) * d, y + np.cos(yaw) * d, yaw
+    x, y = route.offset_point(s, d)
+    return x, y, route.pose_at(s)[2]
 
 
 def approach_window(renderer: Renderer, route, lead: LeadScene, gap: float, speed: float,
@@ -175,12 +173,12 @@ def summarize(rows: list[dict]) -> list[dict]:
     """Per (speed, gap): lead scenes, plans stopping short behind the standing and behind the
     moving lead, scenes read (stop short behind the standing one only), the standing plans'
     median clearance and the decisions of each."""
+    cells: dict[tuple, dict[tuple, dict[str, dict]]] = {}
+    for row in rows:
+        cell = cells.setdefault((row["speed"], row["gap_m"]), {})
+        cell.setdefault((row["seed"], row["frame"]), {})[row["lead"]] = row
     out = []
-    for speed, gap in sorted({(row["speed"], row["gap_m"]) for row in rows}):
-        pairs: dict[tuple, dict[str, dict]] = {}
-        for row in rows:
-            if row["speed"] == speed and row["gap_m"] == gap:
-                pairs.setdefault((row["seed"], row["frame"]), {})[row["lead"]] = row
+    for (speed, gap), pairs in sorted(cells.items()):
         standing = [p["standing"] for p in pairs.values()]
         moving = [p["moving"] for p in pairs.values()]
         out.append({"speed": speed, "gap_m": gap, "leads": len(pairs),
