@@ -8,7 +8,7 @@ from flashdrive_ros.engine.dtype_choice import resolve_dtype
 from flashdrive_ros.engine.engine import Engine
 from flashdrive_ros.engine.types import Window
 from flashdrive_ros.model.alpamayo import AlpamayoModel
-from flashdrive_ros.model.config import tiny
+from flashdrive_ros.model.config import ConfigError, tiny
 from flashdrive_ros.model.expert import expert_positions
 from flashdrive_ros.model.tokenizer import build_tokenizer
 
@@ -36,6 +36,17 @@ def test_native_bf16_needs_the_cpu_and_aten_kernels_at_avx512(monkeypatch, capab
     assert dtype_choice.cpu_has_native_bf16() is expected
 
 
+def test_a_bfloat16_engine_on_capped_aten_kernels_is_a_clear_error(monkeypatch):
+    monkeypatch.setattr(torch.backends.cpu, "get_cpu_capability", lambda: "AVX2")
+    monkeypatch.setattr(torch.cpu, "_is_amx_tile_supported", lambda: True)
+    tok = build_tokenizer(["the car ahead brakes."] * 10, vocab_size=4600)
+    model = AlpamayoModel(tiny(vocab_size=tok.vocab_size)).eval().to(torch.bfloat16)
+    with pytest.raises(ConfigError, match="capped at AVX2"):
+        Engine(model, tok, None, EngineConfig(dtype="bfloat16", speculative=False))
+    monkeypatch.setattr(torch.backends.cpu, "get_cpu_capability", lambda: "AVX512")
+    Engine(model, tok, None, EngineConfig(dtype="bfloat16", speculative=False))
+
+
 def relative_error(a: torch.Tensor, b: torch.Tensor) -> float:
     a, b = a.double(), b.double()
     return float((a - b).norm() / b.norm())
@@ -46,6 +57,10 @@ def test_bfloat16_engine_against_its_float32_plain_path():
     output within bf16 rounding of the float32 engine's. (The random model's final LayerNorm
     of the action input projection and its curvature integration amplify any rounding, so
     the input projection and the trajectories are not compared.)"""
+    try:
+        dtype_choice.check_cpu_bfloat16()
+    except ConfigError as exc:
+        pytest.skip(str(exc))
     torch.set_num_threads(1)
     tok = build_tokenizer(["the car ahead brakes, so the ego vehicle slows down."] * 10,
                           vocab_size=4600)

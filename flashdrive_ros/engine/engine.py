@@ -30,6 +30,7 @@ from flashdrive_ros.engine.decoding import (
     autoregressive_decode,
     required_capacity,
 )
+from flashdrive_ros.engine.dtype_choice import check_cpu_bfloat16
 from flashdrive_ros.engine.encoded_frames import Encoded, EncodedFrames
 from flashdrive_ros.engine.flow_cached import euler_cached
 from flashdrive_ros.engine.graphed_steps import GraphedSteps
@@ -108,6 +109,8 @@ class Engine:
                     wanted.index is not None and weight.device.index != wanted.index):
                 raise ConfigError(f"{name} is on {weight.device} as {weight.dtype}, the engine "
                                   f"config asks for {cfg.device} {cfg.dtype}")
+        if self.device.type == "cpu" and self.dtype == torch.bfloat16:
+            check_cpu_bfloat16()
         if cfg.backbone_weights == "fp8" and self.device.type == "cuda" \
                 and not fp8_gemm_supported(self.device):
             raise ConfigError(f"backbone_weights 'fp8' needs e4m3 GEMMs (compute capability "
