@@ -185,8 +185,10 @@ def test_the_command_line_sets_the_recipe():
     assert (branches.stand_back, branches.stand_back_release) == (True, "red")
     disturbance = parse_args(["--out", "o", "--lead-lag-share", "0.6"])[1].disturbance
     assert disturbance == dataclasses.replace(Recipe().disturbance, lead_lag_share=0.6)
+    assert not Recipe().lead_stops.enabled
+    assert parse_args(["--out", "o", "--lead-stops", "2"])[1].lead_stops.per_drive == 2
     for bad in (["--target-batch", "0"], ["--train-seed-offset", "-1"],
                 ["--early-greens", "-1"], ["--held-red", "maybe"], ["--lead-lag-share", "2"],
-                ["--stand-back-release", "amber"]):
+                ["--stand-back-release", "amber"], ["--lead-stops", "-1"]):
         with pytest.raises(SystemExit):
             parse_args(["--out", "o", *bad])

@@ -20,6 +20,7 @@ world forked at that step."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -46,6 +47,9 @@ from flashdrive_ros.sim.entities import LightEdit, PendingLightEdits, Vehicle
 from flashdrive_ros.sim.expert import lane_gap
 from flashdrive_ros.sim.labels import STANDING_MPS
 from flashdrive_ros.sim.world import EGO_LANE_D, SENSE_RANGE
+
+if TYPE_CHECKING:
+    from flashdrive_ros.sim.lead_stops import LeadStopRun
 
 HORIZON_STEPS = FUTURE_STEPS * SUBSTEPS
 START_ACCEL = 0.3  # m/s^2: an expert acceleration above it while the ego stands is a start
@@ -87,6 +91,15 @@ def lead_gap(sim: EgoWorld, route_s: float, veh: Vehicle) -> float | None:
     return lane_gap(route_s, s_o, d_o, veh, EGO_LANE_D)
 
 
+def keeps_speed(sim: EgoWorld, route_s: float, veh: Vehicle, decel_mps2: float,
+                margin_m: float) -> bool:
+    """Whether the ego of `sim`, base_link at route arc length route_s, may keep its speed
+    behind `veh`: it is ahead in the ego lane and stopping behind it at decel_mps2 leaves more
+    than margin_m."""
+    gap = lead_gap(sim, route_s, veh)
+    return gap is not None and sim.ego.v ** 2 / (2.0 * decel_mps2) + margin_m < gap
+
+
 @dataclass
 class LeadLags:
     """Decides once per lead car's braking (its `brake` span starting) whether the ego reacts
@@ -113,9 +126,7 @@ class LeadLags:
                 self.until = i + int(round(self.rng.uniform(*d.lead_lag_s) * SIM_HZ))
         if self.lead is None or i >= self.until:
             return False
-        gap = lead_gap(sim, route_s, self.lead)
-        v = sim.ego.v
-        if gap is None or v * v / (2.0 * d.lead_lag_decel_mps2) + d.lead_lag_margin_m >= gap:
+        if not keeps_speed(sim, route_s, self.lead, d.lead_lag_decel_mps2, d.lead_lag_margin_m):
             self.lead, self.until = None, -1
             return False
         return True
@@ -152,7 +163,8 @@ def simulate_disturbed(seed: int, seconds: float, disturbance: Disturbance | Non
                        hold_lights: bool = True, light_edits: tuple[LightEdit, ...] = (),
                        brake_holds: tuple[tuple[float, float], ...] = (),
                        rest_holds: tuple[tuple[float, float], ...] = (),
-                       end_s: float | None = None, futures_from: int = 0) -> DriveLog:
+                       end_s: float | None = None, futures_from: int = 0,
+                       lead_stop: LeadStopRun | None = None) -> DriveLog:
     """Like `drive.simulate`, with the ego disturbed by `pulse_schedule` and
     `approach_pulses` pulses, `drift_offsets` drifts and `StartHolds` (seeded by `seed`; none
     when `disturbance` is None) and `DriveLog.planned` holding each frame's undisturbed
@@ -163,7 +175,9 @@ def simulate_disturbed(seed: int, seconds: float, disturbance: Disturbance | Non
     the ego is held at rest against the expert (a driver's reaction time); rest_holds:
     (rest_s, until) of `RestHold`s, each stopping the ego at a route arc length and keeping
     it there until a time; futures_from: the first frame whose future is planned (the
-    frames before it, which a caller cuts away, get NaN futures and no expert forks)."""
+    frames before it, which a caller cuts away, get NaN futures and no expert forks);
+    lead_stop: a car placed standing in the ego lane ahead, the ego reacting late
+    (sim/lead_stops.py)."""
     if seconds <= 0:
         raise ValueError(f"seconds must be > 0, got {seconds}")
     sim = EgoWorld(seed, seconds, blocks)
@@ -214,12 +228,14 @@ def simulate_disturbed(seed: int, seconds: float, disturbance: Disturbance | Non
         if drifts[i] < 0.0 and sim.expert.nudge_at(route_s) > 0.0:
             drifts[i] = 0.0
         lagging = lags is not None and lags.active(i, sim, route_s)
+        placed = lead_stop is not None and lead_stop.update(i, sim, route_s)
         rest_accel = None
         for rest in rests:
             rest_accel = rest.accel(sim.t, route_s, sim.ego.v)
             if rest_accel is not None:
                 break
-        marked[i] = offsets[i].any() or drifts[i] != 0.0 or lagging or rest_accel is not None
+        marked[i] = (offsets[i].any() or drifts[i] != 0.0 or lagging or placed
+                     or rest_accel is not None)
         run_starts = i == 0 or not marked[i - 1]
         on_frame = i % SUBSTEPS == 0 and i < frame_count * SUBSTEPS
         if marked[i] and (run_starts or on_frame) and i >= first_step:
@@ -230,6 +246,10 @@ def simulate_disturbed(seed: int, seconds: float, disturbance: Disturbance | Non
             offsets[i, 0] = max(offsets[i, 0], -accel)
         if rest_accel is not None:
             offsets[i, 0] = rest_accel - accel
+        if placed:
+            stop_accel = lead_stop.accel(i, sim.ego.v, accel)
+            if stop_accel is not None:
+                offsets[i, 0] = stop_accel - accel
         if i % SUBSTEPS == 0:
             scenes.append(sim.snapshot())
             infos.append(info)

@@ -16,6 +16,7 @@ import numpy as np
 from flashdrive_ros.model.config import ModelConfig
 from flashdrive_ros.sim.disturbance import Disturbance
 from flashdrive_ros.sim.drive import FRAME_HZ
+from flashdrive_ros.sim.lead_stops import LeadStop, LeadStops, lead_stop_log, seed_lead_stops
 from flashdrive_ros.sim.light_branches import Fork, LightBranches, fork_log, seed_forks
 from flashdrive_ros.train.drive import Drive
 from flashdrive_ros.train.sensor_noise import NO_NOISE, SensorNoise, camera_effects, measured_poses
@@ -189,6 +190,36 @@ def light_branch_drives(seeds: list[int], seconds: float, cfg: ModelConfig,
             for seed, (log_seconds, frame_count, forks) in zip(seeds, found) for fork in forks]
     made = _pool_map_slowest_first(_fork_worker, jobs, _fork_cost, workers)
     return [drive for drive in made if drive is not None]
+
+
+def _lead_stops_worker(args: tuple[int, float, LeadStops]) -> list[LeadStop]:
+    return seed_lead_stops(*args)
+
+
+LeadStopJob = tuple[int, float, LeadStop, tuple[int, int], SensorNoise, LeadStops]
+
+
+def _lead_stop_worker(args: LeadStopJob) -> Drive:
+    import torch
+
+    seed, seconds, stop, image_size, noise, spec = args
+    torch.set_num_threads(1)
+    return drive_from_log(lead_stop_log(seed, seconds, stop, spec), seed, image_size, noise)
+
+
+def lead_stop_drives(seeds: list[int], seconds: float, cfg: ModelConfig, spec: LeadStops,
+                     noise: SensorNoise = NO_NOISE, workers: int | None = None) -> list[Drive]:
+    """The forks of the seeds' drives with a car standing in the ego lane ahead
+    (sim/lead_stops.py), rendered and labelled like drives, in seed order. The seeds' stops
+    are drawn first, then every stop is one job."""
+    if not spec.enabled or not seeds:
+        return []
+    size = (cfg.prompt.image_height, cfg.prompt.image_width)
+    found = _pool_map(_lead_stops_worker, [(int(seed), float(seconds), spec) for seed in seeds],
+                      workers)
+    jobs = [(int(seed), float(seconds), stop, size, noise, spec)
+            for seed, stops in zip(seeds, found) for stop in stops]
+    return _pool_map(_lead_stop_worker, jobs, workers)
 
 
 def generate_drives(seeds: list[int], seconds: float, cfg: ModelConfig,

@@ -8,6 +8,7 @@ import dataclasses
 from pathlib import Path
 
 from flashdrive_ros.sim.disturbance import Disturbance
+from flashdrive_ros.sim.lead_stops import LeadStops
 from flashdrive_ros.sim.light_branches import STAND_BACK_RELEASES, LightBranches
 from flashdrive_ros.train.decision_focus import BRAKE_DROP_MPS, BRAKE_HORIZON_S, DecisionFocus
 from flashdrive_ros.train.recipe import Recipe, smoke
@@ -57,6 +58,10 @@ def parse_args(argv: list[str] | None = None) -> tuple[argparse.Namespace, Recip
                              f"into the green, red releases it under red so that it moves up "
                              f"to the line before the green (default "
                              f"{LightBranches.stand_back_release})")
+    parser.add_argument("--lead-stops", type=int, default=None,
+                        help=f"forks per training drive with a car standing in the ego lane "
+                             f"ahead that the ego comes up to at speed and reacts to late "
+                             f"(default {LeadStops.per_drive}: none)")
     parser.add_argument("--decision-token-weight", type=float, default=None,
                         help=f"CoC loss weight of the tokens that decide the decision "
                              f"(default {DecisionFocus.token_weight}; 1: plain mean)")
@@ -126,7 +131,8 @@ def parse_args(argv: list[str] | None = None) -> tuple[argparse.Namespace, Recip
         parser.error("--target-call-steps takes a count >= 1 and --stages target")
     disturbance = {name: value for name, value in (
         ("lead_lag_share", args.lead_lag_share),) if value is not None}
-    if args.resume is not None and (overrides or focus or branches or disturbance
+    stops = {} if args.lead_stops is None else {"per_drive": args.lead_stops}
+    if args.resume is not None and (overrides or focus or branches or disturbance or stops
                                     or args.smoke):
         parser.error("--resume takes the recipe of the run it resumes; drop the recipe "
                      "options")
@@ -135,7 +141,8 @@ def parse_args(argv: list[str] | None = None) -> tuple[argparse.Namespace, Recip
         recipe = dataclasses.replace(
             recipe, **overrides, decision=dataclasses.replace(recipe.decision, **focus),
             light_branches=dataclasses.replace(recipe.light_branches, **branches),
-            disturbance=dataclasses.replace(recipe.disturbance, **disturbance))
+            disturbance=dataclasses.replace(recipe.disturbance, **disturbance),
+            lead_stops=dataclasses.replace(recipe.lead_stops, **stops))
     except ValueError as exc:
         parser.error(str(exc))
     return args, recipe

@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 
 from flashdrive_ros.model.config import ModelConfig, PromptConfig, embedded, tiny
 from flashdrive_ros.sim.disturbance import Disturbance
+from flashdrive_ros.sim.lead_stops import LeadStops
 from flashdrive_ros.sim.light_branches import LightBranches
 from flashdrive_ros.train.decision_focus import DecisionFocus
 from flashdrive_ros.train.sensor_noise import SensorNoise
@@ -25,7 +26,8 @@ class Recipe:
     frame shows them, not what it went on to do once a light changed (held-out drives keep
     what happened). `light_branches` adds, per red-light wait of a training seed, forks of
     its plain drive where the light turns green early or stays red (the same standing scene
-    under both colours). `extra_drives`
+    under both colours). `lead_stops` adds, per training seed, forks of its drive with a car
+    standing in the ego lane ahead and the ego reacting late. `extra_drives`
     names a drive cache (closed-loop drives of a model labelled by the expert,
     `train/policy_drives.py`) whose drives join the training drives. A decision
     class with fewer than `min_decision_windows` training windows stops the run. `decision`
@@ -55,6 +57,7 @@ class Recipe:
     disturbance: Disturbance = field(default_factory=Disturbance)
     plan_futures: bool = True
     light_branches: LightBranches = field(default_factory=LightBranches)
+    lead_stops: LeadStops = field(default_factory=LeadStops)
     extra_drives: str | None = None
     init_from: str | None = None
     bpe_tokens: int = 1024

@@ -23,6 +23,7 @@ from flashdrive_ros.train.drive_cache import load_drives, save_drives
 from flashdrive_ros.train.generate import (
     drive_jobs,
     is_disturbed,
+    lead_stop_drives,
     light_branch_drives,
     run_drive_jobs,
 )
@@ -75,9 +76,11 @@ def fresh_data(out: Path, recipe: Recipe, workers: int | None, log: TrainLog, st
     train_drives, eval_drives = made[:len(train_jobs)], made[len(train_jobs):]
     branches = light_branch_drives(train_list, recipe.drive_seconds, probe,
                                    recipe.light_branches, recipe.noise, workers)
+    stops = lead_stop_drives(train_list, recipe.drive_seconds, probe, recipe.lead_stops,
+                             recipe.noise, workers)
     extra = [] if recipe.extra_drives is None else load_extra_drives(Path(recipe.extra_drives),
                                                                       probe)
-    train_drives += branches + extra
+    train_drives += branches + stops + extra
     drives = train_drives + eval_drives
     frames = sum(d.num_steps for d in drives)
     log.write("data", 0, drives=len(drives), frames=frames,
@@ -107,6 +110,8 @@ def fresh_data(out: Path, recipe: Recipe, workers: int | None, log: TrainLog, st
                                              for seed in train_list),
                      "light_branches": dataclasses.asdict(recipe.light_branches),
                      "light_branch_drives": len(branches),
+                     "lead_stops": dataclasses.asdict(recipe.lead_stops),
+                     "lead_stop_drives": len(stops),
                      "extra_drives": len(extra), "train_drive_count": len(train_drives),
                      "coverage": table}
     return tokenizer, train_drives, eval_drives, summary

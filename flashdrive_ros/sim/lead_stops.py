@@ -1,0 +1,262 @@
+"""Drives forked from a seed's drive with a car standing in the ego lane ahead and an ego that
+reacts late: at a frame where the ego drives on a clear straight stretch, a car is placed
+standing 45-65 m ahead of its front bumper; the ego keeps its speed a while, then the expert
+brakes and stops behind it; the car pulls away once the ego has stood behind it a while.
+Each frame's future is the expert's plan from that frame's state with the car standing
+through the horizon (sim/disturbed_drive.py forks the world, and a fork's car never pulls
+away), so the fork holds the ego closing in at speed on a car standing 10-60 m ahead, with a
+steady history and a braking future: what the lead probe (eval/lead_probe.py) asks and the
+expert's own drives never show (it slows with its lead and keeps its headway). A fork is the
+seed's drive simulated again with that car (the world is built for the drive's full length,
+so it is the same world up to the placing), cut so that its first window's camera frames
+already show the car, and ending `after_s` after the ego moves on again."""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+
+import numpy as np
+
+from flashdrive_ros.sim.disturbed_drive import keeps_speed, simulate_disturbed
+from flashdrive_ros.sim.drive import FRAME_HZ, HISTORY_STEPS, SIM_HZ, SUBSTEPS, DriveLog
+from flashdrive_ros.sim.ego_world import EgoWorld
+from flashdrive_ros.sim.entities import Vehicle
+from flashdrive_ros.sim.labels import STANDING_MPS
+from flashdrive_ros.sim.scenery import random_car
+from flashdrive_ros.sim.vehicle import FRONT_OFFSET
+from flashdrive_ros.sim.world import EGO_LANE_D, LANE_WIDTH
+
+MOVING_ON_MPS = 1.0  # m/s: the ego moves on again once above it after standing
+SETTLE_FRAMES = 5  # frames from the placing to the first window (no window sees it appear)
+STRAIGHT_CURVATURE = 1.0 / 400.0  # 1/m: the stretch up to the car is straighter than this
+CLEAR_BEYOND_M = 40.0  # m past the car kept free of lights, crosswalks and other traffic
+MIN_SPEED_MPS = 4.0  # m/s: the ego drives at least this fast where a car is placed
+MIN_FORK_S = 12.0  # s of drive left after a placing frame
+APPROACH_S = 5.0  # s before the placing in which the ego is held to the stop's speed
+SLOW_MPS2 = 3.0  # m/s^2: the most the ego brakes to come down to that speed
+SPEED_UP_MPS2 = 1.5  # m/s^2: the most it speeds up to keep a speed
+SPEED_GAIN = 2.0  # 1/s: speed tracking gain
+PATH_AFTER_M = 150.0  # m of lane the placed car drives on after pulling away
+GAP_M = (12.0, 65.0)  # m, the range of a placed car's gap to the ego's front bumper
+
+
+@dataclass(frozen=True)
+class LeadStops:
+    """per_drive: forks per training drive (0: none), placed at distinct frames drawn among
+    those where the ego drives at MIN_SPEED_MPS or more on a clear straight stretch; each
+    draws the time the ego would take to reach the placed car at its speed from reach_s
+    (the gap kept within GAP_M), the most the ego drives in the APPROACH_S before from
+    speed_mps, the longest the ego keeps its
+    speed from lag_s, the deceleration whose need ends that earlier from decel_mps2, how long
+    the ego stands behind the car before it pulls away from stand_s, and the car's speed
+    after from cruise_mps; after_s: frames kept after the ego moves on again; max_s: the
+    longest a fork runs from the placing."""
+
+    per_drive: int = 0
+    reach_s: tuple[float, float] = (3.0, 7.0)
+    speed_mps: tuple[float, float] = (4.0, 12.0)
+    lag_s: tuple[float, float] = (5.0, 12.0)
+    decel_mps2: tuple[float, float] = (2.5, 5.0)
+    stand_s: tuple[float, float] = (1.0, 4.0)
+    cruise_mps: tuple[float, float] = (6.0, 9.0)
+    after_s: float = 2.0
+    max_s: float = 25.0
+
+    def __post_init__(self) -> None:
+        if self.per_drive < 0:
+            raise ValueError(f"LeadStops.per_drive must be >= 0, got {self.per_drive}")
+        for name in ("reach_s", "speed_mps", "lag_s", "decel_mps2", "stand_s", "cruise_mps"):
+            low, high = getattr(self, name)
+            if not (np.isfinite(high) and 0 < low <= high):
+                raise ValueError(f"LeadStops.{name} must be (low, high) with 0 < low <= high, "
+                                 f"got {getattr(self, name)}")
+        for name in ("after_s", "max_s"):
+            value = getattr(self, name)
+            if not (np.isfinite(value) and value > 0):
+                raise ValueError(f"LeadStops.{name} must be a finite number > 0, got {value}")
+
+    @property
+    def enabled(self) -> bool:
+        return self.per_drive > 0
+
+
+@dataclass(frozen=True)
+class LeadStop:
+    """A car of `size` (length, width, height) and `color` placed standing in the ego lane at
+    10 Hz frame `frame`, its rear `gap_m(v)` ahead of the ego's front bumper (v: the ego's
+    speed then). For APPROACH_S
+    before it the ego drives at most `speed_mps` (slowing at up to SLOW_MPS2); from the
+    placing it keeps its speed for at most `lag_s`, ended earlier where stopping behind the car
+    would need more than `decel_mps2` to keep `margin_m`; the car pulls away (to `cruise_mps`)
+    once the ego has stood behind it for `stand_s`."""
+
+    frame: int
+    reach_s: float
+    speed_mps: float
+    lag_s: float
+    decel_mps2: float
+    stand_s: float
+    cruise_mps: float
+    size: tuple[float, float, float]
+    color: tuple[int, int, int]
+    margin_m: float = 2.0
+
+    def gap_m(self, v: float) -> float:
+        """Front bumper to the car's rear (m) for an ego at speed v: `reach_s` at v, within
+        GAP_M."""
+        return float(np.clip(v * self.reach_s, *GAP_M))
+
+
+@dataclass
+class LeadStopRun:
+    """A `LeadStop` in one simulation: the placed car (None before its frame), the speed the
+    ego keeps through the lag (None once it has ended), how long the ego has stood behind the
+    car."""
+
+    stop: LeadStop
+    car: Vehicle | None = None
+    keep_mps: float | None = None
+    standing_steps: int = 0
+
+    def update(self, i: int, sim: EgoWorld, route_s: float) -> bool:
+        """Advances the stop to 50 Hz step i, base_link at route arc length route_s (placing
+        the car at its frame, ending the lag, releasing the car once the ego has stood);
+        whether the stop steers the ego or holds the car at this step (its frames' futures
+        are then the expert's plan on a fork)."""
+        stop = self.stop
+        place = stop.frame * SUBSTEPS
+        if i < place:
+            return i >= place - int(round(APPROACH_S * SIM_HZ))
+        if self.car is None:
+            self.car = place_car(sim, route_s, stop)
+            self.keep_mps = sim.ego.v
+        if self.keep_mps is not None and (
+                i >= place + int(round(stop.lag_s * SIM_HZ))
+                or not keeps_speed(sim, route_s, self.car, stop.decel_mps2, stop.margin_m)):
+            self.keep_mps = None
+        standing = self.car.brake_until > sim.t
+        if standing:
+            self.standing_steps = self.standing_steps + 1 if sim.ego.v < STANDING_MPS else 0
+            if self.standing_steps >= int(round(stop.stand_s * SIM_HZ)):
+                self.car.brake_until = sim.t
+        return self.keep_mps is not None or standing
+
+    def accel(self, i: int, v: float, expert_accel: float) -> float | None:
+        """The ego's acceleration at step i and speed v in place of the expert's
+        (expert_accel); None where the expert drives."""
+        if self.car is None:
+            place = self.stop.frame * SUBSTEPS
+            if i < place - int(round(APPROACH_S * SIM_HZ)):
+                return None
+            return min(expert_accel, _track(self.stop.speed_mps, v))
+        if self.keep_mps is None:
+            return None
+        return _track(self.keep_mps, v)
+
+
+def _track(target_mps: float, v: float) -> float:
+    """Acceleration that brings speed v to target_mps (at most SLOW_MPS2 braking)."""
+    return float(np.clip(SPEED_GAIN * (target_mps - v), -SLOW_MPS2, SPEED_UP_MPS2))
+
+
+def place_car(sim: EgoWorld, route_s: float, stop: LeadStop) -> Vehicle:
+    """The stop's car, added standing to the world of `sim` in the ego lane, its rear
+    `stop.gap_m` of the ego's speed ahead of the ego's front bumper (base_link at route arc
+    length route_s); it stands until its `brake_until` is set."""
+    route = sim.world.route
+    length, width, height = stop.size
+    center_s = route_s + FRONT_OFFSET + stop.gap_m(sim.ego.v) + length / 2
+    path = route.offset_path(EGO_LANE_D, center_s - length,
+                             min(center_s + PATH_AFTER_M, route.length))
+    car = Vehicle("lead", length, width, height, stop.color, path=path,
+                  v_cruise=stop.cruise_mps)
+    car.s = path.project(route.offset_point(center_s, EGO_LANE_D))[0]
+    car.sync_pose()
+    car.brake, car.brake_until = (car.s, 0.0, 0.0), float("inf")
+    sim.world.vehicles.append(car)
+    return car
+
+
+def placing_frames(log: DriveLog, stop: LeadStop) -> list[int]:
+    """Frames of a drive where the stop's car may be placed (its frame aside): the ego drives
+    at
+    MIN_SPEED_MPS or more, the first window would come after HISTORY_STEPS frames, and the
+    lane up to CLEAR_BEYOND_M past the car is straight and clear of lights, crosswalks,
+    parked cars to pass and other traffic."""
+    world = log.world
+    stops = np.array([lt.stop_s for lt in world.lights()] + [c.s for c in world.crosswalks])
+    frames = []
+    first = max(HISTORY_STEPS - 1 - SETTLE_FRAMES, 0)
+    for k in range(first, log.frame_count - int(round(MIN_FORK_S * FRAME_HZ))):
+        info = log.infos[k]
+        if info.v < MIN_SPEED_MPS or info.reason != "free":
+            continue
+        gap = stop.gap_m(min(info.v, stop.speed_mps))
+        near, far = info.front_s, info.front_s + gap + CLEAR_BEYOND_M
+        if far > world.route.length or (stops.size and np.any((stops > near - 5.0)
+                                                             & (stops < far))):
+            continue
+        ahead = np.linspace(near, far, 24)
+        if np.abs(world.route.curvature_at(ahead)).max() > STRAIGHT_CURVATURE:
+            continue
+        if info.nudge_now > 0.0 or info.nudge_ahead > 0.0 or _traffic_ahead(log, k, near, far):
+            continue
+        frames.append(k)
+    return frames
+
+
+def _traffic_ahead(log: DriveLog, k: int, near: float, far: float) -> bool:
+    """Whether a moving vehicle is in or near the ego lane between route arc lengths near and
+    far at frame k."""
+    route = log.world.route
+    for box in log.scenes[k].boxes:
+        if box.kind in ("parked", "pedestrian"):
+            continue
+        s, d = route.project((box.x, box.y), hint=near, window=far - near + 20.0)
+        if near - 10.0 < s < far + 10.0 and abs(d - EGO_LANE_D) < LANE_WIDTH:
+            return True
+    return False
+
+
+def seed_lead_stops(seed: int, seconds: float, spec: LeadStops,
+                    log: DriveLog | None = None) -> list[LeadStop]:
+    """The lead stops drawn for the seed's `seconds` drive (`log`: that drive with the lights
+    held, when already simulated): per_drive at placing frames at least max_s apart, fewer
+    where the drive has fewer."""
+    if not spec.enabled:
+        return []
+    rng = np.random.default_rng([seed, 43])
+    if log is None:
+        log = simulate_disturbed(seed, seconds, None)
+    stops: list[LeadStop] = []
+    for _ in range(spec.per_drive):
+        color, size = random_car(rng)
+        drawn = LeadStop(-1, float(rng.uniform(*spec.reach_s)),
+                         float(rng.uniform(*spec.speed_mps)), float(rng.uniform(*spec.lag_s)),
+                         float(rng.uniform(*spec.decel_mps2)), float(rng.uniform(*spec.stand_s)),
+                         float(rng.uniform(*spec.cruise_mps)), tuple(float(x) for x in size),
+                         tuple(int(c) for c in color))
+        frames = [k for k in placing_frames(log, drawn)
+                  if all(abs(k - other.frame) > spec.max_s * FRAME_HZ for other in stops)]
+        if frames:
+            stops.append(dataclasses.replace(drawn, frame=int(rng.choice(frames))))
+    return stops
+
+
+def lead_stop_log(seed: int, seconds: float, stop: LeadStop, spec: LeadStops) -> DriveLog:
+    """The fork of the seed's `seconds` drive with `stop`, cut to its window frames."""
+    first = stop.frame + SETTLE_FRAMES - (HISTORY_STEPS - 1)
+    end_frame = stop.frame + int(round(spec.max_s * FRAME_HZ))
+    log = simulate_disturbed(seed, seconds, None, lead_stop=LeadStopRun(stop),
+                             end_s=min(end_frame / FRAME_HZ, seconds), futures_from=first)
+    start = stop.frame + SETTLE_FRAMES
+    last = log.frame_count - 1
+    speeds = np.array([info.v for info in log.infos[:log.frame_count]])
+    standing = np.flatnonzero(speeds[start:] < STANDING_MPS)
+    if standing.size:
+        moving = np.flatnonzero(speeds[start + standing[0]:] > MOVING_ON_MPS)
+        if moving.size:
+            last = min(last, start + int(standing[0] + moving[0])
+                       + int(round(spec.after_s * FRAME_HZ)))
+    return log.cut(first, last - first + 1)

@@ -1,0 +1,140 @@
+"""Lead stops: a car placed standing in the ego lane ahead of an ego that keeps its speed a
+while; the fork starts from the seed's own drive, its first windows hold the ego at a steady
+speed closing in on the standing car with futures that stop short of it, the expert then
+stops behind it without touching it, the car pulls away once the ego has stood behind it and
+the ego follows; the training drives of the forks are rendered and labelled."""
+
+import dataclasses
+
+import numpy as np
+import pytest
+
+from flashdrive_ros.model.config import tiny
+from flashdrive_ros.sim.disturbed_drive import simulate_disturbed
+from flashdrive_ros.sim.drive import FRAME_HZ, HISTORY_STEPS, SUBSTEPS
+from flashdrive_ros.sim.lead_stops import (
+    APPROACH_S,
+    GAP_M,
+    SETTLE_FRAMES,
+    LeadStop,
+    LeadStopRun,
+    LeadStops,
+    lead_stop_log,
+    placing_frames,
+    seed_lead_stops,
+)
+from flashdrive_ros.sim.labels import DECISIONS, STANDING_MPS, label_drive
+from flashdrive_ros.sim.vehicle import FRONT_OFFSET
+from flashdrive_ros.train.generate import lead_stop_drives
+
+SEED, SECONDS = 3, 60.0
+SPEC = LeadStops(per_drive=1)
+
+
+@pytest.fixture(scope="module")
+def drive():
+    return simulate_disturbed(SEED, SECONDS, None)
+
+
+@pytest.fixture(scope="module")
+def stop(drive):
+    (stop,) = seed_lead_stops(SEED, SECONDS, SPEC, drive)
+    return stop
+
+
+@pytest.fixture(scope="module")
+def fork(stop):
+    return lead_stop_log(SEED, SECONDS, stop, SPEC)
+
+
+def car_gaps(log):
+    """[frame_count] bumper gap from the ego to the placed car (inf where not ahead)."""
+    car = log.world.vehicles[-1]
+    gaps = []
+    for scene in log.scenes[:log.frame_count]:
+        boxes = [b for b in scene.boxes if b.kind == "lead" and b.color == car.color
+                 and b.length == car.length]
+        ego = scene.ego
+        ahead = [np.hypot(b.x - ego.x, b.y - ego.y) - b.length / 2 - FRONT_OFFSET
+                 for b in boxes]
+        gaps.append(min(ahead) if ahead else np.inf)
+    return np.array(gaps)
+
+
+def test_lead_stop_settings_are_validated():
+    for bad in ({"per_drive": -1}, {"reach_s": (0.0, 2.0)}, {"lag_s": (5.0, 2.0)},
+                {"after_s": 0.0}, {"max_s": float("inf")}):
+        with pytest.raises(ValueError, match="LeadStops"):
+            LeadStops(**bad)
+    assert not LeadStops().enabled and SPEC.enabled
+    stop = LeadStop(0, 4.0, 8.0, 5.0, 3.0, 2.0, 7.0, (4.5, 1.8, 1.5), (10, 20, 30))
+    assert (stop.gap_m(2.0), stop.gap_m(8.0), stop.gap_m(30.0)) == (GAP_M[0], 32.0, GAP_M[1])
+
+
+def test_stops_are_drawn_at_clear_straight_frames_and_are_deterministic(drive, stop):
+    assert stop.frame in placing_frames(drive, stop)
+    info = drive.infos[stop.frame]
+    assert info.v >= 4.0 and info.reason == "free" and info.light_gap is None
+    assert seed_lead_stops(SEED, SECONDS, SPEC, drive) == [stop]
+    assert seed_lead_stops(SEED, SECONDS, LeadStops(), drive) == []
+    assert seed_lead_stops(SEED, 10.0, SPEC) == []
+
+
+def test_the_fork_is_the_seed_drive_until_the_ego_is_held_to_the_stop_speed(drive, stop, fork):
+    whole = simulate_disturbed(SEED, SECONDS, None, lead_stop=LeadStopRun(stop),
+                               end_s=stop.frame / FRAME_HZ + 1.0)
+    held = (stop.frame - int(round(APPROACH_S * FRAME_HZ))) * SUBSTEPS
+    assert np.array_equal(whole.ego[:held], drive.ego[:held])
+    first = stop.frame + SETTLE_FRAMES - (HISTORY_STEPS - 1)
+    assert np.array_equal(fork.ego[:SUBSTEPS, 1:], whole.ego[first * SUBSTEPS:
+                                                             (first + 1) * SUBSTEPS, 1:])
+    assert len(fork.world.vehicles) == len(drive.world.vehicles) + 1
+
+
+def test_the_ego_closes_in_at_speed_on_the_standing_car_with_futures_that_stop_short(stop,
+                                                                                   fork):
+    gaps = car_gaps(fork)
+    speeds = np.array([info.v for info in fork.infos[:fork.frame_count]])
+    window = HISTORY_STEPS - 1
+    assert GAP_M[0] - 2.0 < gaps[window] < GAP_M[1]
+    steady = [k for k in range(window, fork.frame_count)
+              if abs(speeds[k] - speeds[window]) < 0.05 and speeds[k] > 3.0]
+    assert len(steady) >= 10 and steady == list(range(window, window + len(steady)))
+    labels = label_drive(fork.infos, fork.frame_count)
+    for k in steady:
+        travel = fork.future(k)[-1, 0]
+        assert travel < gaps[k] - 0.5, (k, travel, gaps[k])
+        assert fork.infos[k].reason in ("lead", "free")
+    assert {labels[k].decision for k in steady[-5:]} == {"slow"}
+    assert gaps[steady[-1]] < 0.6 * gaps[window]
+
+
+def test_the_expert_stops_behind_the_car_which_pulls_away_after_the_ego_stood(stop, fork):
+    gaps = car_gaps(fork)
+    speeds = np.array([info.v for info in fork.infos[:fork.frame_count]])
+    assert gaps.min() > 1.0
+    standing = np.flatnonzero(speeds < STANDING_MPS)
+    assert standing.size >= stop.stand_s * FRAME_HZ
+    assert speeds[-1] > 1.0 and gaps[-1] > gaps[standing[0]] + 1.0
+    stood = standing[0]
+    assert fork.future(stood)[-1, 0] < gaps[stood] + 0.5
+
+
+def test_the_expert_sees_the_placed_car_as_a_standing_lead(fork):
+    gaps = car_gaps(fork)
+    near = [k for k in range(HISTORY_STEPS - 1, fork.frame_count) if gaps[k] < 30.0]
+    assert near and all(fork.infos[k].reason == "lead" and fork.infos[k].lead_speed < 0.2
+                        for k in near[:10])
+
+
+def test_training_drives_of_the_forks_are_rendered_and_labelled(stop):
+    cfg = tiny(512)
+    spec = dataclasses.replace(SPEC, max_s=4.0)
+    (made,) = lead_stop_drives([SEED], SECONDS, cfg, spec, workers=1)
+    size = (cfg.prompt.image_height, cfg.prompt.image_width)
+    count = int(round(spec.max_s * FRAME_HZ)) - SETTLE_FRAMES + HISTORY_STEPS
+    assert made.frames.shape == (count, len(cfg.prompt.camera_names), *size, 3)
+    assert made.seed == SEED
+    assert {DECISIONS[d] for d in made.decision[HISTORY_STEPS - 1:]} <= {"slow", "follow",
+                                                                        "keep_lane"}
+    assert lead_stop_drives([SEED], SECONDS, cfg, LeadStops(), workers=1) == []
