@@ -15,6 +15,7 @@ from flashdrive_ros.eval.lead_probe import (
     lead_scenes,
     main,
     summarize,
+    travel_per_gap,
 )
 from flashdrive_ros.sim.drive import HISTORY_STEPS, simulate
 from flashdrive_ros.sim.render import Renderer
@@ -91,9 +92,22 @@ def test_the_summary_counts_the_pairs_of_each_cell():
     assert first == {"speed": 4.0, "gap_m": 8.0, "leads": 2, "standing_stops_short": 2,
                      "moving_stops_short": 1, "read": 1, "standing_clearance_m_median": 1.0,
                      "standing_decisions": {"stop": 2},
-                     "moving_decisions": {"follow": 1, "stop": 1}}
+                     "moving_decisions": {"follow": 1, "stop": 1},
+                     "standing_travel_per_gap": pytest.approx(1.0 + 6.0 / 7.0, abs=1e-3)}
     assert (second["leads"], second["read"], second["standing_clearance_m_median"]) == (
         1, 0, -5.0)
+    assert second["standing_travel_per_gap"] == first["standing_travel_per_gap"]
+    assert summarize(rows[:4])[0]["standing_travel_per_gap"] is None
+
+
+def test_the_travel_slope_is_one_for_a_fixed_margin_and_zero_for_a_fixed_travel():
+    def standing(gap, clearance):
+        return {"gap_m": gap, "clearance_m": clearance}
+
+    assert travel_per_gap([standing(g, 2.0) for g in (8.0, 15.0, 25.0)]) == pytest.approx(1.0)
+    assert travel_per_gap([standing(g, g - 30.0) for g in (8.0, 15.0, 25.0)]) == pytest.approx(
+        0.0, abs=1e-9)
+    assert travel_per_gap([standing(8.0, 1.0), standing(8.0, 3.0)]) is None
 
 
 def test_the_command_plans_each_lead_standing_and_moving(tmp_path, capsys):
@@ -109,7 +123,8 @@ def test_the_command_plans_each_lead_standing_and_moving(tmp_path, capsys):
         assert row["clearance_m"] == pytest.approx(10.0 - row["travel_m"], abs=1e-3)
         assert row["stops_short"] == (row["travel_m"] <= 10.0)
     assert report["summary"][0]["leads"] == 1
-    assert "| 5 | 10 | 1.2 | 1 |" in (out / "lead_probe.md").read_text()
+    text = (out / "lead_probe.md").read_text()
+    assert "| 5 | 10 | 1.2 | 1 |" in text and text.rstrip().endswith("| - |")
     assert "Lead probe" in capsys.readouterr().out
     for bad in (["--gaps-m", "1"], ["--speeds", "x"], ["--first-seed", "5"]):
         with pytest.raises(SystemExit):

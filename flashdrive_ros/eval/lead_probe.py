@@ -7,7 +7,10 @@ driving ahead at the ego's speed (brake lights off). A plan stops short when its
 before the lead stands (`clearance` = gap less the plan's travel, >= 0). Stopping takes
 speed^2 / (2 gap) m/s^2, inside the expert's braking on the default grid. A model that reads
 the lead stops short behind the standing one and follows the moving one (`read`); one that
-does not answers both alike. Writes lead_probe.json and lead_probe.md in OUT.
+does not answers both alike. Per speed, the slope of the standing plans' travel against the
+gap tells whether the plan follows the gap at all: about 1 for a plan that ends a fixed
+margin behind the car, about 0 for one that ignores where it stands. Writes lead_probe.json
+and lead_probe.md in OUT.
 
 `python -m flashdrive_ros.eval.lead_probe --model-dir DIR --out DIR [--drives N]
 [--first-seed N] [--seconds S] [--gaps-m 8,15,25] [--speeds 4,8] [--device cpu|cuda]`
@@ -169,14 +172,28 @@ def _decisions(rows: list[dict]) -> dict[str, int]:
     return dict(sorted(counts.items()))
 
 
+def travel_per_gap(rows: list[dict]) -> float | None:
+    """Least-squares slope of the travel (gap less clearance) of `rows` against their gap;
+    None with fewer than two gaps."""
+    gaps = np.array([row["gap_m"] for row in rows], dtype=float)
+    if np.unique(gaps).size < 2:
+        return None
+    travel = gaps - np.array([row["clearance_m"] for row in rows], dtype=float)
+    return round(float(np.polyfit(gaps, travel, 1)[0]), 3)
+
+
 def summarize(rows: list[dict]) -> list[dict]:
     """Per (speed, gap): lead scenes, plans stopping short behind the standing and behind the
     moving lead, scenes read (stop short behind the standing one only), the standing plans'
-    median clearance and the decisions of each."""
+    median clearance, the decisions of each, and the slope of the standing plans' travel
+    against the gap over all gaps of that speed."""
     cells: dict[tuple, dict[tuple, dict[str, dict]]] = {}
     for row in rows:
         cell = cells.setdefault((row["speed"], row["gap_m"]), {})
         cell.setdefault((row["seed"], row["frame"]), {})[row["lead"]] = row
+    slopes = {speed: travel_per_gap([r for r in rows
+                                     if r["speed"] == speed and r["lead"] == "standing"])
+              for speed in {row["speed"] for row in rows}}
     out = []
     for (speed, gap), pairs in sorted(cells.items()):
         standing = [p["standing"] for p in pairs.values()]
@@ -189,7 +206,8 @@ def summarize(rows: list[dict]) -> list[dict]:
                     "standing_clearance_m_median": float(np.median(
                         [r["clearance_m"] for r in standing])),
                     "standing_decisions": _decisions(standing),
-                    "moving_decisions": _decisions(moving)})
+                    "moving_decisions": _decisions(moving),
+                    "standing_travel_per_gap": slopes[speed]})
     return out
 
 
@@ -200,7 +218,8 @@ def markdown(summary: list[dict], model_dir: str, seeds: list[int]) -> str:
              f"driving at the ego's speed.", "",
              "| speed (m/s) | gap (m) | stopping takes (m/s^2) | leads | stop short: standing "
              "| stop short: moving | read | standing: clearance, median (m) | decisions: "
-             "standing | decisions: moving |", "|---|---|---|---|---|---|---|---|---|---|"]
+             "standing | decisions: moving | standing: travel per m of gap |",
+             "|---|---|---|---|---|---|---|---|---|---|---|"]
 
     def names(counts: dict[str, int]) -> str:
         return ", ".join(f"{name} {n}" for name, n in counts.items())
@@ -210,8 +229,13 @@ def markdown(summary: list[dict], model_dir: str, seeds: list[int]) -> str:
                      f"{s['speed'] ** 2 / (2 * s['gap_m']):.1f} | {s['leads']} | "
                      f"{s['standing_stops_short']} | {s['moving_stops_short']} | {s['read']} | "
                      f"{s['standing_clearance_m_median']:.1f} | "
-                     f"{names(s['standing_decisions'])} | {names(s['moving_decisions'])} |")
+                     f"{names(s['standing_decisions'])} | {names(s['moving_decisions'])} | "
+                     f"{_slope(s['standing_travel_per_gap'])} |")
     return "\n".join(lines) + "\n"
+
+
+def _slope(value: float | None) -> str:
+    return "-" if value is None else f"{value:.2f}"
 
 
 def _values(name: str, low: float, high: float):
