@@ -1,13 +1,15 @@
 """Label rules: the wording is set by what the model sees (the ego's speed band), creeping
 towards a red line or a crossing pedestrian is a stop, waiting is at the line, a slower lead
-is followed."""
+is followed, and with standing_lead a lead that stands is a stop."""
 
 from dataclasses import replace
 
 from flashdrive_ros.sim.drive import simulate
 from flashdrive_ros.sim.expert import ExpertInfo
 from flashdrive_ros.sim.labels import (
+    STANDING_LEAD_MPS,
     WORDING_SPEED_BANDS,
+    label_drive,
     label_frame,
 )
 
@@ -27,6 +29,22 @@ def test_a_braking_lead_is_a_slow_down_and_a_slower_one_is_followed():
     follow = _label(reason="lead", lead_speed=6.0, accel=-0.5)
     assert slow.decision == "slow" and follow.decision == "follow"
     assert "follow_lead" in slow.tags and "follow_lead" in follow.tags
+
+
+def test_a_standing_lead_is_a_stop_only_with_standing_lead_labels():
+    fields = {"reason": "lead", "accel": -0.5}
+    for v in (0.0, 5.0):
+        standing = replace(FREE, v=v, lead_speed=0.1, **fields)
+        assert label_frame([standing], 0).decision == "follow"
+        label = label_frame([standing], 0, standing_lead=True)
+        assert label.decision == "stop" and " behind the " in label.coc
+        assert "follow_lead" in label.tags
+    moving = replace(FREE, lead_speed=STANDING_LEAD_MPS + 0.1, **fields)
+    assert label_frame([moving], 0, standing_lead=True).decision == "follow"
+    other = replace(FREE, reason="vehicle", lead_speed=None, accel=-0.5)
+    assert label_frame([other], 0, standing_lead=True).decision == "follow"
+    infos = [replace(FREE, lead_speed=0.1, **fields), FREE]
+    assert [x.decision for x in label_drive(infos, standing_lead=True)] == ["stop", "keep_lane"]
 
 
 def test_the_wording_follows_the_speed_band_and_nothing_else():

@@ -2,7 +2,8 @@
 while; the fork starts from the seed's own drive, its first windows hold the ego at a steady
 speed closing in on the standing car with futures that stop short of it, the expert then
 stops behind it without touching it, the car pulls away once the ego has stood behind it and
-the ego follows; the training drives of the forks are rendered and labelled."""
+the ego follows; the training drives of the forks are rendered and labelled, the standing car
+a stop with standing-lead labels."""
 
 import dataclasses
 
@@ -138,3 +139,9 @@ def test_training_drives_of_the_forks_are_rendered_and_labelled(stop):
     assert {DECISIONS[d] for d in made.decision[HISTORY_STEPS - 1:]} <= {"slow", "follow",
                                                                         "keep_lane"}
     assert lead_stop_drives([SEED], SECONDS, cfg, LeadStops(), workers=1) == []
+    (relabelled,) = lead_stop_drives([SEED], SECONDS, cfg, spec, workers=1, standing_lead=True)
+    assert np.array_equal(relabelled.frames, made.frames)
+    changed = np.flatnonzero(relabelled.decision != made.decision)
+    assert changed.size > 0
+    assert {DECISIONS[d] for d in relabelled.decision[changed]} == {"stop"}
+    assert all(" behind the " in relabelled.coc[k] for k in changed)

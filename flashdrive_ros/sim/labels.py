@@ -18,6 +18,7 @@ STANDING_MPS = 0.3  # m/s: below it the ego stands
 CREEP_SPEED = 3.0  # below this, a red light or crossing pedestrian ahead is the reason to stop
 RED_WAIT_GAP = 5.0  # m, front bumper to the line: standing farther back at red, the car moves up
 WORDING_SPEED_BANDS = (4.0, 9.0)  # m/s; the ego's speed band picks a situation's wording
+STANDING_LEAD_MPS = 0.5  # m/s: a binding lead slower than this stands (standing_lead labels)
 
 # Every sentence opens with the word of its decision (DECISION_WORDS) and no other decision's
 # sentence does, so the first CoC token names the decision.
@@ -48,6 +49,10 @@ _TEMPLATES: dict[str, tuple[str, ...]] = {
         "Follow the slower {obj} ahead and keep a safe distance in the lane",
         "Follow the {obj} in front at a safe gap since it drives slowly",
         "Follow and match the speed of the slower {obj} ahead in the current lane"),
+    "lead_standing": (
+        "Stop behind the {obj} standing still in the lane ahead",
+        "Stop and wait behind the {obj} that stands in front",
+        "Stop and stay behind the {obj} standing ahead in the lane"),
     "lead_brake": (
         "Slow down because the {obj} ahead is braking and the gap is closing",
         "Slow down to keep a safe distance since the lead {obj} slows down",
@@ -76,8 +81,9 @@ _TEMPLATES: dict[str, tuple[str, ...]] = {
 
 TEMPLATE_DECISIONS = {"red_approach": "stop", "red_wait": "stop", "green_go": "keep_lane",
                       "green_restart": "keep_lane", "ped": "stop", "follow": "follow",
-                      "lead_brake": "slow", "nudge": "nudge", "curve_slow": "slow",
-                      "turn": "turn", "keep": "keep_lane", "keep_curve": "keep_lane"}
+                      "lead_standing": "stop", "lead_brake": "slow", "nudge": "nudge",
+                      "curve_slow": "slow", "turn": "turn", "keep": "keep_lane",
+                      "keep_curve": "keep_lane"}
 FILLS = {"obj": ("car", "vehicle"), "side": ("left", "right"), "color": ("red", "yellow")}
 
 
@@ -104,8 +110,11 @@ class Label:
                 "tags": list(self.tags)}
 
 
-def _situation(infos: list[ExpertInfo], k: int) -> tuple[str, list[str]]:
-    """(template key, scenario tags) of frame k; TEMPLATE_DECISIONS gives the decision."""
+def _situation(infos: list[ExpertInfo], k: int, standing_lead: bool = False
+               ) -> tuple[str, list[str]]:
+    """(template key, scenario tags) of frame k; TEMPLATE_DECISIONS gives the decision.
+    standing_lead: a binding lead slower than STANDING_LEAD_MPS is a reason to stop (else the
+    frame follows it)."""
     info = infos[k]
     creeping = info.v < CREEP_SPEED
     red_ahead = (info.light_state == "red" and info.light_gap is not None
@@ -122,6 +131,9 @@ def _situation(infos: list[ExpertInfo], k: int) -> tuple[str, list[str]]:
         stopped = any(i.v < STANDING_MPS for i in infos[max(0, k - RESTART_LOOKBACK):k])
         return ("green_restart" if stopped else "green_go"), ["green_light_go"]
     if info.reason in ("lead", "vehicle"):
+        if (standing_lead and info.lead_speed is not None
+                and info.lead_speed < STANDING_LEAD_MPS):
+            return "lead_standing", ["follow_lead"]
         braking = info.accel < -1.0 and info.lead_speed is not None and info.lead_speed < info.v
         return ("lead_brake" if braking else "follow"), ["follow_lead"]
     if max(info.nudge_now, info.nudge_ahead) > 0.15:
@@ -141,10 +153,10 @@ def wording_index(info: ExpertInfo) -> int:
     return int(np.searchsorted(WORDING_SPEED_BANDS, info.v, side="right"))
 
 
-def label_frame(infos: list[ExpertInfo], k: int) -> Label:
-    """The label of 10 Hz frame k."""
+def label_frame(infos: list[ExpertInfo], k: int, standing_lead: bool = False) -> Label:
+    """The label of 10 Hz frame k (standing_lead as in `_situation`)."""
     info = infos[k]
-    key, tags = _situation(infos, k)
+    key, tags = _situation(infos, k, standing_lead)
     decision = TEMPLATE_DECISIONS[key]
     if info.oncoming_near:
         tags.append("oncoming_traffic")
@@ -160,6 +172,7 @@ def label_frame(infos: list[ExpertInfo], k: int) -> Label:
     return Label(info.t, coc, decision, tuple(tags))
 
 
-def label_drive(infos: list[ExpertInfo], count: int | None = None) -> list[Label]:
+def label_drive(infos: list[ExpertInfo], count: int | None = None,
+                standing_lead: bool = False) -> list[Label]:
     n = len(infos) if count is None else count
-    return [label_frame(infos, k) for k in range(n)]
+    return [label_frame(infos, k, standing_lead) for k in range(n)]

@@ -35,14 +35,16 @@ def is_disturbed(seed: int, share: float) -> bool:
 
 def generate_drive(seed: int, seconds: float, image_size: tuple[int, int],
                    noise: SensorNoise = NO_NOISE, disturbance: Disturbance | None = None,
-                   policy: PolicySpec | None = None, plan_futures: bool = False) -> Drive:
+                   policy: PolicySpec | None = None, plan_futures: bool = False,
+                   standing_lead: bool = False) -> Drive:
     """image_size: (height, width) of the model input; noise: what the odometry and the
     cameras add to the simulated truth (the expert's future stays exact); disturbance: the
     ego is pushed off its course and the expert's future is its way back
     (sim/disturbed_drive.py); policy: the ego is driven by that planner in closed loop and the
     expert labels each frame from where it is (train/policy_drive.py); plan_futures: each
     frame's future is the expert's plan with the lights held as the frame shows them (else
-    what the expert went on to do, as disturbed drives did before)."""
+    what the expert went on to do, as disturbed drives did before); standing_lead: a lead
+    that stands ahead is labelled a stop (sim/labels.py)."""
     import torch
 
     from flashdrive_ros.sim.disturbed_drive import simulate_disturbed
@@ -59,12 +61,13 @@ def generate_drive(seed: int, seconds: float, image_size: tuple[int, int],
         log = simulate_disturbed(seed, seconds, disturbance, hold_lights=plan_futures)
     else:
         log = simulate(seed, seconds)
-    return drive_from_log(log, seed, image_size, noise)
+    return drive_from_log(log, seed, image_size, noise, standing_lead)
 
 
-def drive_from_log(log, seed: int, image_size: tuple[int, int], noise: SensorNoise) -> Drive:
-    """A simulated drive (sim.drive.DriveLog) rendered, resized to image_size, labelled and
-    given the sensor noise drawn from its seed."""
+def drive_from_log(log, seed: int, image_size: tuple[int, int], noise: SensorNoise,
+                   standing_lead: bool = False) -> Drive:
+    """A simulated drive (sim.drive.DriveLog) rendered, resized to image_size, labelled
+    (standing_lead as in `generate_drive`) and given the sensor noise drawn from its seed."""
     import torch
 
     from flashdrive_ros.model.preprocess import resize_images
@@ -74,7 +77,7 @@ def drive_from_log(log, seed: int, image_size: tuple[int, int], noise: SensorNoi
 
     count = log.frame_count
     renderer = Renderer(log.world)
-    labels = label_drive(log.infos, count)
+    labels = label_drive(log.infos, count, standing_lead)
     frames = np.empty((count, len(renderer.cameras), *image_size, 3), dtype=np.uint8)
     for k in range(count):
         views = np.stack(renderer.render(log.scenes[k]))  # views: [N_cam, H_cam, W_cam, 3]
@@ -94,7 +97,7 @@ def drive_from_log(log, seed: int, image_size: tuple[int, int], noise: SensorNoi
 
 
 DriveJob = tuple[int, float, tuple[int, int], SensorNoise, Disturbance | None,
-                 "PolicySpec | None", bool]
+                 "PolicySpec | None", bool, bool]
 
 
 def _worker(args: DriveJob) -> Drive:
@@ -104,16 +107,17 @@ def _worker(args: DriveJob) -> Drive:
 def _job_cost(job: DriveJob) -> int:
     """Rank of a job's simulation time: policy drives (a model plans every frame), then
     disturbed drives (a fork of the world per disturbed frame), then plain ones."""
-    _, _, _, _, disturbance, policy, plan_futures = job
+    _, _, _, _, disturbance, policy, plan_futures, _ = job
     return 3 if policy is not None else 2 if disturbance is not None else int(plan_futures)
 
 
 def drive_jobs(seeds: list[int], seconds: float, cfg: ModelConfig,
                noise: SensorNoise = NO_NOISE, disturbance: Disturbance | None = None,
                disturbed_share: float = 0.0, policy: PolicySpec | None = None,
-               plan_futures: bool = False) -> list[DriveJob]:
+               plan_futures: bool = False, standing_lead: bool = False) -> list[DriveJob]:
     """`generate_drive` arguments for `seeds`: the `is_disturbed` share of them driven with
-    `disturbance`, or all of them by `policy`; plan_futures as in `generate_drive`."""
+    `disturbance`, or all of them by `policy`; plan_futures and standing_lead as in
+    `generate_drive`."""
     if disturbed_share > 0 and disturbance is None:
         raise ValueError("disturbed_share > 0 needs a disturbance")
     if policy is not None and disturbed_share > 0:
@@ -121,7 +125,7 @@ def drive_jobs(seeds: list[int], seconds: float, cfg: ModelConfig,
     size = (cfg.prompt.image_height, cfg.prompt.image_width)
     return [(int(seed), float(seconds), size, noise,
              disturbance if is_disturbed(int(seed), disturbed_share) else None, policy,
-             plan_futures)
+             plan_futures, standing_lead)
             for seed in seeds]
 
 
@@ -157,16 +161,16 @@ def _forks_worker(args: tuple[int, float, LightBranches]) -> tuple[float, int, l
     return log.seconds, log.frame_count, forks
 
 
-ForkJob = tuple[int, float, int, Fork, tuple[int, int], SensorNoise, LightBranches]
+ForkJob = tuple[int, float, int, Fork, tuple[int, int], SensorNoise, LightBranches, bool]
 
 
 def _fork_worker(args: ForkJob) -> Drive | None:
     import torch
 
-    seed, seconds, frame_count, fork, image_size, noise, spec = args
+    seed, seconds, frame_count, fork, image_size, noise, spec, standing_lead = args
     torch.set_num_threads(1)
     log = fork_log(seed, seconds, frame_count, fork, spec)
-    return None if log is None else drive_from_log(log, seed, image_size, noise)
+    return None if log is None else drive_from_log(log, seed, image_size, noise, standing_lead)
 
 
 def _fork_cost(job: ForkJob) -> tuple[bool, float]:
@@ -177,16 +181,18 @@ def _fork_cost(job: ForkJob) -> tuple[bool, float]:
 
 def light_branch_drives(seeds: list[int], seconds: float, cfg: ModelConfig,
                         spec: LightBranches, noise: SensorNoise = NO_NOISE,
-                        workers: int | None = None) -> list[Drive]:
+                        workers: int | None = None, standing_lead: bool = False
+                        ) -> list[Drive]:
     """The forks of the seeds' red-light waits with the light changed
-    (sim/light_branches.py), rendered and labelled like drives, in seed order. The seeds'
+    (sim/light_branches.py), rendered and labelled like drives (standing_lead as in
+    `generate_drive`), in seed order. The seeds'
     forks are drawn first, then every fork is one job, the slowest handed out first."""
     if not spec.enabled or not seeds:
         return []
     size = (cfg.prompt.image_height, cfg.prompt.image_width)
     found = _pool_map(_forks_worker, [(int(seed), float(seconds), spec) for seed in seeds],
                       workers)
-    jobs = [(int(seed), log_seconds, frame_count, fork, size, noise, spec)
+    jobs = [(int(seed), log_seconds, frame_count, fork, size, noise, spec, standing_lead)
             for seed, (log_seconds, frame_count, forks) in zip(seeds, found) for fork in forks]
     made = _pool_map_slowest_first(_fork_worker, jobs, _fork_cost, workers)
     return [drive for drive in made if drive is not None]
@@ -196,28 +202,31 @@ def _lead_stops_worker(args: tuple[int, float, LeadStops]) -> list[LeadStop]:
     return seed_lead_stops(*args)
 
 
-LeadStopJob = tuple[int, float, LeadStop, tuple[int, int], SensorNoise, LeadStops]
+LeadStopJob = tuple[int, float, LeadStop, tuple[int, int], SensorNoise, LeadStops, bool]
 
 
 def _lead_stop_worker(args: LeadStopJob) -> Drive:
     import torch
 
-    seed, seconds, stop, image_size, noise, spec = args
+    seed, seconds, stop, image_size, noise, spec, standing_lead = args
     torch.set_num_threads(1)
-    return drive_from_log(lead_stop_log(seed, seconds, stop, spec), seed, image_size, noise)
+    return drive_from_log(lead_stop_log(seed, seconds, stop, spec), seed, image_size, noise,
+                          standing_lead)
 
 
 def lead_stop_drives(seeds: list[int], seconds: float, cfg: ModelConfig, spec: LeadStops,
-                     noise: SensorNoise = NO_NOISE, workers: int | None = None) -> list[Drive]:
+                     noise: SensorNoise = NO_NOISE, workers: int | None = None,
+                     standing_lead: bool = False) -> list[Drive]:
     """The forks of the seeds' drives with a car standing in the ego lane ahead
-    (sim/lead_stops.py), rendered and labelled like drives, in seed order. The seeds' stops
+    (sim/lead_stops.py), rendered and labelled like drives (standing_lead as in
+    `generate_drive`), in seed order. The seeds' stops
     are drawn first, then every stop is one job."""
     if not spec.enabled or not seeds:
         return []
     size = (cfg.prompt.image_height, cfg.prompt.image_width)
     found = _pool_map(_lead_stops_worker, [(int(seed), float(seconds), spec) for seed in seeds],
                       workers)
-    jobs = [(int(seed), float(seconds), stop, size, noise, spec)
+    jobs = [(int(seed), float(seconds), stop, size, noise, spec, standing_lead)
             for seed, stops in zip(seeds, found) for stop in stops]
     return _pool_map(_lead_stop_worker, jobs, workers)
 

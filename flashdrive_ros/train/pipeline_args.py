@@ -62,6 +62,9 @@ def parse_args(argv: list[str] | None = None) -> tuple[argparse.Namespace, Recip
                         help=f"forks per training drive with a car standing in the ego lane "
                              f"ahead that the ego comes up to at speed and reacts to late "
                              f"(default {LeadStops.per_drive}: none)")
+    add_on_off(parser, "--standing-lead-label", Recipe.standing_lead_label,
+               "label a binding lead that stands (slower than 0.5 m/s) a reason to stop: "
+               "'Stop behind the car standing still in the lane ahead' instead of 'Follow ...'")
     parser.add_argument("--decision-token-weight", type=float, default=None,
                         help=f"CoC loss weight of the tokens that decide the decision "
                              f"(default {DecisionFocus.token_weight}; 1: plain mean)")
@@ -111,7 +114,8 @@ def parse_args(argv: list[str] | None = None) -> tuple[argparse.Namespace, Recip
         ("disturbed_share", args.disturbed_share), ("flow_draws", args.flow_draws),
         ("target_minutes", args.target_minutes), ("later_minutes", args.later_minutes),
         ("extra_drives", args.extra_drives), ("init_from", args.init_from),
-        ("target_lr", args.target_lr))
+        ("target_lr", args.target_lr),
+        ("standing_lead_label", on_off(args.standing_lead_label)))
         if value is not None}
     focus = {name: value for name, value in (
         ("token_weight", args.decision_token_weight),

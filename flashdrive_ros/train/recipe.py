@@ -27,7 +27,9 @@ class Recipe:
     what happened). `light_branches` adds, per red-light wait of a training seed, forks of
     its plain drive where the light turns green early or stays red (the same standing scene
     under both colours). `lead_stops` adds, per training seed, forks of its drive with a car
-    standing in the ego lane ahead and the ego reacting late. `extra_drives`
+    standing in the ego lane ahead and the ego reacting late. With `standing_lead_label`
+    the run's drives label a binding lead that stands as a reason to stop instead of one to
+    follow (sim/labels.py). `extra_drives`
     names a drive cache (closed-loop drives of a model labelled by the expert,
     `train/policy_drives.py`) whose drives join the training drives. A decision
     class with fewer than `min_decision_windows` training windows stops the run. `decision`
@@ -58,6 +60,7 @@ class Recipe:
     plan_futures: bool = True
     light_branches: LightBranches = field(default_factory=LightBranches)
     lead_stops: LeadStops = field(default_factory=LeadStops)
+    standing_lead_label: bool = False
     extra_drives: str | None = None
     init_from: str | None = None
     bpe_tokens: int = 1024

@@ -68,16 +68,17 @@ def fresh_data(out: Path, recipe: Recipe, workers: int | None, log: TrainLog, st
     probe = recipe.model_config(4096)
     train_list = train_seeds(recipe.train_drives, recipe.train_seed_offset)
     eval_list = eval_seeds(recipe.eval_drives)
+    standing = recipe.standing_lead_label
     train_jobs = drive_jobs(train_list, recipe.drive_seconds, probe, recipe.noise,
                             recipe.disturbance, recipe.disturbed_share,
-                            plan_futures=recipe.plan_futures)
-    made = run_drive_jobs(train_jobs + drive_jobs(eval_list, recipe.drive_seconds, probe),
-                          workers)
+                            plan_futures=recipe.plan_futures, standing_lead=standing)
+    made = run_drive_jobs(train_jobs + drive_jobs(eval_list, recipe.drive_seconds, probe,
+                                                  standing_lead=standing), workers)
     train_drives, eval_drives = made[:len(train_jobs)], made[len(train_jobs):]
     branches = light_branch_drives(train_list, recipe.drive_seconds, probe,
-                                   recipe.light_branches, recipe.noise, workers)
+                                   recipe.light_branches, recipe.noise, workers, standing)
     stops = lead_stop_drives(train_list, recipe.drive_seconds, probe, recipe.lead_stops,
-                             recipe.noise, workers)
+                             recipe.noise, workers, standing)
     extra = [] if recipe.extra_drives is None else load_extra_drives(Path(recipe.extra_drives),
                                                                       probe)
     train_drives += branches + stops + extra
@@ -112,6 +113,7 @@ def fresh_data(out: Path, recipe: Recipe, workers: int | None, log: TrainLog, st
                      "light_branch_drives": len(branches),
                      "lead_stops": dataclasses.asdict(recipe.lead_stops),
                      "lead_stop_drives": len(stops),
+                     "standing_lead_label": standing,
                      "extra_drives": len(extra), "train_drive_count": len(train_drives),
                      "coverage": table}
     return tokenizer, train_drives, eval_drives, summary
