@@ -26,11 +26,14 @@ MAX_COC_TOKENS = 6
 
 
 def tiny_parts(corpus: list[str] = CORPUS, max_coc_tokens: int | None = None,
-               tokenizer: TextTokenizer | None = None, image_size: tuple[int, int] | None = None
+               tokenizer: TextTokenizer | None = None, image_size: tuple[int, int] | None = None,
+               fourier_max_freq: float | None = None
                ) -> tuple[AlpamayoModel, TextTokenizer, Drafter]:
     """(model, tokenizer, DFlash drafter) in eval mode. tokenizer: instead of one trained on
     `corpus` (its trajectory token count sets the config's); max_coc_tokens: the config's CoC
-    budget; image_size: (width, height) of the model's input images."""
+    budget; image_size: (width, height) of the model's input images; fourier_max_freq: the
+    action encoder's highest frequency (the config's 100 makes the random expert's samples
+    swing by 0.1 for 1e-6 in their input; 1 keeps that near 1e-5)."""
     tokenizer = tokenizer or build_tokenizer(corpus, vocab_size=4600)
     cfg = tiny(vocab_size=tokenizer.vocab_size)
     prompt = cfg.prompt
@@ -40,6 +43,8 @@ def tiny_parts(corpus: list[str] = CORPUS, max_coc_tokens: int | None = None,
         prompt = dataclasses.replace(prompt, image_width=image_size[0],
                                      image_height=image_size[1])
     action = dataclasses.replace(cfg.action, num_traj_tokens=tokenizer.num_traj_tokens)
+    if fourier_max_freq is not None:
+        action = dataclasses.replace(action, fourier_max_freq=fourier_max_freq)
     cfg = dataclasses.replace(cfg, prompt=prompt, action=action)
     torch.manual_seed(0)
     model = AlpamayoModel(cfg).eval()
