@@ -1,7 +1,7 @@
 """Drives forked from a seed's drive with a car standing in the ego lane ahead and an ego that
 reacts late: at a frame where the ego drives on a clear straight stretch, a car is placed
-standing 45-65 m ahead of its front bumper; the ego keeps its speed a while, then the expert
-brakes and stops behind it; the car pulls away once the ego has stood behind it a while.
+standing 12-65 m (GAP_M) ahead of its front bumper; the ego keeps its speed a while, then
+the expert brakes and stops behind it; the car pulls away once the ego has stood behind it a while.
 Each frame's future is the expert's plan from that frame's state with the car standing
 through the horizon (sim/disturbed_drive.py forks the world, and a fork's car never pulls
 away), so the fork holds the ego closing in at speed on a car standing 10-60 m ahead, with a
@@ -102,6 +102,16 @@ class LeadStop:
     color: tuple[int, int, int]
     margin_m: float = 2.0
 
+    @property
+    def place_step(self) -> int:
+        """The 50 Hz step at which the car is placed."""
+        return self.frame * SUBSTEPS
+
+    @property
+    def approach_step(self) -> int:
+        """The 50 Hz step from which the ego is held to `speed_mps`."""
+        return self.place_step - int(round(APPROACH_S * SIM_HZ))
+
     def gap_m(self, v: float) -> float:
         """Front bumper to the car's rear (m) for an ego at speed v: `reach_s` at v, within
         GAP_M."""
@@ -125,9 +135,9 @@ class LeadStopRun:
         whether the stop steers the ego or holds the car at this step (its frames' futures
         are then the expert's plan on a fork)."""
         stop = self.stop
-        place = stop.frame * SUBSTEPS
+        place = stop.place_step
         if i < place:
-            return i >= place - int(round(APPROACH_S * SIM_HZ))
+            return i >= stop.approach_step
         if self.car is None:
             self.car = place_car(sim, route_s, stop)
             self.keep_mps = sim.ego.v
@@ -146,8 +156,7 @@ class LeadStopRun:
         """The ego's acceleration at step i and speed v in place of the expert's
         (expert_accel); None where the expert drives."""
         if self.car is None:
-            place = self.stop.frame * SUBSTEPS
-            if i < place - int(round(APPROACH_S * SIM_HZ)):
+            if i < self.stop.approach_step:
                 return None
             return min(expert_accel, _track(self.stop.speed_mps, v))
         if self.keep_mps is None:
