@@ -138,13 +138,21 @@ def test_empty_bag(tmp_path):
         read_all(tmp_path / "bag")
 
 
-@pytest.mark.parametrize("storage", ["mcap", "sqlite3"])
-def test_truncated_bag(tmp_path, storage):
-    path = write_drive_bag(tmp_path / "bag", seconds=0.5, storage=storage)
-    storage_file = next(p for p in path.iterdir() if p.suffix in (".mcap", ".db3"))
+def test_truncated_sqlite3_bag(tmp_path):
+    path = write_drive_bag(tmp_path / "bag", seconds=0.5, storage="sqlite3")
+    storage_file = next(path.glob("*.db3"))
     with open(storage_file, "r+b") as f:
         f.truncate(storage_file.stat().st_size // 2)
     with pytest.raises(CorruptBag, match="cannot open bag"):
+        read_all(path)
+
+
+def test_mcap_cut_off_inside_its_first_chunk_holds_no_message(tmp_path):
+    path = write_drive_bag(tmp_path / "bag", seconds=0.5)
+    storage_file = next(path.glob("*.mcap"))
+    with open(storage_file, "r+b") as f:
+        f.truncate(storage_file.stat().st_size // 2)
+    with pytest.raises(EmptyBag, match="holds no messages; bag.mcap: the recording was cut off"):
         read_all(path)
 
 

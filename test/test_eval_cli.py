@@ -17,8 +17,8 @@ def run_cli(capsys, *argv):
 
 
 def truncated(path):
-    bag = write_drive_bag(path, seconds=0.3)
-    storage = next(bag.glob("*.mcap"))
+    bag = write_drive_bag(path, seconds=0.3, storage="sqlite3")
+    storage = next(bag.glob("*.db3"))
     with open(storage, "r+b") as f:
         f.truncate(storage.stat().st_size // 3)
     return bag

@@ -16,11 +16,12 @@ from typing import Any
 
 import numpy as np
 from rosbags.highlevel import AnyReader, AnyReaderError
+from rosbags.rosbag2 import ReaderError as Rosbag2ReaderError
 from rosbags.typesys import Stores, get_typestore
 
+from flashdrive_ros.eval.bag_source import BagSource, bag_source
 from flashdrive_ros.eval.errors import (
     BagError,
-    BagNotFound,
     CorruptBag,
     EmptyBag,
     ImageDecodeError,
@@ -37,35 +38,19 @@ from flashdrive_ros.ros.transport import LatencyStats
 
 ODOMETRY_TYPE = "nav_msgs/msg/Odometry"
 LABELS_TYPE = "std_msgs/msg/String"
-STORAGE_SUFFIXES = (".mcap", ".db3")
 
 
 def header_seconds(msg: Any) -> float:
     return int(msg.header.stamp.sec) + int(msg.header.stamp.nanosec) * 1e-9
 
 
-def resolve_bag_path(path: str | Path) -> Path:
-    """A rosbag2 directory, or its .mcap/.db3 storage file next to metadata.yaml."""
-    path = Path(path)
-    if not path.exists():
-        raise BagNotFound(f"bag not found: {path}")
-    if path.is_file():
-        if path.suffix in STORAGE_SUFFIXES and (path.parent / "metadata.yaml").is_file():
-            return path.parent
-        raise CorruptBag(f"{path} is a file; pass the rosbag2 directory that holds "
-                         f"metadata.yaml and the .mcap or .db3 file")
-    if not (path / "metadata.yaml").is_file():
-        raise CorruptBag(f"{path} holds no metadata.yaml: not a rosbag2 directory")
-    return path
-
-
-def open_reader(path: Path) -> AnyReader:
-    """An opened AnyReader of the rosbag2 directory `path` (Jazzy types as the default)."""
-    reader = AnyReader([path], default_typestore=get_typestore(Stores.ROS2_JAZZY))
+def open_reader(source: BagSource) -> AnyReader:
+    """An opened AnyReader of the bag's files (Jazzy types as the default)."""
+    reader = AnyReader(source.reader_paths(), default_typestore=get_typestore(Stores.ROS2_JAZZY))
     try:
         reader.open()
     except (AnyReaderError, OSError, ValueError) as exc:
-        raise CorruptBag(f"cannot open bag {path}: {exc}") from None
+        raise CorruptBag(f"cannot open bag {source.path}: {exc}") from None
     return reader
 
 
@@ -88,15 +73,18 @@ def topic_infos(reader: AnyReader) -> list[TopicInfo]:
 
 class BagReader:
     """Open with `with BagReader(path, topics) as bag:`; validation happens on entry.
+    path: a bag path, or a BagSource the caller cleans up (else the reader does, on close).
     image_size (height, width): images are reduced to it as they are read (the model size).
     `latency` holds, per mapped topic, log time - header stamp of the records read;
     `frame_ids` the header frame_id of each camera slot's first image; `zero_stamps` the
     log times of the messages dropped for a zero header stamp, per topic; `encoding_notes`
     the cameras whose encoding is read as another one (input_notes())."""
 
-    def __init__(self, path: str | Path, topics: TopicMapping,
+    def __init__(self, path: str | Path | BagSource, topics: TopicMapping,
                  image_size: tuple[int, int] | None = None) -> None:
-        self.path = resolve_bag_path(path)
+        self.owns_source = not isinstance(path, BagSource)
+        self.source = bag_source(path) if self.owns_source else path
+        self.path = self.source.path
         self.topics = topics
         self.reducer = ImageReducer(image_size) if image_size is not None else None
         self.latency: dict[str, LatencyStats] = {}
@@ -110,8 +98,8 @@ class BagReader:
         self._track_records: tuple[list[OdometryRecord], list[LabelRecord]] | None = None
 
     def __enter__(self) -> BagReader:
-        self._reader = open_reader(self.path)
         try:
+            self._reader = open_reader(self.source)
             self._validate()
         except BagError:
             self.close()
@@ -125,6 +113,8 @@ class BagReader:
         if self._reader is not None:
             self._reader.close()
             self._reader = None
+        if self.owns_source:
+            self.source.cleanup()
 
     @property
     def reader(self) -> AnyReader:
@@ -143,7 +133,8 @@ class BagReader:
     def _validate(self) -> None:
         reader = self.reader
         if reader.message_count == 0:
-            raise EmptyBag(f"bag {self.path} holds no messages")
+            notes = "".join(f"; {note}" for note in self.source.all_notes())
+            raise EmptyBag(f"bag {self.path} holds no messages{notes}")
         infos = topic_infos(reader)
         counts = {i.topic: i.count for i in infos}
         types = {i.topic: i.msgtype for i in infos}
@@ -191,8 +182,10 @@ class BagReader:
         stats.add(log_ns * 1e-9 - stamp)
 
     def input_notes(self) -> list[str]:
-        """Console lines on the inputs: encodings read as another one, zero stamps."""
-        notes = [f"{topic}: {note}" for topic, note in sorted(self.encoding_notes.items())]
+        """Console lines on the inputs: a recording read without being closed, encodings read
+        as another one, zero stamps."""
+        notes = self.source.all_notes()
+        notes += [f"{topic}: {note}" for topic, note in sorted(self.encoding_notes.items())]
         return notes + [f"{topic}: {ZERO_STAMP_PROBLEM} ({len(times)} messages)"
                         for topic, times in sorted(self.zero_stamps.items())]
 
@@ -217,7 +210,7 @@ class BagReader:
                 record = self._convert(conn, log_ns, raw, slots)
                 if record is not None:
                     yield record
-        except (AnyReaderError, OSError) as exc:
+        except (AnyReaderError, Rosbag2ReaderError, OSError) as exc:
             raise CorruptBag(f"bag {self.path} is unreadable past some point: {exc}") from None
 
     def largest_first_camera_message(self) -> int:
@@ -229,7 +222,7 @@ class BagReader:
                 if conn.topic in self.topics.cameras:
                     first = next(iter(reader.messages(connections=[conn])), None)
                     largest = max(largest, len(first[2]) if first is not None else 0)
-        except (AnyReaderError, OSError) as exc:
+        except (AnyReaderError, Rosbag2ReaderError, OSError) as exc:
             raise CorruptBag(f"bag {self.path} is unreadable: {exc}") from None
         return largest
 

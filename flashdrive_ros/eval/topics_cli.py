@@ -7,7 +7,8 @@ import argparse
 import sys
 from pathlib import Path
 
-from flashdrive_ros.eval.bag import open_reader, resolve_bag_path, topic_infos
+from flashdrive_ros.eval.bag import open_reader, topic_infos
+from flashdrive_ros.eval.bag_source import bag_source
 from flashdrive_ros.eval.errors import ReplayError
 from flashdrive_ros.eval.topic_proposal import ProposalError, proposal_yaml, propose
 from flashdrive_ros.model.config import PromptConfig
@@ -42,13 +43,19 @@ def topic_table(infos, seconds: float) -> str:
 def main(argv: list[str] | None = None) -> int:
     args = parser().parse_args(argv)
     try:
-        path = resolve_bag_path(args.bag)
-        reader = open_reader(path)
+        source = bag_source(args.bag)
+        path = source.path
         try:
-            infos = topic_infos(reader)
-            seconds = (reader.end_time - reader.start_time) * 1e-9
+            reader = open_reader(source)
+            try:
+                infos = topic_infos(reader)
+                seconds = (reader.end_time - reader.start_time) * 1e-9
+            finally:
+                reader.close()
+            for note in source.all_notes():
+                print(note)
         finally:
-            reader.close()
+            source.cleanup()
         slots = camera_slots(args.model_dir)
     except ReplayError as exc:
         print(f"flashdrive-topics: error: {exc}", file=sys.stderr)

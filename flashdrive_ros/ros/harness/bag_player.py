@@ -63,17 +63,17 @@ class BagPlayer:
     """Publishers are created on construction so subscribers can match before `play`.
     Topics whose message package is not installed are not played; `unplayable` names them."""
 
-    def __init__(self, node: Node, bag: str | Path, rate: float = 1.0,
+    def __init__(self, node: Node, bag: str | Path | list[Path], rate: float = 1.0,
                  topics: list[str] | None = None, publish_clock: bool = True) -> None:
         if not rate > 0:
             raise ValueError(f"rate must be > 0, got {rate}")
         self.node = node
-        self.bag = Path(bag)
+        self.paths = [Path(p) for p in bag] if isinstance(bag, list) else [Path(bag)]
         self.rate = rate
         self.typestore = get_typestore(Stores.ROS2_JAZZY)
         self.publishers = {}
         self.unplayable: dict[str, str] = {}
-        with AnyReader([self.bag], default_typestore=self.typestore) as reader:
+        with AnyReader(self.paths, default_typestore=self.typestore) as reader:
             self.start_s = reader.start_time * 1e-9
             self.end_s = reader.end_time * 1e-9
             self.connections = [c for c in reader.connections
@@ -103,7 +103,7 @@ class BagPlayer:
              on_message: Callable[[float], None] | None = None) -> PlayStats:
         """Publish the whole bag; `on_message(bag seconds played)` after each message."""
         stats = PlayStats()
-        with AnyReader([self.bag], default_typestore=self.typestore) as reader:
+        with AnyReader(self.paths, default_typestore=self.typestore) as reader:
             connections = [c for c in reader.connections if c.topic in self.publishers]
             wall_start = time.monotonic()
             with ReadAhead(reader.messages(connections=connections),

@@ -149,9 +149,10 @@ def _drain(recorder: PlanRecorder, player: BagPlayer, end_s: float, new_plan_top
         player.publish_clock(end_s + (time.monotonic() - start) * settings.rate)
 
 
-def record_replay(bag: str | Path, out_bag: str | Path,
+def record_replay(bag: str | Path | list[Path], out_bag: str | Path,
                   settings: SessionSettings) -> SessionResult:
-    """Play `bag` into the running node `settings.node_name` and record its outputs."""
+    """Play `bag` (a rosbag2 directory, or storage files read as one bag) into the running
+    node `settings.node_name` and record its outputs."""
     context = local_context(settings.domain_id)
     node = Node("flashdrive_replay", context=context,
                 parameter_overrides=[Parameter("use_sim_time", value=True)])
