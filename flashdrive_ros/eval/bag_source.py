@@ -74,16 +74,17 @@ def bag_source(path: str | Path) -> BagSource:
         raise BagNotFound(f"bag not found: {path}")
     if path.is_file() and path.suffix not in STORAGE_SUFFIXES:
         raise CorruptBag(f"{path} is neither a rosbag2 directory nor a .mcap or .db3 file")
+    if path.is_file() and (path.parent / "metadata.yaml").is_file():
+        path = path.parent
     files = _storage_files(path)
     cut_off = [f for f in files if f.suffix == ".mcap" and is_cut_off(f)]
-    metadata = (path if path.is_dir() else path.parent) / "metadata.yaml"
-    if not cut_off and metadata.is_file():
-        return BagSource(path if path.is_dir() else path.parent,
-                         [path if path.is_dir() else path.parent])
+    has_metadata = path.is_dir() and (path / "metadata.yaml").is_file()
+    if not cut_off and has_metadata:
+        return BagSource(path, [path])
     if not files:
         raise CorruptBag(f"{path} holds no metadata.yaml and no .mcap or .db3 file: not a "
                          f"rosbag2 directory")
-    notes = ([] if metadata.is_file() else
+    notes = ([] if has_metadata else
              [f"{path}: no metadata.yaml (the recording was not closed); read its "
               f"{len(files)} storage file(s) directly"])
     return BagSource(path, files, cut_off, notes)
