@@ -24,7 +24,8 @@ from flashdrive_ros.settings import add_setting_argument
 
 def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="flashdrive-replay", description=__doc__.split(":")[1])
-    p.add_argument("bag", help="rosbag2 directory (mcap or sqlite3)")
+    p.add_argument("bag", help="rosbag2 directory (mcap or sqlite3), or one .mcap / .db3 file "
+                   "of a recording that was never closed")
     p.add_argument("--model-dir", default=None,
                    help="model directory (default: the embedded model)")
     p.add_argument("--out", required=True, help="output directory for report.json, "

@@ -16,7 +16,8 @@ from flashdrive_ros.model.config import PromptConfig
 
 def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="flashdrive-topics", description=__doc__.split(":")[1])
-    p.add_argument("bag", help="rosbag2 directory (mcap or sqlite3)")
+    p.add_argument("bag", help="rosbag2 directory (mcap or sqlite3), or one .mcap / .db3 file "
+                   "of a recording that was never closed")
     p.add_argument("--out", help="write the proposed topics YAML here")
     p.add_argument("--model-dir", default=None,
                    help="take the camera slots from this model (default: the embedded model)")
