@@ -137,3 +137,27 @@ def test_control_ticks_count_ticks_without_a_new_plan():
                                                 "control_rate_held": 0.6,
                                                 "valid_trajectory_rate": 0.8}
     assert control_ticks([(1.0, None)], end_s=2.0)["control_rate_held"] is None
+
+
+def test_a_recording_cut_off_without_metadata_replays_through_the_node(tmp_path, capsys):
+    model = make_tiny_model_dir(tmp_path / "model", max_coc_tokens=4)
+    bag = tmp_path / "bag"
+    write_bag(bag, 14.0, seed=6, fmt="mcap", width=320, height=180, workers=1)
+    (bag / "metadata.yaml").unlink()
+    storage = next(bag.glob("*.mcap"))
+    with open(storage, "r+b") as f:
+        f.truncate(int(storage.stat().st_size * 0.85))
+    out = tmp_path / "out"
+    code = main([str(bag), "--model-dir", str(model), "--out", str(out), "--through-ros",
+                 "--num-samples", "1", "--device", "cpu", "--no-plots"])
+    printed = capsys.readouterr().out
+    assert code == 0, (out / "drive_node_flashdrive.log").read_text()[-3000:]
+    report = json.loads((out / "report.json").read_text())
+    assert report["windows"] >= 1
+    notes = report["input_notes"]
+    assert any("no metadata.yaml (the recording was not closed)" in n for n in notes)
+    assert any(f"{storage.name}: the recording was cut off (no MCAP footer)" in n
+               for n in notes)
+    assert "the recording was cut off" in printed
+    played = [c["played"] for c in report["camera_transport"].values()]
+    assert min(played) > 0
