@@ -38,6 +38,7 @@ from flashdrive_ros.ros.transport import LatencyStats
 
 ODOMETRY_TYPE = "nav_msgs/msg/Odometry"
 LABELS_TYPE = "std_msgs/msg/String"
+READ_ERRORS = (AnyReaderError, Rosbag2ReaderError, OSError)
 
 
 def header_seconds(msg: Any) -> float:
@@ -210,7 +211,7 @@ class BagReader:
                 record = self._convert(conn, log_ns, raw, slots)
                 if record is not None:
                     yield record
-        except (AnyReaderError, Rosbag2ReaderError, OSError) as exc:
+        except READ_ERRORS as exc:
             raise CorruptBag(f"bag {self.path} is unreadable past some point: {exc}") from None
 
     def largest_first_camera_message(self) -> int:
@@ -222,7 +223,7 @@ class BagReader:
                 if conn.topic in self.topics.cameras:
                     first = next(iter(reader.messages(connections=[conn])), None)
                     largest = max(largest, len(first[2]) if first is not None else 0)
-        except (AnyReaderError, Rosbag2ReaderError, OSError) as exc:
+        except READ_ERRORS as exc:
             raise CorruptBag(f"bag {self.path} is unreadable: {exc}") from None
         return largest
 

@@ -26,8 +26,8 @@ def _file_order(path: Path) -> tuple:
 class BagSource:
     """`files` of the bag: the rosbag2 directory, or storage files in recording order, of
     which `cut_off` MCAP files are read through recovered copies (`reader_paths()`, in a
-    temporary directory until `cleanup()`); `notes` say what is read in place of a closed
-    bag."""
+    temporary directory until `cleanup()` or the end of a with-block); `notes` say what is
+    read in place of a closed bag."""
     path: Path
     files: list[Path]
     cut_off: list[Path] = field(default_factory=list)
@@ -53,6 +53,12 @@ class BagSource:
     def all_notes(self) -> list[str]:
         """`notes`, and what each recovered copy kept (after reader_paths())."""
         return self.notes + [r.note() for r in self.recovered.values()]
+
+    def __enter__(self) -> BagSource:
+        return self
+
+    def __exit__(self, *exc_info) -> None:
+        self.cleanup()
 
     def cleanup(self) -> None:
         if self.workdir is not None:

@@ -110,7 +110,7 @@ class IndexedWriter:
 
     def __init__(self, out: BinaryIO) -> None:
         self.out = out
-        self.summary: list[bytes] = []
+        self.summary: dict[bytes, None] = {}  # schema and channel records, ordered, once each
         self.chunk_indexes: list[bytes] = []
         self.messages = 0
 
@@ -121,8 +121,8 @@ class IndexedWriter:
     def summarize(self, op: int, body: bytes) -> None:
         """Schemas and channels, in the data section or inside chunks, go to the summary
         once each."""
-        if op in (OP_SCHEMA, OP_CHANNEL) and record(op, body) not in self.summary:
-            self.summary.append(record(op, body))
+        if op in (OP_SCHEMA, OP_CHANNEL):
+            self.summary.setdefault(record(op, body))
 
     def chunk(self, body: bytes) -> None:
         start_time, end_time, size, crc = struct.unpack_from("<QQQI", body)
@@ -196,5 +196,6 @@ def recover(path: Path, copy: Path) -> Recovery:
         if loose:
             writer.chunk(loose_chunk(bytes(loose)))
         writer.close()
-        kept = offset + length
+    _, last_at, last_length = records[-1]
+    kept = last_at + last_length
     return Recovery(path, copy, kept, size - kept, writer.messages)

@@ -9,7 +9,7 @@ from pathlib import Path
 import numpy as np
 
 from flashdrive_ros.eval.bag import BagReader
-from flashdrive_ros.eval.bag_source import bag_source
+from flashdrive_ros.eval.bag_source import BagSource, bag_source
 from flashdrive_ros.eval.dds_profile import (
     ENVIRONMENT,
     choose_dds_profile,
@@ -91,74 +91,77 @@ def camera_transport(camera_names: list[str], topics: tuple[str, ...] | list[str
 
 def run_through_ros(options: ReplayOptions
                     ) -> tuple[ReplayResults, dict[str, dict], list[tuple[float, np.ndarray]]]:
+    with bag_source(options.bag) as source:
+        return replay_source_through_ros(options, source)
+
+
+def replay_source_through_ros(options: ReplayOptions, source: BagSource
+                              ) -> tuple[ReplayResults, dict[str, dict],
+                                         list[tuple[float, np.ndarray]]]:
     from flashdrive_ros.ros import names
     from flashdrive_ros.ros.harness.loopback import process_domain_id
     from flashdrive_ros.ros.harness.node_process import log_tail
     from flashdrive_ros.ros.params import DriveParams
 
-    source = bag_source(options.bag)
-    try:
-        options.out_dir.mkdir(parents=True, exist_ok=True)
-        model = load_model_config(options.model_dir)
-        check_camera_count(model, options.topics)
-        with BagReader(source, options.topics) as bag:
-            transports = {bag.image_types[t] for t in options.topics.cameras}
-            if len(transports) > 1:
-                types = {t: bag.image_types[t] for t in options.topics.cameras}
-                raise ReplayError(f"the camera topics mix {sorted(transports)} ({types}); "
-                                  f"drive_node subscribes one image_transport for all cameras")
-            raw_images = transports == {RAW_TYPE}
-            dds = choose_dds_profile(options.dds_profile, bag.largest_first_camera_message())
-            end_s = bag.end_time
-            track = OdometryTrack(bag.odometry())
-            labels = LabelIndex(bag.labels(), 0.5 / options.control_rate_hz)
-        roles = {"trajectory": names.TRAJECTORY_TOPIC, "trajectory_samples": names.SAMPLES_TOPIC,
-                 "reasoning": names.REASONING_TOPIC, "finished_plans": names.FINISHED_PLANS_TOPIC,
-                 "overlay": names.OVERLAY_TOPIC, "diagnostics": names.DIAGNOSTICS_TOPIC}
-        topics = {role: names.resolved(topic, node_name=node_name())
-                  for role, topic in roles.items()}
-        defaults = DriveParams()
-        max_plan_age_s = (defaults.max_plan_age_s if options.max_plan_age_s is None
-                          else options.max_plan_age_s)
-        replay = ReplayResults({}, {})
-        replay.input_notes = source.all_notes() + ([dds.note] if dds.note else [])
-        camera_names = options.node_params.get("camera_names", defaults.camera_names)
-        node_stats, overlays = {}, []
-        for mode in options.modes:
-            with dds_profile_environment(dds):
-                recorded, session = run_mode(options, source.reader_paths(), mode, raw_images,
-                                           process_domain_id())
-            recording = read_recording(recorded, topics, end_s, node_name())
-            results, skipped = plan_results(recording, track, labels,
-                                            model.action.num_waypoints, model.action.dt)
-            transport = {"dds_profile": str(dds.profile or ENVIRONMENT),
-                         "camera_transport": camera_transport(
-                             camera_names, options.topics.cameras, session.play.per_topic,
-                             recording.node_stats["node_inputs_received"])}
-            if not recording.plans:
-                stats = recording.node_stats
-                lost = "".join(f"\n{line}" for line in transport_lines(mode, transport))
-                reasons = "\n".join(skip_lines(stats, through_ros=True)) or "  none reported"
-                faults = "".join(f"\n  input {name}: {fault}"
-                                 for name, fault in sorted(stats["node_input_faults"].items()))
-                raise ReplayError(f"drive_node ({mode}) finished no plan while "
-                                  f"{session.play.messages} messages were played (planner: "
-                                  f"{stats['node_planner_message'] or 'no diagnostics'}, windows "
-                                  f"rejected {stats['node_windows_rejected']}, last rejection "
-                                  f"{stats['node_last_rejection']}); the node's rejections:\n"
-                                  f"{reasons}\nthe node's input faults:{faults or ' none'}{lost}"
-                                  f"\nlog:\n"
-                                  f"{log_tail(options.out_dir / f'drive_node_{mode}.log')}")
-            replay.results[mode], replay.skipped[mode] = results, skipped
-            replay.ticks = max(replay.ticks, recording.node_stats["control_ticks"])
-            node_stats[mode] = {**recording.node_stats, "max_plan_age_s": max_plan_age_s,
-                                "recorded_bag": str(recorded),
-                                "played_messages": session.play.messages,
-                                **transport,
-                                "unplayable_topics": session.unplayable,
-                                "playback_max_lateness_s": session.play.max_lateness_s,
-                                "recorded_messages": recording.counts}
-            overlays = overlays or recording.overlays
-        return replay, node_stats, overlays
-    finally:
-        source.cleanup()
+    options.out_dir.mkdir(parents=True, exist_ok=True)
+    model = load_model_config(options.model_dir)
+    check_camera_count(model, options.topics)
+    with BagReader(source, options.topics) as bag:
+        transports = {bag.image_types[t] for t in options.topics.cameras}
+        if len(transports) > 1:
+            types = {t: bag.image_types[t] for t in options.topics.cameras}
+            raise ReplayError(f"the camera topics mix {sorted(transports)} ({types}); "
+                              f"drive_node subscribes one image_transport for all cameras")
+        raw_images = transports == {RAW_TYPE}
+        dds = choose_dds_profile(options.dds_profile, bag.largest_first_camera_message())
+        end_s = bag.end_time
+        track = OdometryTrack(bag.odometry())
+        labels = LabelIndex(bag.labels(), 0.5 / options.control_rate_hz)
+    roles = {"trajectory": names.TRAJECTORY_TOPIC, "trajectory_samples": names.SAMPLES_TOPIC,
+             "reasoning": names.REASONING_TOPIC, "finished_plans": names.FINISHED_PLANS_TOPIC,
+             "overlay": names.OVERLAY_TOPIC, "diagnostics": names.DIAGNOSTICS_TOPIC}
+    topics = {role: names.resolved(topic, node_name=node_name())
+              for role, topic in roles.items()}
+    defaults = DriveParams()
+    max_plan_age_s = (defaults.max_plan_age_s if options.max_plan_age_s is None
+                      else options.max_plan_age_s)
+    replay = ReplayResults({}, {})
+    replay.input_notes = source.all_notes() + ([dds.note] if dds.note else [])
+    camera_names = options.node_params.get("camera_names", defaults.camera_names)
+    node_stats, overlays = {}, []
+    for mode in options.modes:
+        with dds_profile_environment(dds):
+            recorded, session = run_mode(options, source.reader_paths(), mode, raw_images,
+                                       process_domain_id())
+        recording = read_recording(recorded, topics, end_s, node_name())
+        results, skipped = plan_results(recording, track, labels,
+                                        model.action.num_waypoints, model.action.dt)
+        transport = {"dds_profile": str(dds.profile or ENVIRONMENT),
+                     "camera_transport": camera_transport(
+                         camera_names, options.topics.cameras, session.play.per_topic,
+                         recording.node_stats["node_inputs_received"])}
+        if not recording.plans:
+            stats = recording.node_stats
+            lost = "".join(f"\n{line}" for line in transport_lines(mode, transport))
+            reasons = "\n".join(skip_lines(stats, through_ros=True)) or "  none reported"
+            faults = "".join(f"\n  input {name}: {fault}"
+                             for name, fault in sorted(stats["node_input_faults"].items()))
+            raise ReplayError(f"drive_node ({mode}) finished no plan while "
+                              f"{session.play.messages} messages were played (planner: "
+                              f"{stats['node_planner_message'] or 'no diagnostics'}, windows "
+                              f"rejected {stats['node_windows_rejected']}, last rejection "
+                              f"{stats['node_last_rejection']}); the node's rejections:\n"
+                              f"{reasons}\nthe node's input faults:{faults or ' none'}{lost}"
+                              f"\nlog:\n"
+                              f"{log_tail(options.out_dir / f'drive_node_{mode}.log')}")
+        replay.results[mode], replay.skipped[mode] = results, skipped
+        replay.ticks = max(replay.ticks, recording.node_stats["control_ticks"])
+        node_stats[mode] = {**recording.node_stats, "max_plan_age_s": max_plan_age_s,
+                            "recorded_bag": str(recorded),
+                            "played_messages": session.play.messages,
+                            **transport,
+                            "unplayable_topics": session.unplayable,
+                            "playback_max_lateness_s": session.play.max_lateness_s,
+                            "recorded_messages": recording.counts}
+        overlays = overlays or recording.overlays
+    return replay, node_stats, overlays

@@ -44,23 +44,21 @@ def topic_table(infos, seconds: float) -> str:
 def main(argv: list[str] | None = None) -> int:
     args = parser().parse_args(argv)
     try:
-        source = bag_source(args.bag)
-        path = source.path
-        try:
+        with bag_source(args.bag) as source:
             reader = open_reader(source)
             try:
                 infos = topic_infos(reader)
                 seconds = (reader.end_time - reader.start_time) * 1e-9
             finally:
                 reader.close()
-            for note in source.all_notes():
-                print(note)
-        finally:
-            source.cleanup()
+            notes = source.all_notes()
+        path = source.path
         slots = camera_slots(args.model_dir)
     except ReplayError as exc:
         print(f"flashdrive-topics: error: {exc}", file=sys.stderr)
         return 2
+    for note in notes:
+        print(note)
     print(f"{path}: {len(infos)} topics over {seconds:.1f} s")
     print(topic_table(infos, seconds))
     try:
