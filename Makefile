@@ -3,9 +3,10 @@
 # Python 3.11 where present (what the pins are tested with), else the system python3
 PYTHON ?= $(shell command -v python3.11 2>/dev/null || echo python3)
 VENV ?= .venv
-PY := $(VENV)/bin/python
+VENV_PYTHON := $(VENV)/bin/python
+# on the venv's wheels alone, a sourced ROS install left out (scripts/venv_run)
+PY := scripts/venv_run $(VENV_PYTHON)
 export ROS_AUTOMATIC_DISCOVERY_RANGE ?= LOCALHOST
-export RMW_IMPLEMENTATION ?= rmw_fastrtps_cpp
 
 # Tests comparing two float32 paths; `make test` runs them once more under other MKL and
 # ATen kernels, as another CPU would pick.
@@ -19,7 +20,7 @@ NUMERIC_TESTS := test/test_engine_engine.py test/test_engine_coc_reuse.py \
 venv: $(VENV)/.installed
 
 $(VENV)/.installed: requirements.txt requirements-test.txt setup.py
-	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	test -x $(VENV_PYTHON) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --disable-pip-version-check -r requirements-test.txt
 	$(PY) -m pip install --quiet --disable-pip-version-check --no-deps -e .
 	touch $@

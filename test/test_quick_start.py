@@ -1,8 +1,13 @@
 """The README quick start: two make commands over a pinned virtualenv, and CI runs the second."""
 
 import json
+import os
 import re
+import subprocess
+import sys
 from pathlib import Path
+
+from flashdrive_ros.ros.harness.loopback import process_domain_id
 
 ROOT = Path(__file__).resolve().parents[1]
 TORCH_VERSION = "2.13.0"
@@ -58,6 +63,7 @@ def test_make_targets_build_the_pinned_venv_then_run():
                      r"python3\)$", makefile, re.M)
     assert re.search(r"^demo: venv$", makefile, re.M)
     assert re.search(r"^test: venv$", makefile, re.M)
+    assert re.search(r"^PY := scripts/venv_run \$\(VENV_PYTHON\)$", makefile, re.M)
     assert make_recipe("demo") == ["$(PY) -m flashdrive_ros.demo"]
     assert make_recipe("test") == ["$(PY) -m pytest -q test",
                                    "$(MAKE) --no-print-directory test-numerics"]
@@ -100,3 +106,74 @@ def test_a_demo_drive_too_short_for_a_window_exits_non_zero(tmp_path, capsys):
 
     assert main(["--out", str(tmp_path), "--seconds", "3", "--offline"]) == 1
     assert "flashdrive-demo: planned no window" in capsys.readouterr().err
+
+
+FOREIGN_RCLPY = "raise ImportError('the rclpy of another ROS install')\n"
+RCLPY_PROBE = """
+import json, os, sys
+import rclpy
+from rclpy.utilities import get_rmw_implementation_identifier
+rclpy.init()
+node = rclpy.create_node("venv_run_probe")
+print(json.dumps({"rclpy": rclpy.__file__, "prefix": sys.prefix,
+                  "rmw": get_rmw_implementation_identifier(),
+                  "ld": os.environ.get("LD_LIBRARY_PATH", "").split(os.pathsep),
+                  "ament": os.environ.get("AMENT_PREFIX_PATH")}))
+node.destroy_node()
+rclpy.shutdown()
+"""
+
+
+def sourced_ros_environment(tmp_path: Path) -> tuple[dict[str, str], Path, Path]:
+    """The environment of a shell with another ROS install sourced: its rclpy on PYTHONPATH,
+    its library folder (a librcl.so the loader cannot load) on LD_LIBRARY_PATH, its prefix
+    on AMENT_PREFIX_PATH, another RMW named; plus a library folder of something else."""
+    prefix = tmp_path / "opt" / "ros" / "jazzy"
+    site = prefix / "lib" / f"python{sys.version_info.major}.{sys.version_info.minor}" \
+        / "site-packages"
+    (site / "rclpy").mkdir(parents=True)
+    (site / "rclpy" / "__init__.py").write_text(FOREIGN_RCLPY)
+    (prefix / "lib" / "librcl.so").write_bytes(b"")
+    other = tmp_path / "cuda" / "lib64"
+    other.mkdir(parents=True)
+    env = dict(os.environ, PYTHONPATH=str(site), AMENT_PREFIX_PATH=str(prefix),
+               COLCON_PREFIX_PATH=str(tmp_path / "ws" / "install"),
+               LD_LIBRARY_PATH=os.pathsep.join([str(prefix / "lib"), str(other)]),
+               RMW_IMPLEMENTATION="rmw_cyclonedds_cpp", ROS_DISTRO="jazzy",
+               ROS_DOMAIN_ID=str(process_domain_id()), ROS_AUTOMATIC_DISCOVERY_RANGE="LOCALHOST")
+    env.pop("_ROS_WHEELS_BOOTSTRAP_COMPLETE", None)
+    return env, prefix, other
+
+
+def test_a_sourced_ros_install_is_left_out_of_the_venv_commands(tmp_path):
+    env, prefix, other = sourced_ros_environment(tmp_path)
+    plain = subprocess.run([sys.executable, "-c", RCLPY_PROBE], env=env, capture_output=True,
+                           text=True, timeout=120)
+    assert plain.returncode != 0 and "the rclpy of another ROS install" in plain.stderr
+    for seed in range(4):
+        run = subprocess.run([str(ROOT / "scripts" / "venv_run"), sys.executable, "-c",
+                              RCLPY_PROBE], env=dict(env, PYTHONHASHSEED=str(seed)),
+                             capture_output=True, text=True, timeout=120)
+        assert run.returncode == 0, run.stderr
+        probe = json.loads(run.stdout.strip().splitlines()[-1])
+        assert Path(probe["rclpy"]).is_relative_to(probe["prefix"])
+        assert probe["rmw"] == "rmw_fastrtps_cpp"
+        assert str(prefix / "lib") not in probe["ld"] and str(other) in probe["ld"]
+        assert probe["ament"] is None
+        note = run.stderr
+        assert "venv_run: a sourced ROS environment is left out" in note
+        for left_out in ("PYTHONPATH", "AMENT_PREFIX_PATH", "COLCON_PREFIX_PATH",
+                         f"LD_LIBRARY_PATH:{prefix / 'lib'}",
+                         "RMW_IMPLEMENTATION=rmw_cyclonedds_cpp"):
+            assert left_out in note, note
+
+
+def test_venv_run_says_nothing_in_a_clean_environment():
+    env = {k: v for k, v in os.environ.items()
+           if k not in ("PYTHONPATH", "AMENT_PREFIX_PATH", "COLCON_PREFIX_PATH",
+                        "CMAKE_PREFIX_PATH", "LD_LIBRARY_PATH", "RMW_IMPLEMENTATION")}
+    run = subprocess.run([str(ROOT / "scripts" / "venv_run"), sys.executable, "-c",
+                          "import os; print(os.environ['RMW_IMPLEMENTATION'])"],
+                         env=env, capture_output=True, text=True, timeout=60)
+    assert run.returncode == 0 and run.stdout.split() == ["rmw_fastrtps_cpp"]
+    assert run.stderr == ""
