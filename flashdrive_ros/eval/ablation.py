@@ -36,7 +36,9 @@ VARIANTS = {
     "flashdrive, drafter only (no CoC reuse)": dict(coc_reuse=False),
     "flashdrive, full prefill": dict(streaming=False),
     "flashdrive, full Euler": dict(cached_velocity=False),
+    "flashdrive, FP8 backbone weights": dict(backbone_weights="fp8"),
 }
+SAME_COC_AS = "flashdrive"
 COLUMNS = [("minADE1 @6.4 s (m)", "minade1_6s"), ("minADE6 @6.4 s (m)", "minade6_6s"),
            ("const. velocity (m)", "cv_minade_6s"), ("decision match", "decision_match_rate"),
            ("accepted length", "accepted_length_mean"), ("CoC tokens", "tokens_per_window")]
@@ -77,15 +79,33 @@ def run(model_dir: Path, out: Path, drives: int, seconds: float, num_samples: in
     return replay_planners(engines, engines["baseline"].model.cfg, readers)
 
 
+def same_coc_share(block: dict, reference: dict) -> float | None:
+    """Share of the windows whose CoC equals the reference's on the same window (both blocks
+    with their per-window rows)."""
+    ours = {row["t0"]: row["coc"] for row in block["per_window"]}
+    theirs = {row["t0"]: row["coc"] for row in reference["per_window"]}
+    shared = ours.keys() & theirs.keys()
+    return sum(ours[t] == theirs[t] for t in shared) / len(shared) if shared else None
+
+
+def add_same_coc(blocks: dict) -> None:
+    """`same_coc_as_flashdrive` in every block (before the per-window rows are dropped)."""
+    reference = blocks[SAME_COC_AS]
+    for block in blocks.values():
+        block[f"same_coc_as_{SAME_COC_AS}"] = same_coc_share(block, reference)
+
+
 def table(blocks: dict) -> str:
-    head = ["variant", *(c for c, _ in COLUMNS), "decode p50 / p90 (ms)", "total p50 (ms)",
-            "windows"]
+    head = ["variant", *(c for c, _ in COLUMNS), f"same CoC as {SAME_COC_AS}",
+            "decode p50 / p90 (ms)", "total p50 (ms)", "windows"]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for name, block in blocks.items():
         cells = [name]
         for _, key in COLUMNS:
             value = block.get(key)
             cells.append("-" if value is None else f"{value:.3f}")
+        same = block.get(f"same_coc_as_{SAME_COC_AS}")
+        cells.append("-" if same is None else f"{same:.3f}")
         decode = block["latency_ms"]["decode"]
         cells.append(f"{decode['p50']:.0f} / {decode['p90']:.0f}")
         cells.append(f"{block['latency_ms']['total']['p50']:.0f}")
@@ -109,6 +129,7 @@ def main(argv: list[str] | None = None) -> int:
     out.mkdir(parents=True, exist_ok=True)
     blocks = run(Path(args.model_dir or default_model_dir()), out, args.drives, args.seconds,
                  args.num_samples)
+    add_same_coc(blocks)
     for block in blocks.values():
         block.pop("per_window", None)
     (out / "ablation.json").write_text(json.dumps(blocks, indent=2) + "\n")
