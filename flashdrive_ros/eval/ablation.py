@@ -1,7 +1,8 @@
 """Accuracy and latency of each engine variant on held-out synthetic drives, offline, all
 variants on the same windows; prints the markdown table kept in docs/MODEL.md.
 
-`python -m flashdrive_ros.eval.ablation --out DIR [--drives N] [--seconds S] [--model-dir D]`
+`python -m flashdrive_ros.eval.ablation --out DIR [--drives N] [--seconds S] [--model-dir D]
+[--device cpu|cuda] [--dtype float32|bfloat16]`
 """
 
 from __future__ import annotations
@@ -53,10 +54,11 @@ def mrope_engine(model_dir: Path, cfg: EngineConfig) -> Engine:
     return Engine(model, TextTokenizer.from_file(model_dir / TOKENIZER_FILE), drafter, cfg)
 
 
-def planners(model_dir: Path, num_samples: int) -> dict[str, Engine]:
+def planners(model_dir: Path, num_samples: int, device: str = "cpu",
+             dtype: str = "float32") -> dict[str, Engine]:
     out = {}
     for name, overrides in VARIANTS.items():
-        cfg = EngineConfig(num_samples=num_samples, **overrides)
+        cfg = EngineConfig(num_samples=num_samples, device=device, dtype=dtype, **overrides)
         out[name] = (mrope_engine(model_dir, cfg) if "mrope" in name
                      else Engine.load(model_dir, cfg))
     return out
@@ -73,8 +75,9 @@ def held_out_bags(directory: Path, drives: int, seconds: float) -> list[Path]:
     return bags
 
 
-def run(model_dir: Path, out: Path, drives: int, seconds: float, num_samples: int) -> dict:
-    engines = planners(model_dir, num_samples)
+def run(model_dir: Path, out: Path, drives: int, seconds: float, num_samples: int,
+        device: str = "cpu", dtype: str = "float32") -> dict:
+    engines = planners(model_dir, num_samples, device, dtype)
     readers = [BagReader(bag, TopicMapping()) for bag in held_out_bags(out, drives, seconds)]
     return replay_planners(engines, engines["baseline"].model.cfg, readers)
 
@@ -120,6 +123,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--drives", type=int, default=3)
     p.add_argument("--seconds", type=float, default=30.0)
     add_setting_argument(p, EngineConfig, "num_samples", default=6)
+    add_setting_argument(p, EngineConfig, "device")
+    add_setting_argument(p, EngineConfig, "dtype")
     p.add_argument("--model-dir", default=None)
     p.add_argument("--threads", type=int, default=None)
     args = p.parse_args(argv)
@@ -128,7 +133,7 @@ def main(argv: list[str] | None = None) -> int:
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     blocks = run(Path(args.model_dir or default_model_dir()), out, args.drives, args.seconds,
-                 args.num_samples)
+                 args.num_samples, args.device, args.dtype)
     add_same_coc(blocks)
     for block in blocks.values():
         block.pop("per_window", None)
