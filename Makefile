@@ -1,6 +1,6 @@
 # Quick start: `make demo` runs the main job, `make test` runs the test suite.
 # Both build a pinned virtualenv in .venv (PyPI only) on first use.
-# Python 3.11 where present (what the pins are tested with), else the system python3
+# Python 3.11 where present, else the system python3 (the pins are tested with 3.11 and 3.12)
 PYTHON ?= $(shell command -v python3.11 2>/dev/null || echo python3)
 VENV ?= .venv
 VENV_PYTHON := $(VENV)/bin/python
