@@ -160,12 +160,11 @@ def test_a_sourced_ros_install_is_left_out_of_the_venv_commands(tmp_path):
         assert probe["rmw"] == "rmw_fastrtps_cpp"
         assert str(prefix / "lib") not in probe["ld"] and str(other) in probe["ld"]
         assert probe["ament"] is None
-        note = run.stderr
-        assert "venv_run: a sourced ROS environment is left out" in note
+        assert "venv_run: a sourced ROS environment is left out" in run.stderr
         for left_out in ("PYTHONPATH", "AMENT_PREFIX_PATH", "COLCON_PREFIX_PATH",
                          f"LD_LIBRARY_PATH:{prefix / 'lib'}",
                          "RMW_IMPLEMENTATION=rmw_cyclonedds_cpp"):
-            assert left_out in note, note
+            assert left_out in run.stderr, run.stderr
 
 
 def test_venv_run_says_nothing_in_a_clean_environment():

@@ -40,6 +40,7 @@ VARIANTS = {
     "flashdrive, FP8 backbone weights": dict(backbone_weights="fp8"),
 }
 SAME_COC_AS = "flashdrive"
+SAME_COC_KEY = f"same_coc_as_{SAME_COC_AS}"
 COLUMNS = [("minADE1 @6.4 s (m)", "minade1_6s"), ("minADE6 @6.4 s (m)", "minade6_6s"),
            ("const. velocity (m)", "cv_minade_6s"), ("decision match", "decision_match_rate"),
            ("accepted length", "accepted_length_mean"), ("CoC tokens", "tokens_per_window")]
@@ -92,10 +93,10 @@ def same_coc_share(block: dict, reference: dict) -> float | None:
 
 
 def add_same_coc(blocks: dict) -> None:
-    """`same_coc_as_flashdrive` in every block (before the per-window rows are dropped)."""
+    """SAME_COC_KEY in every block (before the per-window rows are dropped)."""
     reference = blocks[SAME_COC_AS]
     for block in blocks.values():
-        block[f"same_coc_as_{SAME_COC_AS}"] = same_coc_share(block, reference)
+        block[SAME_COC_KEY] = same_coc_share(block, reference)
 
 
 def table(blocks: dict) -> str:
@@ -107,7 +108,7 @@ def table(blocks: dict) -> str:
         for _, key in COLUMNS:
             value = block.get(key)
             cells.append("-" if value is None else f"{value:.3f}")
-        same = block.get(f"same_coc_as_{SAME_COC_AS}")
+        same = block.get(SAME_COC_KEY)
         cells.append("-" if same is None else f"{same:.3f}")
         decode = block["latency_ms"]["decode"]
         cells.append(f"{decode['p50']:.0f} / {decode['p90']:.0f}")

@@ -50,7 +50,7 @@ def open_reader(source: BagSource) -> AnyReader:
     reader = AnyReader(source.reader_paths(), default_typestore=get_typestore(Stores.ROS2_JAZZY))
     try:
         reader.open()
-    except (AnyReaderError, OSError, ValueError) as exc:
+    except (*READ_ERRORS, ValueError) as exc:
         raise CorruptBag(f"cannot open bag {source.path}: {exc}") from None
     return reader
 
