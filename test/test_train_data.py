@@ -81,6 +81,23 @@ def test_batch_rows_hold_prompt_then_coc_with_shifted_labels(drive, data):
     assert batch.pixel_patches.shape[0] == 2 * per_window * 4
 
 
+def test_a_dropped_history_leaves_the_placeholders_and_nothing_else_changes(data):
+    rows = torch.tensor([0, 1, len(data) - 1])
+    kept = torch.tensor([True, False, True])
+    plain = data.batch(rows, "cpu")
+    dropped = data.batch(rows, "cpu", history_kept=kept)
+    hist = data.builder.layout.history
+    placeholder = data.tokenizer.token_id("traj_history")
+    assert (dropped.input_ids[1, hist.start:hist.stop] == placeholder).all()
+    assert not (plain.input_ids[1, hist.start:hist.stop] == placeholder).any()
+    outside = torch.ones(plain.input_ids.shape[1], dtype=torch.bool)
+    outside[hist.start:hist.stop] = False
+    assert torch.equal(dropped.input_ids[:, outside], plain.input_ids[:, outside])
+    assert torch.equal(dropped.input_ids[kept], plain.input_ids[kept])
+    assert torch.equal(dropped.labels, plain.labels)
+    assert torch.equal(dropped.actions, plain.actions)
+
+
 def test_drives_made_in_parallel_come_back_in_job_order_as_made_one_by_one():
     cfg = tiny()
     jobs = (drive_jobs([5, 6, 7], 1.0, cfg)

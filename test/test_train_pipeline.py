@@ -189,8 +189,11 @@ def test_the_command_line_sets_the_recipe():
     assert parse_args(["--out", "o", "--lead-stops", "2"])[1].lead_stops.per_drive == 2
     assert not Recipe().standing_lead_label
     assert parse_args(["--out", "o", "--standing-lead-label", "on"])[1].standing_lead_label
+    assert Recipe().history_dropout == 0.0
+    assert parse_args(["--out", "o", "--history-dropout", "0.3"])[1].history_dropout == 0.3
     for bad in (["--target-batch", "0"], ["--train-seed-offset", "-1"],
                 ["--early-greens", "-1"], ["--held-red", "maybe"], ["--lead-lag-share", "2"],
-                ["--stand-back-release", "amber"], ["--lead-stops", "-1"]):
+                ["--stand-back-release", "amber"], ["--lead-stops", "-1"],
+                ["--history-dropout", "1"]):
         with pytest.raises(SystemExit):
             parse_args(["--out", "o", *bad])

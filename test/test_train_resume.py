@@ -35,13 +35,14 @@ def data(drive):
     return TrainSet.build(cfg, tokenizer, [drive])
 
 
-def _trainer(data, tmp_path, name):
+def _trainer(data, tmp_path, name, history_dropout=0.0):
     torch.manual_seed(0)
     model = AlpamayoModel(data.cfg)
     log = TrainLog(tmp_path / f"{name}.jsonl", echo=False)
     return TargetTrainer(model, data, 6, None, 3, 3e-3, 7, log, torch.device("cpu"),
                          contextlib.nullcontext, torch.float32, log_every=1,
-                         focus=DecisionFocus(token_weight=3.0, balance=0.5), flow_draws=2)
+                         focus=DecisionFocus(token_weight=3.0, balance=0.5), flow_draws=2,
+                         history_dropout=history_dropout)
 
 
 def test_a_stopped_and_resumed_target_stage_takes_the_same_steps(data, tmp_path):
@@ -63,6 +64,27 @@ def test_a_stopped_and_resumed_target_stage_takes_the_same_steps(data, tmp_path)
     assert not torch.equal(whole.model.state_dict()["action_out_proj.weight"],
                            _trainer(data, tmp_path, "fresh").model.state_dict()[
                                "action_out_proj.weight"])
+
+
+def test_history_dropout_drops_its_share_of_windows_and_resumes_alike(data, tmp_path):
+    trainer = _trainer(data, tmp_path, "share", history_dropout=0.4)
+    assert _trainer(data, tmp_path, "none").draw_history_kept() is None
+    dropped = torch.cat([~trainer.draw_history_kept() for _ in range(2000)])
+    assert abs(float(dropped.float().mean()) - 0.4) < 0.03
+    whole = _trainer(data, tmp_path, "whole", history_dropout=0.5)
+    plain = _trainer(data, tmp_path, "plain")
+    assert whole.run() and plain.run()
+    assert whole.last != pytest.approx(plain.last, rel=1e-5)
+    first = _trainer(data, tmp_path, "first", history_dropout=0.5)
+    assert not first.run(max_steps=2)
+    tensors, meta = first.state()
+    second = _trainer(data, tmp_path, "second", history_dropout=0.5)
+    second.model.load_state_dict(first.model.state_dict())
+    second.load_state({k: v.clone() for k, v in tensors.items()}, json.loads(json.dumps(meta)))
+    assert second.run()
+    assert second.last == pytest.approx(whole.last, rel=1e-5)
+    with pytest.raises(ValueError, match="history_dropout"):
+        _trainer(data, tmp_path, "bad", history_dropout=1.0)
 
 
 def test_generator_state_of_another_device_is_refused(data, tmp_path):
@@ -93,7 +115,7 @@ def test_recipe_goes_through_json_and_new_settings_are_validated():
     with pytest.raises(ValueError, match="no fields"):
         recipe_from_dict({"bogus": 1})
     for bad in ({"flow_draws": 0}, {"target_minutes": 0.0}, {"later_minutes": -1.0},
-                {"target_share": 1.0}):
+                {"target_share": 1.0}, {"history_dropout": 1.0}, {"history_dropout": -0.1}):
         with pytest.raises(ValueError):
             Recipe(**bad)
 

@@ -182,14 +182,19 @@ class TrainSet:
         patches, grid = patchify(normalize(pixels), self.cfg.vision)
         return patches, grid.cpu()
 
-    def token_rows(self, rows: torch.Tensor, with_coc: bool = True
+    def token_rows(self, rows: torch.Tensor, with_coc: bool = True,
+                   history_kept: torch.Tensor | None = None
                    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """(input_ids [B, T], labels [B, T], seq_lens [B]) on the CPU."""
+        """(input_ids [B, T], labels [B, T], seq_lens [B]) on the CPU. history_kept: [B] bool;
+        a row where it is False keeps the history placeholder ids instead of its ego history
+        (past-motion dropout)."""
         rows = rows.cpu()
         b, n = rows.shape[0], self.prompt_len
         prompt = self.prompt_ids.expand(b, n).clone()
         hist = self.builder.layout.history
-        prompt[:, hist.start:hist.stop] = self.history_ids[rows]
+        kept = (torch.ones(b, dtype=torch.bool) if history_kept is None
+                else history_kept.cpu())  # kept: [B]
+        prompt[kept, hist.start:hist.stop] = self.history_ids[rows[kept]]
         if not with_coc:
             return prompt, torch.full_like(prompt, IGNORE), torch.full((b,), n)
         lens = self.coc_lens[rows]
@@ -228,8 +233,8 @@ class TrainSet:
         return out
 
     def batch(self, rows: torch.Tensor, device: torch.device | str,
-              with_coc: bool = True) -> TrainBatch:
-        ids, labels, seq_lens = self.token_rows(rows, with_coc)
+              with_coc: bool = True, history_kept: torch.Tensor | None = None) -> TrainBatch:
+        ids, labels, seq_lens = self.token_rows(rows, with_coc, history_kept)
         patches, grid = self.pixels(rows, device)
         positions = self.positions_for(ids.shape[1], grid, ids.shape[0])
         none = torch.zeros(ids.shape, dtype=torch.bool)

@@ -174,7 +174,8 @@ def run(out: Path, recipe: Recipe, minutes_budget: float, device: torch.device, 
     trainer = TargetTrainer(model, data, recipe.target_steps, target_seconds,
                             recipe.target_batch, recipe.target_lr, seed, log, device, autocast,
                             cache_dtype, recipe.flow_weight, focus=recipe.decision,
-                            flow_draws=recipe.flow_draws)
+                            flow_draws=recipe.flow_draws,
+                            history_dropout=recipe.history_dropout)
     stage = "target"
     if paused is not None:
         meta, _, tensors = paused

@@ -86,6 +86,10 @@ def parse_args(argv: list[str] | None = None) -> tuple[argparse.Namespace, Recip
     parser.add_argument("--flow-draws", type=int, default=None,
                         help=f"(noise, time) draws per window in the target's flow loss "
                              f"(default {Recipe.flow_draws})")
+    parser.add_argument("--history-dropout", type=float, default=None,
+                        help=f"share of the target stage's windows trained without their ego "
+                             f"history, so that plan and CoC come from the cameras "
+                             f"(default {Recipe.history_dropout}: none)")
     parser.add_argument("--target-minutes", type=float, default=None,
                         help="target schedule length over all calls (default: its share of "
                              "one call)")
@@ -114,7 +118,7 @@ def parse_args(argv: list[str] | None = None) -> tuple[argparse.Namespace, Recip
         ("disturbed_share", args.disturbed_share), ("flow_draws", args.flow_draws),
         ("target_minutes", args.target_minutes), ("later_minutes", args.later_minutes),
         ("extra_drives", args.extra_drives), ("init_from", args.init_from),
-        ("target_lr", args.target_lr),
+        ("target_lr", args.target_lr), ("history_dropout", args.history_dropout),
         ("standing_lead_label", on_off(args.standing_lead_label)))
         if value is not None}
     focus = {name: value for name, value in (

@@ -36,6 +36,8 @@ class Recipe:
     weighs the CoC tokens that decide the decision and draws rare decisions more often
     (target stage; the streaming-aware stage takes its token weight). `flow_draws` (noise,
     time) pairs per window train the action expert on one backbone pass (loss: their mean).
+    `history_dropout` is the share of the target stage's drawn windows trained without their
+    ego history (past-motion dropout; the history placeholder tokens stand in its place).
     `init_from` names a model directory of the recipe's model whose tokenizer, action
     normalization and weights (drafters too) the run starts from (train/warm_start.py);
     `target_lr` is then the fine-tuning rate. Training drives are the training seeds from
@@ -70,6 +72,7 @@ class Recipe:
     target_eval_rows: int = 512
     flow_weight: float = 1.0
     flow_draws: int = 4
+    history_dropout: float = 0.0
     decision: DecisionFocus = field(default_factory=DecisionFocus)
     draft_rows: int = 4096
     draft_eval_rows: int = 512
@@ -109,6 +112,8 @@ class Recipe:
             raise ValueError(f"target_lr must be > 0, got {self.target_lr}")
         if self.flow_draws < 1:
             raise ValueError(f"flow_draws must be >= 1, got {self.flow_draws}")
+        if not 0.0 <= self.history_dropout < 1.0:
+            raise ValueError(f"history_dropout must be in [0, 1), got {self.history_dropout}")
         if self.target_minutes is not None and not self.target_minutes > 0:
             raise ValueError(f"target_minutes must be > 0, got {self.target_minutes}")
         if not self.later_minutes > 0:

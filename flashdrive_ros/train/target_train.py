@@ -201,11 +201,12 @@ def evaluate_target(model: AlpamayoModel, data: TrainSet, rows: torch.Tensor,
 def target_step(model: AlpamayoModel, opt: torch.optim.Optimizer, data: TrainSet,
                 rows: torch.Tensor, device: torch.device, autocast: Autocast,
                 cache_dtype: torch.dtype, generator: torch.Generator, flow_weight: float,
-                focus: DecisionFocus, flow_draws: int
+                focus: DecisionFocus, flow_draws: int, history_kept: torch.Tensor | None = None
                 ) -> tuple[dict[str, torch.Tensor], torch.Tensor, torch.Tensor]:
     """One optimizer step on the windows `rows` -> (losses, decision_hit [B], grad norm);
-    nothing is read back from the device."""
-    batch = data.batch(rows, device)
+    nothing is read back from the device. history_kept: [B] bool, False where the window's
+    ego history is dropped (TrainSet.token_rows)."""
+    batch = data.batch(rows, device, history_kept=history_kept)
     with autocast():
         losses = target_step_losses(model, batch, data.image_token_id, cache_dtype, generator,
                                     focus=focus, flow_draws=flow_draws)
@@ -227,15 +228,21 @@ class TargetTrainer:
     both generators (flow draws, row picks), the schedule position and the logged metrics, so
     that a run stopped and resumed takes the same steps as one that never stopped.
     Rows are drawn with `draw_weights(decision, v0, focus, hard brakes of the futures)`.
+    With `history_dropout` p each drawn window loses its ego history with probability p
+    (past-motion dropout: its plan and CoC must come from the cameras); the held-out
+    evaluation keeps every history.
     """
 
     def __init__(self, model: AlpamayoModel, data: TrainSet, steps: int,
                  seconds: float | None, batch_size: int, lr: float, seed: int, log: TrainLog,
                  device: torch.device, autocast: Autocast, cache_dtype: torch.dtype,
                  flow_weight: float = 1.0, log_every: int = 25, focus: DecisionFocus = PLAIN,
-                 flow_draws: int = 1) -> None:
+                 flow_draws: int = 1, history_dropout: float = 0.0) -> None:
         if flow_draws < 1:
             raise ValueError(f"flow_draws must be >= 1, got {flow_draws}")
+        if not 0.0 <= history_dropout < 1.0:
+            raise ValueError(f"history_dropout must be in [0, 1), got {history_dropout}")
+        self.history_dropout = history_dropout
         self.model, self.data, self.log, self.device = model, data, log, device
         self.autocast, self.cache_dtype = autocast, cache_dtype
         self.batch_size, self.lr, self.flow_weight = batch_size, lr, flow_weight
@@ -257,6 +264,13 @@ class TargetTrainer:
         return torch.multinomial(self.draw_weights, self.batch_size, replacement=True,
                                  generator=self.pick_gen)
 
+    def draw_history_kept(self) -> torch.Tensor | None:
+        """[B] bool, False for the windows whose ego history this step drops; None (keep all,
+        no draw) without dropout."""
+        if self.history_dropout == 0.0:
+            return None
+        return torch.rand(self.batch_size, generator=self.pick_gen) >= self.history_dropout
+
     def run(self, stop_at: float | None = None, max_steps: int | None = None) -> bool:
         """Trains; True when the schedule has ended, False when stopped at `stop_at` (monotonic
         clock) or after `max_steps` steps of this call."""
@@ -269,10 +283,11 @@ class TargetTrainer:
                 return False
             for group in self.opt.param_groups:
                 group["lr"] = self.lr * progress.lr_factor()
+            rows = self.draw_rows()
             losses, hit, norm = target_step(
-                self.model, self.opt, self.data, self.draw_rows(), self.device, self.autocast,
+                self.model, self.opt, self.data, rows, self.device, self.autocast,
                 self.cache_dtype, self.gen, self.flow_weight, self.focus,
-                self.flow_draws)
+                self.flow_draws, self.draw_history_kept())
             step = progress.step
             progress.step += 1
             if step % self.log_every == 0 or progress.done():
@@ -291,6 +306,7 @@ class TargetTrainer:
         self.log.write("target_eval", self.progress.step, **metrics)
         self.model.eval()
         return {"steps": self.progress.step, "flow_draws": self.flow_draws,
+                "history_dropout": self.history_dropout,
                 **{f"first_{k}": v for k, v in self.first.items()},
                 **{f"final_{k}": v for k, v in self.last.items()},
                 **{f"eval_{k}": v for k, v in metrics.items()}}
@@ -323,9 +339,11 @@ def train_target(model: AlpamayoModel, data: TrainSet, eval_data: TrainSet, step
                  lr: float, seed: int, log: TrainLog, device: torch.device,
                  autocast: Autocast, cache_dtype: torch.dtype, flow_weight: float = 1.0,
                  eval_rows: int = 512, log_every: int = 25,
-                 focus: DecisionFocus = PLAIN, flow_draws: int = 1) -> dict[str, float]:
+                 focus: DecisionFocus = PLAIN, flow_draws: int = 1,
+                 history_dropout: float = 0.0) -> dict[str, float]:
     """The whole target stage in one go (see `TargetTrainer`); eval rows drawn uniformly."""
     trainer = TargetTrainer(model, data, steps, seconds, batch_size, lr, seed, log, device,
-                            autocast, cache_dtype, flow_weight, log_every, focus, flow_draws)
+                            autocast, cache_dtype, flow_weight, log_every, focus, flow_draws,
+                            history_dropout)
     trainer.run()
     return trainer.finish(eval_data, eval_rows, seed)
