@@ -146,12 +146,16 @@ def test_eager_graphed_encoder_and_flow_equal_the_plain_steps(parts):
         staged = GraphedFlow(eng.model, cache, schedule, staged=True)(x0, cache.length)
         flex = GraphedFlow(eng.model, cache, schedule, staged=True,
                            action_attention="flex")(x0, cache.length)
+        gemm = GraphedFlow(eng.model, cache, schedule, staged=True,
+                           action_attention="gemm")(x0, cache.length)
         want = euler_cached(eng.model.velocity_fn(cache, cache.length), x0, schedule)
     torch.testing.assert_close(got, want, rtol=0, atol=1e-5)
     assert torch.equal(staged, got)
     torch.testing.assert_close(flex, got, rtol=0, atol=1e-5)
-    with pytest.raises(ValueError, match="set staged"):
-        GraphedFlow(eng.model, cache, schedule, action_attention="flex")
+    torch.testing.assert_close(gemm, got, rtol=0, atol=1e-5)
+    for attention in ("flex", "gemm"):
+        with pytest.raises(ValueError, match="set staged"):
+            GraphedFlow(eng.model, cache, schedule, action_attention=attention)
 
 
 @pytest.mark.parametrize("speculative,temperature", [(True, 0.0), (False, 0.0), (True, 1.0)])

@@ -17,7 +17,7 @@ from flashdrive_ros.engine.config import EngineConfig
 from flashdrive_ros.engine.engine import Engine
 from flashdrive_ros.engine.graphed_steps import GraphedTarget
 from flashdrive_ros.model.backbone import run_decoder_layer
-from flashdrive_ros.model.cache_attention import FlexCacheAttention
+from flashdrive_ros.model.cache_attention import FlexCacheAttention, GemmCacheAttention
 from flashdrive_ros.model.config import ConfigError
 from flashdrive_ros.model.kv_cache import KVCache
 from flashdrive_ros.model.positions import text_positions
@@ -71,7 +71,7 @@ def test_compiled_backbone_is_a_switch_of_the_graphed_steps():
                                              device="cuda").compiled_backbone
 
 
-@pytest.mark.parametrize("attention", ["masked", "flex"])
+@pytest.mark.parametrize("attention", ["masked", "flex", "gemm"])
 def test_compiled_layers_step_the_plain_backbone_with_one_graph_for_every_layer(
         parts, compiled_layer, attention):
     if attention == "flex" and not inductor_compiles_flex_on_cpu():
@@ -83,8 +83,9 @@ def test_compiled_layers_step_the_plain_backbone_with_one_graph_for_every_layer(
     start = cache.length
     slots = torch.arange(start, start + BLOCK)
     positions = text_positions(int(cache.positions[0, 0, start - 1]) + 1, BLOCK)  # [3, 1, T]
-    flex = (FlexCacheAttention(cache.capacity, BLOCK, "cpu", compiled=False)
-            if attention == "flex" else None)
+    flex = {"masked": None,
+            "flex": FlexCacheAttention(cache.capacity, BLOCK, "cpu", compiled=False),
+            "gemm": GemmCacheAttention(cache.capacity, BLOCK, "cpu")}[attention]
     plain, compiled = _copy(cache), _copy(cache)
     with torch.no_grad():
         embeds = backbone.embed_tokens(torch.arange(100, 100 + BLOCK))[None]  # [1, T, H]

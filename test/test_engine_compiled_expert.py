@@ -41,6 +41,8 @@ def test_compiled_layers_sample_the_plain_flow_with_one_graph_per_sample_count(p
     noise = {k: torch.randn(k, 64, 2) for k in (2, 1)}
     plain = GraphedFlow(engine.model, cache, schedule, staged=True)
     compiled = GraphedFlow(engine.model, cache, schedule, staged=True, compiled_layers=True)
+    gemm = GraphedFlow(engine.model, cache, schedule, staged=True, action_attention="gemm",
+                       compiled_layers=True)
     graphs_before = counters["stats"]["unique_graphs"]
     with torch.no_grad():
         for k, x0 in noise.items():
@@ -48,7 +50,8 @@ def test_compiled_layers_sample_the_plain_flow_with_one_graph_per_sample_count(p
             got = compiled(x0, cache.length)
             torch.testing.assert_close(got, want, rtol=0, atol=1e-5)
             assert torch.equal(compiled(x0, cache.length), got)
-    assert counters["stats"]["unique_graphs"] - graphs_before == len(noise)
+            torch.testing.assert_close(gemm(x0, cache.length), want, rtol=0, atol=1e-5)
+    assert counters["stats"]["unique_graphs"] - graphs_before == 2 * len(noise)
     with pytest.raises(ValueError, match="set action_attention 'masked'"):
         GraphedFlow(engine.model, cache, schedule, staged=True, action_attention="flex",
                     compiled_layers=True)

@@ -1,6 +1,7 @@
-"""Length-aware verify attention (FlexAttention by the block's first slot) against the dense
-masked path: the attention alone, the graphed target's steps run eagerly, whole greedy
-speculative decodes; on CUDA the compiled kernel under CUDA graphs inside the engine.
+"""Length-aware verify attention (FlexAttention by the block's first slot) and the GEMM
+attention against the dense masked path: the attention alone, the graphed target's steps run
+eagerly, whole greedy speculative decodes; on CUDA the kernels under CUDA graphs inside the
+engine.
 
 Tolerances: float32 paths differ only in summation order (1e-5 on unit-scale outputs);
 bfloat16 keeps 8 bits of mantissa, so outputs of unit scale agree to a few 2^-8 (2e-2)."""
@@ -16,7 +17,13 @@ from flashdrive_ros.engine.config import EngineConfig
 from flashdrive_ros.engine.decoding import StopRule, Target, prefill, required_capacity
 from flashdrive_ros.engine.graphed_steps import GraphedTarget
 from flashdrive_ros.engine.speculative import DFlashProposer, speculative_decode
-from flashdrive_ros.model.cache_attention import KV_BLOCK, FlexCacheAttention, FlexPrefixAttention
+from flashdrive_ros.model.cache_attention import (
+    KV_BLOCK,
+    FlexCacheAttention,
+    FlexPrefixAttention,
+    GemmCacheAttention,
+    GemmPrefixAttention,
+)
 from flashdrive_ros.model.config import ConfigError, tiny
 from flashdrive_ros.model.drafter import Drafter
 from flashdrive_ros.model.kv_cache import KVCache
@@ -62,6 +69,19 @@ def test_flex_matches_the_masked_attention_at_every_length(t):
         torch.testing.assert_close(got, masked_reference(q, k, v, start), atol=1e-5, rtol=1e-5)
 
 
+@pytest.mark.parametrize("t", [1, 9])
+def test_gemm_matches_the_masked_attention_at_every_length(t):
+    capacity = 3 * KV_BLOCK + 20
+    attention = GemmCacheAttention(capacity, t, "cpu")
+    q, k, v = random_qkv(t, capacity, torch.float32, "cpu")
+    for start in (0, 5, KV_BLOCK - 1, 2 * KV_BLOCK + 3, capacity - t):
+        attention.update(torch.arange(start, start + t))
+        got = attention(q, k, v)
+        torch.testing.assert_close(got, masked_reference(q, k, v, start), atol=1e-5, rtol=1e-5)
+    with pytest.raises(ValueError, match="built for 9 queries|built for 1 queries"):
+        attention(*random_qkv(t + 1, capacity, torch.float32, "cpu"))
+
+
 def test_flex_refuses_other_shapes():
     attention = FlexCacheAttention(200, 4, "cpu", compiled=False)
     q, k, v = random_qkv(3, 200, torch.float32, "cpu")
@@ -95,7 +115,7 @@ def test_graphed_target_steps_with_flex_match_the_masked_steps(target):
     capacity = 2 * KV_BLOCK + 40
     for length in (30, KV_BLOCK - 3, 2 * KV_BLOCK + 2):
         logits = {}
-        for kind in ("masked", "flex"):
+        for kind in ("masked", "flex", "gemm"):
             cache, _ = prefilled(target, length, capacity, seed=length)
             graphed = GraphedTarget(target, cache, enabled=False, verify_attention=kind)
             with torch.no_grad():
@@ -103,8 +123,9 @@ def test_graphed_target_steps_with_flex_match_the_masked_steps(target):
                          graphed.run_tokens([7], cache, length + 9)]
             logits[kind] = [s.logits for s in steps]
             assert cache.length == length + 10
-        for got, want in zip(logits["flex"], logits["masked"], strict=True):
-            torch.testing.assert_close(got, want, atol=1e-4, rtol=1e-4)
+        for kind in ("flex", "gemm"):
+            for got, want in zip(logits[kind], logits["masked"], strict=True):
+                torch.testing.assert_close(got, want, atol=1e-4, rtol=1e-4)
 
 
 def test_speculative_decode_with_flex_equals_the_masked_decode(target):
@@ -114,12 +135,13 @@ def test_speculative_decode_with_flex_equals_the_masked_decode(target):
     length = KV_BLOCK - 5
     capacity = required_capacity(length, STOP, CFG.drafter.block_size)
     decoded = {}
-    for kind in ("masked", "flex"):
+    for kind in ("masked", "flex", "gemm"):
         cache, out = prefilled(target, length, capacity, seed=3)
         graphed = GraphedTarget(target, cache, enabled=False, verify_attention=kind)
         decoded[kind] = speculative_decode(graphed, proposer, out, cache, STOP)
-    assert decoded["flex"].tokens == decoded["masked"].tokens
-    assert decoded["flex"].accepted_lengths == decoded["masked"].accepted_lengths
+    for kind in ("flex", "gemm"):
+        assert decoded[kind].tokens == decoded["masked"].tokens
+        assert decoded[kind].accepted_lengths == decoded["masked"].accepted_lengths
 
 
 def test_flex_is_a_switch_of_the_fixed_shape_steps():
@@ -138,6 +160,13 @@ def test_flex_is_a_switch_of_the_fixed_shape_steps():
         EngineConfig(action_attention="dense")
     cfg = EngineConfig(device="cuda", action_attention="flex")
     assert cfg.cuda_graphs and cfg.staged_prefix
+    with pytest.raises(ConfigError, match="verify_attention 'gemm' runs in the fixed-shape"):
+        EngineConfig(verify_attention="gemm")
+    with pytest.raises(ConfigError, match="action_attention 'gemm' runs in the graphed"):
+        EngineConfig(action_attention="gemm")
+    cfg = EngineConfig(device="cuda", verify_attention="gemm", action_attention="gemm",
+                       compiled_expert=True, compiled_backbone=True)
+    assert cfg.cuda_graphs and cfg.staged_prefix and cfg.compiled_expert
 
 
 def prefix_reference(q, keys, values, length, prefix_slots):
@@ -163,6 +192,25 @@ def test_flex_prefix_matches_the_masked_attention_at_every_length(capacity):
         got = attention(q, keys, values)
         want = prefix_reference(q, keys, values, length, attention.prefix_slots)
         torch.testing.assert_close(got, want, atol=1e-5, rtol=1e-5)
+
+
+def test_gemm_prefix_matches_the_masked_attention_at_every_length():
+    tokens, samples, capacity = 64, 2, 3 * KV_BLOCK + 20
+    attention = GemmPrefixAttention(capacity, tokens, "cpu")
+    assert attention.prefix_slots == capacity
+    g = torch.Generator().manual_seed(5)
+    q = torch.randn(samples, 8, tokens, 32, generator=g)
+    keys = torch.randn(samples, 2, capacity + tokens, 32, generator=g)
+    values = torch.randn(samples, 2, capacity + tokens, 32, generator=g)
+    for length in (1, KV_BLOCK + 1, capacity):
+        attention.update(torch.tensor([length]))
+        got = attention(q, keys, values)
+        want = prefix_reference(q, keys, values, length, capacity)
+        torch.testing.assert_close(got, want, atol=1e-5, rtol=1e-5)
+    with pytest.raises(ValueError, match="built for 64 tokens over"):
+        attention(q, keys[:, :, 1:], values[:, :, 1:])
+    with pytest.raises(ValueError, match="prefix_len must be"):
+        attention.update(torch.tensor([3, 4]))
 
 
 def test_flex_prefix_refuses_other_shapes():
@@ -236,7 +284,8 @@ def test_a_compiled_cache_write_and_flex_under_a_cuda_graph_match_the_masked_att
 
 
 @needs_cuda
-@pytest.mark.parametrize("flex", [{"verify_attention": "flex"}, {"action_attention": "flex"}])
+@pytest.mark.parametrize("flex", [{"verify_attention": "flex"}, {"action_attention": "flex"},
+                                  {"verify_attention": "gemm", "action_attention": "gemm"}])
 def test_engine_with_flex_under_cuda_graphs_plans_like_the_masked_engine(flex):
     from helpers.tiny_model import PROMPT_CORPUS as CORPUS
     from helpers.windows import window

@@ -15,6 +15,7 @@ ALL_FLEX = "flashdrive_flex"
 ALL_FP8 = "flashdrive_fp8"
 ALL_FP8_FLEX = "flashdrive_fp8_flex"
 FLEX = {"verify_attention": "flex", "action_attention": "flex"}
+GEMM = {"verify_attention": "gemm", "action_attention": "gemm"}
 FP8 = {"backbone_weights": "fp8"}
 COMPILED = {"compiled_expert": True}
 ALL_COMPILED = "flashdrive_compiled_expert"
@@ -30,6 +31,8 @@ AT_ACCEPTANCE = {
     "flashdrive_flex_verify_compiled_expert_at_5.6_block8": (
         {"verify_attention": "flex", **COMPILED}, 5.6, 8),
     "flashdrive_compiled_at_5.6_block8": (COMPILED_BOTH, 5.6, 8),
+    "flashdrive_gemm_compiled_expert_at_5.6_block8": ({**GEMM, **COMPILED}, 5.6, 8),
+    "flashdrive_gemm_compiled_at_5.6_block8": ({**GEMM, **COMPILED_BOTH}, 5.6, 8),
 }
 VARIANT_NAMES = (ALL, *AT_ACCEPTANCE, ALL_FLEX, ALL_COMPILED, ALL_COMPILED_BOTH, ALL_FP8,
                  ALL_FP8_FLEX,
@@ -44,7 +47,8 @@ def variant_overrides(device: str, backend: str = "torch"
     order (the CUDA-graph variants first).
     `flashdrive` takes every shortcut at its mode default (CUDA graphs on where the
     device is CUDA and the backend torch); the AT_ACCEPTANCE variants are `flashdrive` (or
-    with FP8 weights and flex attention) timed at a chosen accepted length
+    with FP8 weights and flex attention, with the GEMM attention and compiled layers) timed
+    at a chosen accepted length
     (measured_acceptance.py); `flashdrive_flex` and `flashdrive_fp8[_flex]` add the
     length-aware verify and action attention and FP8 backbone weights;
     `flashdrive_compiled_expert` compiles the action expert's layers (torch.compile inside

@@ -83,16 +83,21 @@ class EngineConfig:
                                          "mode).")
     verify_attention: str = setting("masked", "Attention of the fixed-shape decode and verify "
                                     "steps (CUDA graphs): masked (a dense mask over the cache "
-                                    "capacity) or flex (FlexAttention by the cache length).",
+                                    "capacity, fused kernel), flex (FlexAttention by the cache "
+                                    "length) or gemm (the dense mask through two batched "
+                                    "GEMMs and a softmax).",
                                     choices=VERIFY_ATTENTION)
     action_attention: str = setting("masked", "Attention of the action tokens over the staged "
                                     "prefix in the graphed flow matching (CUDA graphs, "
                                     "staged_prefix): masked (a dense mask over the cache "
-                                    "capacity) or flex (FlexAttention by the prefix length).",
+                                    "capacity, fused kernel), flex (FlexAttention by the "
+                                    "prefix length) or gemm (the dense mask through two "
+                                    "batched GEMMs and a softmax).",
                                     choices=ACTION_ATTENTION)
     compiled_expert: bool = setting(False, "The action expert's layers run as torch.compile "
                                     "graphs inside the graphed flow matching (cuda_graphs, "
-                                    "action_attention masked): Inductor fuses each layer's "
+                                    "action_attention masked or gemm): Inductor fuses each "
+                                    "layer's "
                                     "norms, RoPE, SwiGLU and residual adds; compiled on the "
                                     "first plan of each sample count.")
     compiled_backbone: bool = setting(False, "The backbone's decoder layers run as "
@@ -165,20 +170,22 @@ class EngineConfig:
                               f"device={self.device!r}")
         if problem := drafter_name_problem(self.drafter_file):
             raise ConfigError(f"drafter_file {problem}")
-        if self.verify_attention == "flex" and not self.cuda_graphs:
-            raise ConfigError("verify_attention 'flex' runs in the fixed-shape steps of "
-                              "cuda_graphs; set cuda_graphs true or verify_attention 'masked'")
-        if self.action_attention == "flex" and not (self.cuda_graphs and self.staged_prefix):
-            raise ConfigError("action_attention 'flex' runs in the graphed flow matching over "
-                              "the staged prefix; set cuda_graphs and staged_prefix true or "
-                              "action_attention 'masked'")
+        if self.verify_attention != "masked" and not self.cuda_graphs:
+            raise ConfigError(f"verify_attention {self.verify_attention!r} runs in the "
+                              f"fixed-shape steps of cuda_graphs; set cuda_graphs true or "
+                              f"verify_attention 'masked'")
+        if self.action_attention != "masked" and not (self.cuda_graphs and self.staged_prefix):
+            raise ConfigError(f"action_attention {self.action_attention!r} runs in the graphed "
+                              f"flow matching over the staged prefix; set cuda_graphs and "
+                              f"staged_prefix true or action_attention 'masked'")
         if not isinstance(self.compiled_expert, bool):
             raise ConfigError(f"compiled_expert must be true or false, got "
                               f"{self.compiled_expert!r}")
-        if self.compiled_expert and not (self.cuda_graphs and self.action_attention == "masked"):
+        if self.compiled_expert and not (self.cuda_graphs and self.action_attention != "flex"):
             raise ConfigError("compiled_expert compiles the expert's layers in the graphed flow "
-                              "matching with masked attention; set cuda_graphs true and "
-                              "action_attention 'masked', or compiled_expert false")
+                              "matching with masked or gemm attention; set cuda_graphs true "
+                              "and action_attention 'masked' or 'gemm', or compiled_expert "
+                              "false")
         if not isinstance(self.compiled_backbone, bool):
             raise ConfigError(f"compiled_backbone must be true or false, got "
                               f"{self.compiled_backbone!r}")

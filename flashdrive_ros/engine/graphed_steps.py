@@ -25,8 +25,12 @@ from flashdrive_ros.model.backbone import run_decoder_layer
 from flashdrive_ros.model.cache_attention import (
     ACTION_ATTENTION,
     VERIFY_ATTENTION,
+    CacheAttention,
     FlexCacheAttention,
     FlexPrefixAttention,
+    GemmCacheAttention,
+    GemmPrefixAttention,
+    PrefixAttention,
 )
 from flashdrive_ros.model.expert import run_layer
 from flashdrive_ros.model.kv_cache import KVCache
@@ -38,9 +42,11 @@ class GraphedTarget(Target):
     """A `Target` whose `run_tokens` (decode-one, verify block, finish) runs the backbone's
     capture-safe path over the whole cache; `run_embeds` (prefill) stays eager.
     `verify_attention` "flex": the length-aware attention (one per token count) instead of
-    the dense mask, compiled on CUDA; compiled_layers: each decoder layer, its cache write and
-    attention included, runs as one torch.compile graph (Inductor fuses its norms, RoPE,
-    SwiGLU and residual adds), the same compiled code for all layers of one token count."""
+    the dense mask, compiled on CUDA; "gemm": the dense mask through two batched GEMMs and a
+    softmax instead of the fused kernel (one per token count); compiled_layers: each decoder
+    layer, its cache write and attention included, runs as one torch.compile graph (Inductor
+    fuses its norms, RoPE, SwiGLU and residual adds), the same compiled code for all layers of
+    one token count."""
 
     def __init__(self, target: Target, cache: KVCache, enabled: bool = True,
                  verify_attention: str = "masked", compiled_layers: bool = False) -> None:
@@ -51,17 +57,20 @@ class GraphedTarget(Target):
         self.cache = cache
         self.step = GraphedStep(self._forward, enabled)
         self.verify_attention = verify_attention
-        self.attention: dict[int, FlexCacheAttention] = {}
+        self.attention: dict[int, CacheAttention] = {}
         self.layer_call = (torch.compile(run_decoder_layer, fullgraph=True, dynamic=False)
                            if compiled_layers else run_decoder_layer)
 
-    def _attention(self, count: int) -> FlexCacheAttention | None:
+    def _attention(self, count: int) -> CacheAttention | None:
         if self.verify_attention == "masked":
             return None
         if count not in self.attention:
             device = self.cache.k.device
-            self.attention[count] = FlexCacheAttention(self.cache.capacity, count, device,
-                                                       compiled=device.type == "cuda")
+            self.attention[count] = (
+                FlexCacheAttention(self.cache.capacity, count, device,
+                                   compiled=device.type == "cuda")
+                if self.verify_attention == "flex"
+                else GemmCacheAttention(self.cache.capacity, count, device))
         return self.attention[count]
 
     def _forward(self, inputs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor | None]:
@@ -169,7 +178,9 @@ class GraphedFlow:
     the prefix copied once into the expert's StagedKV buffers instead of concatenated at
     every layer of every step; `action_attention` "flex" (staged only): the action tokens
     attend through FlexPrefixAttention (the prefix's key blocks below its length, compiled on
-    CUDA) instead of a dense mask over the capacity; compiled_layers (masked attention): each
+    CUDA) instead of a dense mask over the capacity, "gemm" (staged only) through
+    GemmPrefixAttention (the dense mask, two batched GEMMs and a softmax instead of the fused
+    kernel); compiled_layers (masked or gemm attention): each
     expert layer runs as one torch.compile graph (Inductor fuses its norms, RoPE, SwiGLU and
     residual adds), the same compiled code for all layers of one shape."""
 
@@ -179,27 +190,29 @@ class GraphedFlow:
         if action_attention not in ACTION_ATTENTION:
             raise ValueError(f"action_attention must be one of {ACTION_ATTENTION}, got "
                              f"{action_attention!r}")
-        if action_attention == "flex" and not staged:
-            raise ValueError("action_attention 'flex' attends over the staged prefix; "
-                             "set staged")
-        if compiled_layers and action_attention != "masked":
-            raise ValueError("compiled_layers compiles the masked attention path; set "
-                             "action_attention 'masked'")
+        if action_attention != "masked" and not staged:
+            raise ValueError(f"action_attention {action_attention!r} attends over the staged "
+                             f"prefix; set staged")
+        if compiled_layers and action_attention == "flex":
+            raise ValueError("compiled_layers compiles the masked or gemm attention path; set "
+                             "action_attention 'masked' or 'gemm'")
         self.model = model
         self.cache = cache
         self.schedule = schedule
         self.staged = staged
         self.action_attention = action_attention
-        self.attention: dict[int, FlexPrefixAttention] = {}
+        self.attention: dict[int, PrefixAttention] = {}
         self.layer_call = (torch.compile(run_layer, fullgraph=True, dynamic=False)
                            if compiled_layers else run_layer)
         self.step = GraphedStep(self._sample, enabled)
 
-    def _flex(self, num_tokens: int) -> FlexPrefixAttention:
+    def _prefix_attention(self, num_tokens: int) -> PrefixAttention:
         if num_tokens not in self.attention:
-            device = self.cache.k.device
-            self.attention[num_tokens] = FlexPrefixAttention(
-                self.cache.capacity, num_tokens, device, compiled=device.type == "cuda")
+            device, capacity = self.cache.k.device, self.cache.capacity
+            self.attention[num_tokens] = (
+                FlexPrefixAttention(capacity, num_tokens, device, compiled=device.type == "cuda")
+                if self.action_attention == "flex"
+                else GemmPrefixAttention(capacity, num_tokens, device))
         return self.attention[num_tokens]
 
     def _sample(self, x0: torch.Tensor, prefix_len: torch.Tensor) -> torch.Tensor:
@@ -209,8 +222,8 @@ class GraphedFlow:
         capacity = cache.capacity
         device = cache.positions.device
         prefix = expert.rotated_prefix(cache, capacity, model.action_out_proj.weight.dtype)
-        if self.action_attention == "flex":
-            attention = self._flex(x0.shape[1])
+        if self.action_attention != "masked":
+            attention = self._prefix_attention(x0.shape[1])
             attention.update(prefix_len)
             prefix = expert.stage(prefix, x0.shape[0], x0.shape[1], attention.prefix_slots)
             prefix_mask = attention

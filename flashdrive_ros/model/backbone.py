@@ -15,14 +15,14 @@ from dataclasses import dataclass, field
 import torch
 from torch import nn
 
-from flashdrive_ros.model.cache_attention import FlexCacheAttention
+from flashdrive_ros.model.cache_attention import CACHE_ATTENTIONS, CacheAttention
 from flashdrive_ros.model.config import TextConfig
 from flashdrive_ros.model.kv_cache import CacheLayer, KVCache, LayerKV
 from flashdrive_ros.model.layers import QKNormAttention, RMSNorm, SwiGLU
 from flashdrive_ros.model.rope import apply_rotary, inverse_frequencies, mrope_cos_sin
 
 
-CacheMask = torch.Tensor | FlexCacheAttention | None
+CacheMask = torch.Tensor | CacheAttention | None
 LayerCache = LayerKV | CacheLayer
 
 
@@ -44,7 +44,7 @@ class TextAttention(QKNormAttention):
             keys, values = kv.read()  # keys, values: [B, Hkv, S, D]
             keys = keys.to(q.dtype)
         values = values.to(q.dtype)
-        if isinstance(mask, FlexCacheAttention):
+        if isinstance(mask, CACHE_ATTENTIONS):
             return self.output(mask(q, keys, values))  # [B, Hq, T, D] heads
         return self.output(self.grouped_attention(q, keys, values, mask))
 
@@ -138,7 +138,7 @@ class TextBackbone(nn.Module):
 
     def forward_static(self, inputs_embeds: torch.Tensor, positions: torch.Tensor,
                        cache: KVCache, slots: torch.Tensor, output_layers: tuple[int, ...] = (),
-                       attention: FlexCacheAttention | None = None,
+                       attention: CacheAttention | None = None,
                        layer_call: DecoderLayerCall = run_decoder_layer) -> BackboneOutput:
         """Capture-safe text-only forward: no host reads, shapes fixed by T and the capacity.
 

@@ -8,6 +8,12 @@ of key blocks per query block follows the length (device tensors updated in plac
 graphs capture it), and a mask_mod for the causal edge. Query heads share kv heads in groups
 (`enable_gqa`). Compiled (`torch.compile`) the kernel reads only the key blocks below the
 length; eager, torch computes the same result through its unfused path.
+
+`GemmCacheAttention` / `GemmPrefixAttention` take the same places with the dense mask kept
+and the fused kernel left out: scores by one batched GEMM over every slot, a masked float32
+softmax, the output by a second GEMM. A fused kernel over a short query block runs one
+thread block per kv head and query tile (8 at Alpamayo shape), each reading the whole cache;
+the GEMMs spread the slots over the whole GPU.
 """
 
 from __future__ import annotations
@@ -15,8 +21,8 @@ from __future__ import annotations
 import torch
 from torch.nn.attention.flex_attention import BlockMask, flex_attention
 
-VERIFY_ATTENTION = ("masked", "flex")
-ACTION_ATTENTION = ("masked", "flex")
+VERIFY_ATTENTION = ("masked", "flex", "gemm")
+ACTION_ATTENTION = ("masked", "flex", "gemm")
 KV_BLOCK = 128
 
 _compiled_flex = None
@@ -137,3 +143,83 @@ class FlexPrefixAttention:
                              f"over {keys.shape[2]}")
         attend = flex_kernel(self.compiled)
         return attend(q, keys, values, block_mask=self.block_mask, enable_gqa=True)
+
+
+def gemm_attention(q: torch.Tensor, keys: torch.Tensor, values: torch.Tensor,
+                   valid: torch.Tensor) -> torch.Tensor:
+    """q: [B, Hq, T, D]; keys, values: [B, Hkv, S, D]; valid: bool [T, S] or [1, S], True
+    where a query attends a slot -> [B, Hq, T, D]. Query heads share kv heads in groups of
+    Hq / Hkv; the scores and softmax in float32."""
+    b, hq, t, d = q.shape
+    hkv, s = keys.shape[1], keys.shape[2]
+    group = hq // hkv
+    grouped = q.reshape(b, hkv, group * t, d)  # grouped: [B, Hkv, G*T, D]
+    scores = torch.matmul(grouped, keys.transpose(-1, -2)).view(b, hkv, group, t, s)
+    scores = scores.float() * d ** -0.5  # scores: [B, Hkv, G, T, S]
+    scores = scores.masked_fill(~valid, float("-inf"))
+    probs = torch.softmax(scores, dim=-1).to(values.dtype).view(b, hkv, group * t, s)
+    return torch.matmul(probs, values).view(b, hq, t, d)
+
+
+class GemmCacheAttention:
+    """`FlexCacheAttention`'s place (the same update and call) through `gemm_attention`
+    over the dense causal-by-slot mask."""
+
+    def __init__(self, capacity: int, block: int, device: torch.device | str) -> None:
+        if block < 1 or capacity < block:
+            raise ValueError(f"need 1 <= block <= capacity, got {block} and {capacity}")
+        self.capacity = capacity
+        self.block = block
+        self._key_slots = torch.arange(capacity, device=device)  # [C]
+        self.valid = torch.zeros(block, capacity, dtype=torch.bool, device=device)  # [T, C]
+
+    def update(self, slots: torch.Tensor) -> None:
+        """slots: [T] long device; sets the keys each query attends (no host read)."""
+        if slots.shape != (self.block,):
+            raise ValueError(f"slots must be [{self.block}], got {tuple(slots.shape)}")
+        self.valid.copy_(self._key_slots[None, :] <= slots[:, None])
+
+    def __call__(self, q: torch.Tensor, keys: torch.Tensor, values: torch.Tensor
+                 ) -> torch.Tensor:
+        """q: [B, Hq, T, D]; keys, values: [B, Hkv, C, D] -> [B, Hq, T, D]."""
+        if keys.shape[2] != self.capacity or q.shape[2] != self.block:
+            raise ValueError(f"gemm cache attention is built for {self.block} queries over "
+                             f"{self.capacity} slots, got {q.shape[2]} over {keys.shape[2]}")
+        return gemm_attention(q, keys, values, self.valid)
+
+
+class GemmPrefixAttention:
+    """`FlexPrefixAttention`'s place (the same update and call) through `gemm_attention`:
+    the action tokens over a StagedKV of `capacity` prefix slots (no rounding) and their
+    own, the prefix slots below the length and every action token attended."""
+
+    def __init__(self, capacity: int, num_tokens: int, device: torch.device | str) -> None:
+        if capacity < 1 or num_tokens < 1:
+            raise ValueError(f"need capacity, num_tokens >= 1, got {capacity} and {num_tokens}")
+        self.capacity = capacity
+        self.num_tokens = num_tokens
+        self.prefix_slots = capacity
+        self._slots = torch.arange(capacity + num_tokens, device=device)  # [C + N]
+        self.valid = torch.ones(1, capacity + num_tokens, dtype=torch.bool,
+                                device=device)  # [1, C + N]
+
+    def update(self, prefix_len: torch.Tensor) -> None:
+        """prefix_len: [1] long device, in [1, capacity]; sets the slots read (no host read)."""
+        if prefix_len.shape != (1,):
+            raise ValueError(f"prefix_len must be [1], got {tuple(prefix_len.shape)}")
+        self.valid.copy_(((self._slots < prefix_len) | (self._slots >= self.capacity))[None])
+
+    def __call__(self, q: torch.Tensor, keys: torch.Tensor, values: torch.Tensor
+                 ) -> torch.Tensor:
+        """q: [K, Hq, N, D]; keys, values: [K, Hkv, capacity + N, D] -> [K, Hq, N, D]."""
+        if q.shape[2] != self.num_tokens or keys.shape[2] != self.capacity + self.num_tokens:
+            raise ValueError(f"gemm prefix attention is built for {self.num_tokens} tokens over "
+                             f"{self.capacity} + {self.num_tokens} slots, got {q.shape[2]} "
+                             f"over {keys.shape[2]}")
+        return gemm_attention(q, keys, values, self.valid)
+
+
+CACHE_ATTENTIONS = (FlexCacheAttention, GemmCacheAttention)
+PREFIX_ATTENTIONS = (FlexPrefixAttention, GemmPrefixAttention)
+CacheAttention = FlexCacheAttention | GemmCacheAttention
+PrefixAttention = FlexPrefixAttention | GemmPrefixAttention

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
-from flashdrive_ros.model.cache_attention import FlexPrefixAttention
+from flashdrive_ros.model.cache_attention import PREFIX_ATTENTIONS, PrefixAttention
 from flashdrive_ros.model.config import ExpertConfig, TextConfig
 from flashdrive_ros.model.kv_cache import KVCache
 from flashdrive_ros.model.layers import QKNormAttention, RMSNorm, SwiGLU
@@ -59,7 +59,7 @@ class StagedKV:
 
 
 LayerPrefix = tuple[torch.Tensor, torch.Tensor] | StagedKV
-PrefixMask = torch.Tensor | FlexPrefixAttention | None
+PrefixMask = torch.Tensor | PrefixAttention | None
 
 
 class ExpertAttention(QKNormAttention):
@@ -70,7 +70,7 @@ class ExpertAttention(QKNormAttention):
                 prefix: LayerPrefix, mask: PrefixMask = None) -> torch.Tensor:
         """x: [K, N, H_exp]; cos, sin: [1, N, D]; prefix: (keys (rotated), values)
         [1, Hkv, P, D] each, or the layer's StagedKV; mask: optional [1, 1, 1, P + N] bool,
-        False = slot not attended, or a FlexPrefixAttention over the StagedKV."""
+        False = slot not attended, or a PrefixAttention over the StagedKV."""
         k_samples = x.shape[0]
         q = apply_rotary(self.queries(x), cos, sin)  # q: [K, H, N, D]
         k = apply_rotary(self.keys(x), cos, sin)  # k: [K, Hkv, N, D]
@@ -81,7 +81,7 @@ class ExpertAttention(QKNormAttention):
             prefix_k, prefix_v = prefix
             keys = torch.cat([prefix_k.expand(k_samples, -1, -1, -1), k], dim=2)
             values = torch.cat([prefix_v.expand(k_samples, -1, -1, -1), v], dim=2)
-        if isinstance(mask, FlexPrefixAttention):
+        if isinstance(mask, PREFIX_ATTENTIONS):
             return self.output(mask(q, keys, values))
         return self.output(self.grouped_attention(q, keys, values, mask))
 
@@ -140,16 +140,16 @@ class ActionExpert(nn.Module):
 
     def forward_prefix(self, x: torch.Tensor, positions: torch.Tensor,
                        prefix: list[LayerPrefix],
-                       prefix_mask: torch.Tensor | FlexPrefixAttention | None = None,
+                       prefix_mask: torch.Tensor | PrefixAttention | None = None,
                        layer_call: LayerCall = run_layer) -> torch.Tensor:
         """Capture-safe core of `forward` (no checks, no host reads): x: [K, N_wp, H_exp];
         positions: [3, 1, N_wp]; prefix: per layer [1, Hkv, P, D] rotated keys and values, or
         `stage(...)` of them; prefix_mask: optional [P] bool of the prefix slots to attend, or
-        a FlexPrefixAttention (with `stage(..., prefix_slots=its prefix_slots)`); layer_call:
+        a PrefixAttention (with `stage(..., prefix_slots=its prefix_slots)`); layer_call:
         how each layer runs (`run_layer`, or a compiled form of it) -> [K, N_wp, H_exp]."""
         cos, sin = mrope_cos_sin(positions, self.inv_freq, self.mrope_section,
                                  self.mrope_interleaved, dtype=x.dtype)  # cos: [1, N, D]
-        mask = prefix_mask if isinstance(prefix_mask, FlexPrefixAttention) else None
+        mask = prefix_mask if isinstance(prefix_mask, PREFIX_ATTENTIONS) else None
         if isinstance(prefix_mask, torch.Tensor):
             own = torch.ones(x.shape[1], dtype=torch.bool, device=prefix_mask.device)
             mask = torch.cat([prefix_mask, own])[None, None, None]  # mask: [1, 1, 1, P + N]
