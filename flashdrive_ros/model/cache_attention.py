@@ -44,6 +44,23 @@ def flex_kernel(compiled: bool):
     return flex_attention
 
 
+def check_block_shapes(kind: str, q: torch.Tensor, keys: torch.Tensor, block: int,
+                       capacity: int) -> None:
+    """Refuses a call whose query block or cache differs from the shapes built for."""
+    if keys.shape[2] != capacity or q.shape[2] != block:
+        raise ValueError(f"{kind} cache attention is built for {block} queries over "
+                         f"{capacity} slots, got {q.shape[2]} over {keys.shape[2]}")
+
+
+def check_prefix_shapes(kind: str, q: torch.Tensor, keys: torch.Tensor, num_tokens: int,
+                        prefix_slots: int) -> None:
+    """Refuses a call whose action tokens or staged slots differ from the shapes built for."""
+    if q.shape[2] != num_tokens or keys.shape[2] != prefix_slots + num_tokens:
+        raise ValueError(f"{kind} prefix attention is built for {num_tokens} tokens over "
+                         f"{prefix_slots} + {num_tokens} slots, got {q.shape[2]} over "
+                         f"{keys.shape[2]}")
+
+
 class FlexCacheAttention:
     """Attention of `block` query rows written at cache slots [start, start + block) over
     slots [0, start + block) of a `capacity`-slot cache, causal within the block."""
@@ -81,9 +98,7 @@ class FlexCacheAttention:
     def __call__(self, q: torch.Tensor, keys: torch.Tensor, values: torch.Tensor
                  ) -> torch.Tensor:
         """q: [B, Hq, T, D]; keys, values: [B, Hkv, C, D] -> [B, Hq, T, D]."""
-        if keys.shape[2] != self.capacity or q.shape[2] != self.block:
-            raise ValueError(f"flex cache attention is built for {self.block} queries over "
-                             f"{self.capacity} slots, got {q.shape[2]} over {keys.shape[2]}")
+        check_block_shapes("flex", q, keys, self.block, self.capacity)
         attend = flex_kernel(self.compiled)
         return attend(q, keys, values, block_mask=self.block_mask, enable_gqa=True)
 
@@ -137,10 +152,7 @@ class FlexPrefixAttention:
     def __call__(self, q: torch.Tensor, keys: torch.Tensor, values: torch.Tensor
                  ) -> torch.Tensor:
         """q: [K, Hq, N, D]; keys, values: [K, Hkv, prefix_slots + N, D] -> [K, Hq, N, D]."""
-        if q.shape[2] != self.num_tokens or keys.shape[2] != self.prefix_slots + self.num_tokens:
-            raise ValueError(f"flex prefix attention is built for {self.num_tokens} tokens over "
-                             f"{self.prefix_slots} + {self.num_tokens} slots, got {q.shape[2]} "
-                             f"over {keys.shape[2]}")
+        check_prefix_shapes("flex", q, keys, self.num_tokens, self.prefix_slots)
         attend = flex_kernel(self.compiled)
         return attend(q, keys, values, block_mask=self.block_mask, enable_gqa=True)
 
@@ -182,9 +194,7 @@ class GemmCacheAttention:
     def __call__(self, q: torch.Tensor, keys: torch.Tensor, values: torch.Tensor
                  ) -> torch.Tensor:
         """q: [B, Hq, T, D]; keys, values: [B, Hkv, C, D] -> [B, Hq, T, D]."""
-        if keys.shape[2] != self.capacity or q.shape[2] != self.block:
-            raise ValueError(f"gemm cache attention is built for {self.block} queries over "
-                             f"{self.capacity} slots, got {q.shape[2]} over {keys.shape[2]}")
+        check_block_shapes("gemm", q, keys, self.block, self.capacity)
         return gemm_attention(q, keys, values, self.valid)
 
 
@@ -212,10 +222,7 @@ class GemmPrefixAttention:
     def __call__(self, q: torch.Tensor, keys: torch.Tensor, values: torch.Tensor
                  ) -> torch.Tensor:
         """q: [K, Hq, N, D]; keys, values: [K, Hkv, capacity + N, D] -> [K, Hq, N, D]."""
-        if q.shape[2] != self.num_tokens or keys.shape[2] != self.capacity + self.num_tokens:
-            raise ValueError(f"gemm prefix attention is built for {self.num_tokens} tokens over "
-                             f"{self.capacity} + {self.num_tokens} slots, got {q.shape[2]} "
-                             f"over {keys.shape[2]}")
+        check_prefix_shapes("gemm", q, keys, self.num_tokens, self.prefix_slots)
         return gemm_attention(q, keys, values, self.valid)
 
 
