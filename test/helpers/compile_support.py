@@ -15,10 +15,10 @@ def inductor_compiles_flex_on_cpu() -> bool:
     """Whether Inductor lowers flex_attention for this CPU: its CPU template needs AVX2 (not
     on Arm, not under ATEN_CPU_CAPABILITY=default), elsewhere it refuses with
     CPU_FLEX_UNSUPPORTED. Any other failure is raised."""
-    q = torch.randn(1, 1, 16, 16)  # [B, H, T, D]
+    q, k, v = (torch.randn(1, 1, 16, 16) for _ in range(3))  # each [B, H, T, D]
     with torch._inductor.config.patch(compile_threads=1):
         try:
-            torch.compile(flex_attention, dynamic=False)(q, q, q)
+            torch.compile(flex_attention, dynamic=False)(q, k, v)
         except InductorError as error:
             if CPU_FLEX_UNSUPPORTED in str(error):
                 return False
