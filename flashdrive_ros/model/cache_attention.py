@@ -161,7 +161,7 @@ def gemm_attention(q: torch.Tensor, keys: torch.Tensor, values: torch.Tensor,
                    valid: torch.Tensor) -> torch.Tensor:
     """q: [B, Hq, T, D]; keys, values: [B, Hkv, S, D]; valid: bool [T, S] or [1, S], True
     where a query attends a slot -> [B, Hq, T, D]. Query heads share kv heads in groups of
-    Hq / Hkv; the scores and softmax in float32."""
+    Hq / Hkv; the scores leave the first GEMM in q's dtype, the softmax runs in float32."""
     b, hq, t, d = q.shape
     hkv, s = keys.shape[1], keys.shape[2]
     group = hq // hkv
