@@ -49,6 +49,14 @@ def test_same_coc_share_pairs_windows_by_time():
     assert ablation.same_coc_share(block, {"per_window": []}) is None
 
 
+def test_same_coc_share_keeps_drives_on_one_clock_apart():
+    two_drives = {"per_window": [{"t0": 1.0, "coc": "a"}, {"t0": 2.0, "coc": "b"},
+                                 {"t0": 1.0, "coc": "c"}, {"t0": 2.0, "coc": "d"}]}
+    other = {"per_window": [{"t0": 1.0, "coc": "a"}, {"t0": 2.0, "coc": "b"},
+                            {"t0": 1.0, "coc": "x"}, {"t0": 2.0, "coc": "d"}]}
+    assert ablation.same_coc_share(two_drives, other) == 0.75
+
+
 def test_table_has_a_row_per_variant_with_the_same_coc_column(blocks):
     lines = ablation.table(blocks).splitlines()
     assert "same CoC as flashdrive" in lines[0]

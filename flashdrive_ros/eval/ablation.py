@@ -11,6 +11,7 @@ import argparse
 import dataclasses
 import json
 import sys
+from collections import Counter
 from pathlib import Path
 
 import torch
@@ -83,11 +84,21 @@ def run(model_dir: Path, out: Path, drives: int, seconds: float, num_samples: in
     return replay_planners(engines, engines["baseline"].model.cfg, readers)
 
 
+def cocs_by_window(rows: list[dict]) -> dict[tuple[float, int], str]:
+    """{(t0, n): CoC} of per-window rows, n counting the earlier rows with the same t0: the
+    held-out drives share the simulator's clock, so the n-th window at a t0 is drive n's."""
+    seen: Counter[float] = Counter()
+    out = {}
+    for row in rows:
+        out[(row["t0"], seen[row["t0"]])] = row["coc"]
+        seen[row["t0"]] += 1
+    return out
+
+
 def same_coc_share(block: dict, reference: dict) -> float | None:
     """Share of the windows whose CoC equals the reference's on the same window (both blocks
-    with their per-window rows)."""
-    ours = {row["t0"]: row["coc"] for row in block["per_window"]}
-    theirs = {row["t0"]: row["coc"] for row in reference["per_window"]}
+    with their per-window rows, drives in the same order)."""
+    ours, theirs = cocs_by_window(block["per_window"]), cocs_by_window(reference["per_window"])
     shared = ours.keys() & theirs.keys()
     return sum(ours[t] == theirs[t] for t in shared) / len(shared) if shared else None
 

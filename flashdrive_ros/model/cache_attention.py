@@ -206,7 +206,6 @@ class GemmPrefixAttention:
     def __init__(self, capacity: int, num_tokens: int, device: torch.device | str) -> None:
         if capacity < 1 or num_tokens < 1:
             raise ValueError(f"need capacity, num_tokens >= 1, got {capacity} and {num_tokens}")
-        self.capacity = capacity
         self.num_tokens = num_tokens
         self.prefix_slots = capacity
         self._slots = torch.arange(capacity + num_tokens, device=device)  # [C + N]
@@ -217,11 +216,11 @@ class GemmPrefixAttention:
         """prefix_len: [1] long device, in [1, capacity]; sets the slots read (no host read)."""
         if prefix_len.shape != (1,):
             raise ValueError(f"prefix_len must be [1], got {tuple(prefix_len.shape)}")
-        self.valid.copy_(((self._slots < prefix_len) | (self._slots >= self.capacity))[None])
+        self.valid.copy_(((self._slots < prefix_len) | (self._slots >= self.prefix_slots))[None])
 
     def __call__(self, q: torch.Tensor, keys: torch.Tensor, values: torch.Tensor
                  ) -> torch.Tensor:
-        """q: [K, Hq, N, D]; keys, values: [K, Hkv, capacity + N, D] -> [K, Hq, N, D]."""
+        """q: [K, Hq, N, D]; keys, values: [K, Hkv, prefix_slots + N, D] -> [K, Hq, N, D]."""
         check_prefix_shapes("gemm", q, keys, self.num_tokens, self.prefix_slots)
         return gemm_attention(q, keys, values, self.valid)
 

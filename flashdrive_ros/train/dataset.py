@@ -192,9 +192,10 @@ class TrainSet:
         b, n = rows.shape[0], self.prompt_len
         prompt = self.prompt_ids.expand(b, n).clone()
         hist = self.builder.layout.history
-        kept = (torch.ones(b, dtype=torch.bool) if history_kept is None
-                else history_kept.cpu())  # kept: [B]
-        prompt[kept, hist.start:hist.stop] = self.history_ids[rows[kept]]
+        prompt[:, hist.start:hist.stop] = self.history_ids[rows]
+        if history_kept is not None:
+            dropped = ~history_kept.cpu()  # dropped: [B]
+            prompt[dropped, hist.start:hist.stop] = self.prompt_ids[hist.start:hist.stop]
         if not with_coc:
             return prompt, torch.full_like(prompt, IGNORE), torch.full((b,), n)
         lens = self.coc_lens[rows]

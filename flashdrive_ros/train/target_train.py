@@ -283,9 +283,8 @@ class TargetTrainer:
                 return False
             for group in self.opt.param_groups:
                 group["lr"] = self.lr * progress.lr_factor()
-            rows = self.draw_rows()
             losses, hit, norm = target_step(
-                self.model, self.opt, self.data, rows, self.device, self.autocast,
+                self.model, self.opt, self.data, self.draw_rows(), self.device, self.autocast,
                 self.cache_dtype, self.gen, self.flow_weight, self.focus,
                 self.flow_draws, self.draw_history_kept())
             step = progress.step
@@ -339,11 +338,9 @@ def train_target(model: AlpamayoModel, data: TrainSet, eval_data: TrainSet, step
                  lr: float, seed: int, log: TrainLog, device: torch.device,
                  autocast: Autocast, cache_dtype: torch.dtype, flow_weight: float = 1.0,
                  eval_rows: int = 512, log_every: int = 25,
-                 focus: DecisionFocus = PLAIN, flow_draws: int = 1,
-                 history_dropout: float = 0.0) -> dict[str, float]:
+                 focus: DecisionFocus = PLAIN, flow_draws: int = 1) -> dict[str, float]:
     """The whole target stage in one go (see `TargetTrainer`); eval rows drawn uniformly."""
     trainer = TargetTrainer(model, data, steps, seconds, batch_size, lr, seed, log, device,
-                            autocast, cache_dtype, flow_weight, log_every, focus, flow_draws,
-                            history_dropout)
+                            autocast, cache_dtype, flow_weight, log_every, focus, flow_draws)
     trainer.run()
     return trainer.finish(eval_data, eval_rows, seed)
