@@ -16,6 +16,7 @@ import numpy as np
 from flashdrive_ros.model.config import ModelConfig
 from flashdrive_ros.sim.disturbance import Disturbance
 from flashdrive_ros.sim.drive import FRAME_HZ
+from flashdrive_ros.sim.lamp_pairs import LampPairs, pair_logs
 from flashdrive_ros.sim.lead_stops import LeadStop, LeadStops, lead_stop_log, seed_lead_stops
 from flashdrive_ros.sim.light_branches import Fork, LightBranches, fork_log, seed_forks
 from flashdrive_ros.train.drive import Drive
@@ -229,6 +230,32 @@ def lead_stop_drives(seeds: list[int], seconds: float, cfg: ModelConfig, spec: L
     jobs = [(int(seed), float(seconds), stop, size, noise, spec, standing_lead)
             for seed, stops in zip(seeds, found) for stop in stops]
     return _pool_map(_lead_stop_worker, jobs, workers)
+
+
+def _lamp_pairs_worker(args: tuple[int, float, tuple[int, int], SensorNoise, LampPairs, bool]
+                       ) -> list[Drive]:
+    import torch
+
+    from flashdrive_ros.sim.drive import simulate
+
+    seed, seconds, image_size, noise, spec, standing_lead = args
+    torch.set_num_threads(1)
+    logs = pair_logs(simulate(seed, seconds), spec, np.random.default_rng([seed, 29]))
+    return [drive_from_log(log, seed, image_size, noise, standing_lead) for log in logs]
+
+
+def lamp_pair_drives(seeds: list[int], seconds: float, cfg: ModelConfig, spec: LampPairs,
+                     noise: SensorNoise = NO_NOISE, workers: int | None = None,
+                     standing_lead: bool = False) -> list[Drive]:
+    """The lamp pairs of the seeds' red-light waits (sim/lamp_pairs.py), rendered and
+    labelled like drives (standing_lead as in `generate_drive`), one window each, in seed
+    order, red before green."""
+    if not spec.enabled or not seeds:
+        return []
+    size = (cfg.prompt.image_height, cfg.prompt.image_width)
+    made = _pool_map(_lamp_pairs_worker, [(int(seed), float(seconds), size, noise, spec,
+                                           standing_lead) for seed in seeds], workers)
+    return [drive for drives in made for drive in drives]
 
 
 def generate_drives(seeds: list[int], seconds: float, cfg: ModelConfig,

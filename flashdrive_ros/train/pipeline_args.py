@@ -8,6 +8,7 @@ import dataclasses
 from pathlib import Path
 
 from flashdrive_ros.sim.disturbance import Disturbance
+from flashdrive_ros.sim.lamp_pairs import LampPairs
 from flashdrive_ros.sim.lead_stops import LeadStops
 from flashdrive_ros.sim.light_branches import STAND_BACK_RELEASES, LightBranches
 from flashdrive_ros.train.decision_focus import BRAKE_DROP_MPS, BRAKE_HORIZON_S, DecisionFocus
@@ -62,6 +63,12 @@ def parse_args(argv: list[str] | None = None) -> tuple[argparse.Namespace, Recip
                         help=f"forks per training drive with a car standing in the ego lane "
                              f"ahead that the ego comes up to at speed and reacts to late "
                              f"(default {LeadStops.per_drive}: none)")
+    parser.add_argument("--lamp-pairs", type=int, default=None,
+                        help=f"pairs per red-light wait of a training seed of one-window "
+                             f"drives that differ only in the ego's signal head, red (stay) "
+                             f"and green (go), the ego moved back {LampPairs.back_m[0]:g}-"
+                             f"{LampPairs.back_m[1]:g} m from where the expert waits "
+                             f"(default {LampPairs.per_wait}: none)")
     add_on_off(parser, "--standing-lead-label", Recipe.standing_lead_label,
                "label a binding lead that stands (slower than 0.5 m/s) a reason to stop: "
                "'Stop behind the car standing still in the lane ahead' instead of 'Follow ...'")
@@ -140,8 +147,9 @@ def parse_args(argv: list[str] | None = None) -> tuple[argparse.Namespace, Recip
     disturbance = {name: value for name, value in (
         ("lead_lag_share", args.lead_lag_share),) if value is not None}
     stops = {} if args.lead_stops is None else {"per_drive": args.lead_stops}
+    pairs = {} if args.lamp_pairs is None else {"per_wait": args.lamp_pairs}
     if args.resume is not None and (overrides or focus or branches or disturbance or stops
-                                    or args.smoke):
+                                    or pairs or args.smoke):
         parser.error("--resume takes the recipe of the run it resumes; drop the recipe "
                      "options")
     recipe = smoke() if args.smoke else Recipe()
@@ -150,7 +158,8 @@ def parse_args(argv: list[str] | None = None) -> tuple[argparse.Namespace, Recip
             recipe, **overrides, decision=dataclasses.replace(recipe.decision, **focus),
             light_branches=dataclasses.replace(recipe.light_branches, **branches),
             disturbance=dataclasses.replace(recipe.disturbance, **disturbance),
-            lead_stops=dataclasses.replace(recipe.lead_stops, **stops))
+            lead_stops=dataclasses.replace(recipe.lead_stops, **stops),
+            lamp_pairs=dataclasses.replace(recipe.lamp_pairs, **pairs))
     except ValueError as exc:
         parser.error(str(exc))
     return args, recipe

@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 
 from flashdrive_ros.model.config import ModelConfig, PromptConfig, embedded, tiny
 from flashdrive_ros.sim.disturbance import Disturbance
+from flashdrive_ros.sim.lamp_pairs import LampPairs
 from flashdrive_ros.sim.lead_stops import LeadStops
 from flashdrive_ros.sim.light_branches import LightBranches
 from flashdrive_ros.train.decision_focus import DecisionFocus
@@ -27,7 +28,10 @@ class Recipe:
     what happened). `light_branches` adds, per red-light wait of a training seed, forks of
     its plain drive where the light turns green early or stays red (the same standing scene
     under both colours). `lead_stops` adds, per training seed, forks of its drive with a car
-    standing in the ego lane ahead and the ego reacting late. With `standing_lead_label`
+    standing in the ego lane ahead and the ego reacting late. `lamp_pairs` adds, per
+    red-light wait of a training seed, pairs of one-window drives that differ only in the
+    ego's signal head (red: stay, green: go), the ego moved back from where the expert
+    waits. With `standing_lead_label`
     the run's drives label a binding lead that stands as a reason to stop instead of one to
     follow (sim/labels.py). `extra_drives`
     names a drive cache (closed-loop drives of a model labelled by the expert,
@@ -62,6 +66,7 @@ class Recipe:
     plan_futures: bool = True
     light_branches: LightBranches = field(default_factory=LightBranches)
     lead_stops: LeadStops = field(default_factory=LeadStops)
+    lamp_pairs: LampPairs = field(default_factory=LampPairs)
     standing_lead_label: bool = False
     extra_drives: str | None = None
     init_from: str | None = None

@@ -23,6 +23,7 @@ from flashdrive_ros.train.drive_cache import load_drives, save_drives
 from flashdrive_ros.train.generate import (
     drive_jobs,
     is_disturbed,
+    lamp_pair_drives,
     lead_stop_drives,
     light_branch_drives,
     run_drive_jobs,
@@ -79,9 +80,11 @@ def fresh_data(out: Path, recipe: Recipe, workers: int | None, log: TrainLog, st
                                    recipe.light_branches, recipe.noise, workers, standing)
     stops = lead_stop_drives(train_list, recipe.drive_seconds, probe, recipe.lead_stops,
                              recipe.noise, workers, standing)
+    pairs = lamp_pair_drives(train_list, recipe.drive_seconds, probe, recipe.lamp_pairs,
+                             recipe.noise, workers, standing)
     extra = [] if recipe.extra_drives is None else load_extra_drives(Path(recipe.extra_drives),
                                                                       probe)
-    train_drives += branches + stops + extra
+    train_drives += branches + stops + pairs + extra
     drives = train_drives + eval_drives
     frames = sum(d.num_steps for d in drives)
     log.write("data", 0, drives=len(drives), frames=frames,
@@ -113,6 +116,8 @@ def fresh_data(out: Path, recipe: Recipe, workers: int | None, log: TrainLog, st
                      "light_branch_drives": len(branches),
                      "lead_stops": dataclasses.asdict(recipe.lead_stops),
                      "lead_stop_drives": len(stops),
+                     "lamp_pairs": dataclasses.asdict(recipe.lamp_pairs),
+                     "lamp_pair_drives": len(pairs),
                      "standing_lead_label": standing,
                      "extra_drives": len(extra), "train_drive_count": len(train_drives),
                      "coverage": table}
