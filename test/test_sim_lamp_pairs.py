@@ -12,7 +12,10 @@ from flashdrive_ros.sim.drive import FUTURE_STEPS, HISTORY_STEPS, simulate
 from flashdrive_ros.sim.labels import DECISIONS, label_drive
 from flashdrive_ros.sim.lamp_pairs import LampPairs, pair_logs
 from flashdrive_ros.sim.light_branches import red_waits
+from flashdrive_ros.train.dataset import TrainSet
+from flashdrive_ros.train.decision_focus import DecisionFocus, draw_weights
 from flashdrive_ros.train.generate import lamp_pair_drives
+from flashdrive_ros.train.run_data import train_tokenizer
 
 SEED, SECONDS = 1000, 14.0
 SPEC = LampPairs(per_wait=3, back_m=(2.0, 6.0), green_frames=(2, 2))
@@ -86,3 +89,13 @@ def test_the_rendered_pair_differs_only_in_the_lamp():
     assert DECISIONS[green.decision[-1]] == "keep_lane"
     assert red.speed[-1] < 0.3 and green.speed[-1] < 0.3
     assert lamp_pair_drives([SEED], SECONDS, cfg, LampPairs(), workers=1) == []
+    assert red.tags[-1].split(",")[-1] == green.tags[-1].split(",")[-1] == "lamp_pair"
+    assert not any("lamp_pair" in tags for tags in red.tags[:-1])
+    tok = train_tokenizer(red.coc + green.coc, 64, cfg.action.num_traj_tokens)
+    cfg.text.vocab_size = tok.vocab_size
+    data = TrainSet.build(cfg, tok, [red, green])
+    assert data.lamp_pair.tolist() == [True, True]
+    focus = DecisionFocus(balance=0.0, start_weight=4.0)
+    weights = draw_weights(data.decision, data.v0, focus, paired=data.lamp_pair)
+    assert weights.tolist() == [4.0, 4.0]
+    assert draw_weights(data.decision, data.v0, focus).tolist() == [1.0, 4.0]

@@ -107,6 +107,13 @@ def test_start_weight_draws_the_starts_from_rest_more_often():
     gen = torch.Generator().manual_seed(0)
     drawn = torch.multinomial(weighted, 20000, replacement=True, generator=gen)
     assert abs(float(torch.from_numpy(starts)[drawn].float().mean()) - 500 / 1400) < 0.015
+    paired = np.zeros(1000, dtype=bool)
+    paired[480:520] = True
+    stays = paired & ~starts
+    assert stays.any() and (paired & starts).any()
+    with_pairs = draw_weights(decision, speed, weighted_focus, paired=paired)
+    assert with_pairs[paired].eq(5.0).all()
+    assert torch.equal(with_pairs[~paired], weighted[~paired])
 
 
 def _futures(v0: float, accel: float, dt: float = 0.1, n: int = 64) -> np.ndarray:

@@ -19,6 +19,8 @@ from flashdrive_ros.sim.drive import FRAME_HZ, FUTURE_STEPS, HISTORY_STEPS, Driv
 from flashdrive_ros.sim.labels import label_frame
 from flashdrive_ros.sim.light_branches import RedWait, red_waits
 
+LAMP_PAIR_TAG = "lamp_pair"  # scenario tag of a lamp pair's window (training draws it)
+
 
 @dataclass(frozen=True)
 class LampPairs:

@@ -22,6 +22,7 @@ from flashdrive_ros.model.positions import prompt_positions
 from flashdrive_ros.model.preprocess import normalize, patchify
 from flashdrive_ros.model.prompt import PromptBuilder
 from flashdrive_ros.model.tokenizer import TextTokenizer
+from flashdrive_ros.sim.lamp_pairs import LAMP_PAIR_TAG
 from flashdrive_ros.train.actions import (
     action_stats,
     future_controls,
@@ -65,7 +66,8 @@ class TrainSet:
                  coc_lens: torch.Tensor, actions: torch.Tensor, v0: np.ndarray,
                  future: np.ndarray, decision: np.ndarray, drive_of: np.ndarray,
                  step_of: np.ndarray, stats: dict[str, float],
-                 decisive_lens: np.ndarray, side_cols: torch.Tensor) -> None:
+                 decisive_lens: np.ndarray, side_cols: torch.Tensor,
+                 lamp_pair: np.ndarray | None = None) -> None:
         self.cfg = cfg
         self.tokenizer = tokenizer
         self.frames = frames  # [S_total, V, H, W, 3] uint8
@@ -83,6 +85,8 @@ class TrainSet:
         self.stats = stats
         self.decisive_lens = torch.as_tensor(decisive_lens, dtype=torch.long)  # [N]
         self.side_cols = side_cols  # [N, M] bool: coc_ids columns holding a side word
+        self.lamp_pair = np.zeros(len(frame_index), dtype=bool) if lamp_pair is None \
+            else np.asarray(lamp_pair, dtype=bool)  # [N] windows of lamp pairs
         self.builder = PromptBuilder(cfg, tokenizer)
         hist_tok = HistoryTokenizer(cfg.action, tokenizer.traj_token_start)
         self.history_ids = torch.as_tensor(
@@ -109,7 +113,7 @@ class TrainSet:
         cot_end = tokenizer.token_id("cot_end")
         future_start = tokenizer.token_id("traj_future_start")
         frames, stamps, frame_index, history, coc, sides, future = [], [], [], [], [], [], []
-        decision, drive_of, step_of = [], [], []
+        decision, drive_of, step_of, lamp_pair = [], [], [], []
         offset = 0
         for d_index, drive in enumerate(drives):
             if drive.expert_future.shape[1] != a.num_waypoints:
@@ -128,6 +132,7 @@ class TrainSet:
                 decision.append(int(drive.decision[step]))
                 drive_of.append(d_index)
                 step_of.append(int(step))
+                lamp_pair.append(LAMP_PAIR_TAG in drive.tags[step].split(","))
             offset += drive.num_steps
         history_arr = np.asarray(history, dtype=np.float64).reshape(-1, a.num_history, 4)
         future_arr = np.asarray(future, dtype=np.float64).reshape(-1, a.num_waypoints, 3)
@@ -150,7 +155,8 @@ class TrainSet:
                    history_arr, coc_ids, torch.tensor([len(c) for c in coc], dtype=torch.long),
                    torch.from_numpy(normalize_controls(controls, stats)), v0, future_arr,
                    np.asarray(decision, dtype=np.int64), np.asarray(drive_of, dtype=np.int64),
-                   np.asarray(step_of, dtype=np.int64), stats, decisive, side_cols)
+                   np.asarray(step_of, dtype=np.int64), stats, decisive, side_cols,
+                   np.asarray(lamp_pair, dtype=bool))
 
     def images(self, rows: torch.Tensor) -> torch.Tensor:
         """uint8 [B, V, F, H, W, 3] of the windows `rows`."""

@@ -127,10 +127,16 @@ def hard_brakes(speed: np.ndarray, future: np.ndarray, dt: float) -> np.ndarray:
 
 
 def draw_weights(decision: np.ndarray, speed: np.ndarray, focus: DecisionFocus,
-                 brakes: np.ndarray | None = None) -> torch.Tensor:
+                 brakes: np.ndarray | None = None, paired: np.ndarray | None = None
+                 ) -> torch.Tensor:
     """[N] float64 sampling weights: row_weights times start_weight on the starts from
-    rest and brake_weight on the hard brakes (`brakes`, [N] bool; none when None)."""
-    factor = np.where(starts_from_rest(decision, speed), focus.start_weight, 1.0)
+    rest and on the lamp-pair windows (`paired`, [N] bool: both lamps of a pair, so that its
+    red window is drawn as often as its green one; none when None) and brake_weight on the
+    hard brakes (`brakes`, [N] bool; none when None)."""
+    started = starts_from_rest(decision, speed)
+    if paired is not None:
+        started = started | np.asarray(paired, dtype=bool)
+    factor = np.where(started, focus.start_weight, 1.0)
     if brakes is not None:
         factor = factor * np.where(brakes, focus.brake_weight, 1.0)
     return row_weights(decision, focus.balance) * torch.from_numpy(factor)
@@ -145,20 +151,22 @@ def _share(weights: torch.Tensor, mask: np.ndarray) -> float:
 
 
 def drawn_share(mask: np.ndarray, decision: np.ndarray, speed: np.ndarray,
-                focus: DecisionFocus, brakes: np.ndarray | None = None) -> float:
+                focus: DecisionFocus, brakes: np.ndarray | None = None,
+                paired: np.ndarray | None = None) -> float:
     """Expected share of the rows in `mask` ([N] bool) among the drawn rows."""
-    return _share(draw_weights(decision, speed, focus, brakes), mask)
+    return _share(draw_weights(decision, speed, focus, brakes, paired), mask)
 
 
 def decision_shares(decision: np.ndarray, speed: np.ndarray, focus: DecisionFocus,
-                    names: tuple[str, ...], brakes: np.ndarray | None = None
-                    ) -> dict[str, float]:
+                    names: tuple[str, ...], brakes: np.ndarray | None = None,
+                    paired: np.ndarray | None = None) -> dict[str, float]:
     """Expected share of each decision among the drawn rows."""
-    weights = draw_weights(decision, speed, focus, brakes)
+    weights = draw_weights(decision, speed, focus, brakes, paired)
     return {name: _share(weights, decision == i) for i, name in enumerate(names)}
 
 
 def start_share(decision: np.ndarray, speed: np.ndarray, focus: DecisionFocus,
-                brakes: np.ndarray | None = None) -> float:
+                brakes: np.ndarray | None = None, paired: np.ndarray | None = None) -> float:
     """Expected share of the starts from rest among the drawn rows."""
-    return drawn_share(starts_from_rest(decision, speed), decision, speed, focus, brakes)
+    return drawn_share(starts_from_rest(decision, speed), decision, speed, focus, brakes,
+                       paired)

@@ -16,7 +16,7 @@ import numpy as np
 from flashdrive_ros.model.config import ModelConfig
 from flashdrive_ros.sim.disturbance import Disturbance
 from flashdrive_ros.sim.drive import FRAME_HZ
-from flashdrive_ros.sim.lamp_pairs import LampPairs, pair_logs
+from flashdrive_ros.sim.lamp_pairs import LAMP_PAIR_TAG, LampPairs, pair_logs
 from flashdrive_ros.sim.lead_stops import LeadStop, LeadStops, lead_stop_log, seed_lead_stops
 from flashdrive_ros.sim.light_branches import Fork, LightBranches, fork_log, seed_forks
 from flashdrive_ros.train.drive import Drive
@@ -241,15 +241,18 @@ def _lamp_pairs_worker(args: tuple[int, float, tuple[int, int], SensorNoise, Lam
     seed, seconds, image_size, noise, spec, standing_lead = args
     torch.set_num_threads(1)
     logs = pair_logs(simulate(seed, seconds), spec, np.random.default_rng([seed, 29]))
-    return [drive_from_log(log, seed, image_size, noise, standing_lead) for log in logs]
+    drives = [drive_from_log(log, seed, image_size, noise, standing_lead) for log in logs]
+    for drive in drives:
+        drive.tags[-1] = ",".join(filter(None, (drive.tags[-1], LAMP_PAIR_TAG)))
+    return drives
 
 
 def lamp_pair_drives(seeds: list[int], seconds: float, cfg: ModelConfig, spec: LampPairs,
                      noise: SensorNoise = NO_NOISE, workers: int | None = None,
                      standing_lead: bool = False) -> list[Drive]:
     """The lamp pairs of the seeds' red-light waits (sim/lamp_pairs.py), rendered and
-    labelled like drives (standing_lead as in `generate_drive`), one window each, in seed
-    order, red before green."""
+    labelled like drives (standing_lead as in `generate_drive`), one window each tagged
+    LAMP_PAIR_TAG, in seed order, red before green."""
     if not spec.enabled or not seeds:
         return []
     size = (cfg.prompt.image_height, cfg.prompt.image_width)

@@ -149,12 +149,18 @@ def run(out: Path, recipe: Recipe, minutes_budget: float, device: torch.device, 
             "eval_windows": len(eval_data), "device": str(device),
             "decision_focus": {**dataclasses.asdict(recipe.decision),
                                "drawn_share": decision_shares(
-                                   data.decision, data.v0, recipe.decision, DECISIONS, brakes),
+                                   data.decision, data.v0, recipe.decision, DECISIONS, brakes,
+                                   data.lamp_pair),
                                "start_from_rest_share": start_share(
-                                   data.decision, data.v0, recipe.decision, brakes),
+                                   data.decision, data.v0, recipe.decision, brakes,
+                                   data.lamp_pair),
                                "hard_brake_windows_share": round(float(brakes.mean()), 4),
                                "hard_brake_share": drawn_share(
-                                   brakes, data.decision, data.v0, recipe.decision, brakes),
+                                   brakes, data.decision, data.v0, recipe.decision, brakes,
+                                   data.lamp_pair),
+                               "lamp_pair_share": drawn_share(
+                                   data.lamp_pair, data.decision, data.v0, recipe.decision,
+                                   brakes, data.lamp_pair),
                                "decisive_tokens_mean": float(
                                    data.decisive_lens.float().mean()),
                                "side_word_windows_share": round(float(

@@ -250,7 +250,8 @@ class TargetTrainer:
         self.gen = torch.Generator(device=device).manual_seed(seed)
         self.pick_gen = torch.Generator().manual_seed(seed)
         self.draw_weights = draw_weights(
-            data.decision, data.v0, focus, hard_brakes(data.v0, data.future, data.cfg.action.dt))
+            data.decision, data.v0, focus, hard_brakes(data.v0, data.future, data.cfg.action.dt),
+            data.lamp_pair)
         params = [p for p in model.parameters() if p.requires_grad]
         self.opt = torch.optim.AdamW(params, lr=lr, weight_decay=0.05, betas=(0.9, 0.95),
                                      fused=True)
