@@ -324,3 +324,22 @@ def test_a_drive_through_the_node_tracks_its_published_trajectories(tmp_path):
     for bad in ("mode=baseline", "no_such_param=1", "max_plan_age_s=-1"):
         assert main(["--model-dir", str(model), "--seconds", "1", "--seed", "1", "--out",
                      str(out), "--through-ros", "--node-param", bad]) == 2
+
+
+def test_forward_only_reaches_the_engine_and_the_node_parameters(tmp_path):
+    from flashdrive_ros.closed_loop.cli import options_from_args, parser
+    from flashdrive_ros.closed_loop.through_ros import node_parameters
+    from flashdrive_ros.closed_loop.variants import engine_config
+
+    model_dir = make_tiny_model_dir(tmp_path / "model")
+    base = ["--model-dir", str(model_dir), "--seconds", "2", "--seed", "1000000", "--out",
+            str(tmp_path / "out")]
+    assert options_from_args(parser().parse_args(base)).forward_only is True
+    plain = options_from_args(parser().parse_args([*base, "--forward-only", "off"]))
+    assert plain.forward_only is False
+    assert engine_config("flashdrive", "cpu", "float32", 1, None, False).forward_only is False
+    ros = options_from_args(parser().parse_args([*base, "--through-ros", "--forward-only",
+                                                 "off"]))
+    assert node_parameters(ros, tiny(512), "flashdrive")["forward_only"] is False
+    with pytest.raises(SystemExit):
+        parser().parse_args([*base, "--forward-only", "maybe"])

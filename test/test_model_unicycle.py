@@ -1,5 +1,6 @@
 import math
 
+import pytest
 import torch
 
 from flashdrive_ros.model.action import ActionSpace
@@ -68,3 +69,24 @@ def test_actions_round_trip_through_normalization():
     assert (back - actions).abs().max() < 0.05
     again = actions_to_trajectory(back, space, v0, DT)
     assert (again[..., :2] - poses[..., :2]).abs().max() < 0.1
+
+
+def test_forward_only_stands_where_the_speed_would_turn_negative_and_restarts_on_gas():
+    dt = 0.1
+    accel = torch.tensor([-2.0] * 20 + [-0.5] * 10 + [1.0] * 10, dtype=torch.float64)
+    curvature = torch.full_like(accel, 0.01)
+    v0 = torch.tensor(2.0, dtype=torch.float64)
+    plain = integrate(accel, curvature, v0, dt)
+    held = integrate(accel, curvature, v0, dt, forward_only=True)
+    torch.testing.assert_close(held[:10], plain[:10])
+    assert plain[29, 0] < plain[9, 0] - 0.5  # the reference reverses
+    step = torch.linalg.vector_norm(torch.diff(held[:, :2], dim=0), dim=1)
+    heading = torch.stack([torch.cos(held[:-1, 2]), torch.sin(held[:-1, 2])], dim=1)
+    forward = (torch.diff(held[:, :2], dim=0) * heading).sum(1)
+    assert (forward >= -1e-12).all()
+    assert step[10:29].abs().max() < 1e-12  # stands from the stop to the first gas
+    assert held[-1, 0] - held[29, 0] == pytest.approx(0.5 * 1.0 * 1.0 ** 2, abs=0.06)
+    assert held[29, 0] == pytest.approx(1.0, abs=1e-3)  # v0^2 / (2 * 2), a slight bend
+    moving = torch.full((40,), -0.05, dtype=torch.float64)
+    torch.testing.assert_close(integrate(moving, curvature, v0, dt, forward_only=True),
+                               integrate(moving, curvature, v0, dt))

@@ -156,7 +156,7 @@ def test_every_engine_switch_is_a_node_parameter():
 
     switches = {f.name for f in dataclasses.fields(EngineConfig) if "bool" in str(f.type)}
     assert switches == {*SHORTCUTS, "rotated_keys", "padded_logits", "coc_reuse", "staged_prefix",
-                        "compiled_expert", "compiled_backbone"}
+                        "compiled_expert", "compiled_backbone", "forward_only"}
     assert switches <= set(DriveParams.field_names())
     opt_in = {"compiled_expert", "compiled_backbone"}
     assert not any(getattr(DriveParams(), name) for name in opt_in)

@@ -16,7 +16,7 @@ from flashdrive_ros.eval.replay_options import parse_node_params
 from flashdrive_ros.eval.errors import ReplayError
 from flashdrive_ros.model.config import ConfigError
 from flashdrive_ros.paths import default_model_dir
-from flashdrive_ros.settings import add_setting_argument
+from flashdrive_ros.settings import add_setting_argument, owned_field
 from flashdrive_ros.sim.cameras import DEFAULT_HEIGHT, DEFAULT_WIDTH
 
 
@@ -42,6 +42,8 @@ def parser() -> argparse.ArgumentParser:
                    help="through ROS: simulated seconds per wall-clock second")
     for name in ("num_samples", "device", "dtype", "drafter_file"):
         add_setting_argument(p, RunOptions, name)
+    p.add_argument("--forward-only", choices=("on", "off"), default="on",
+                   help=owned_field(RunOptions, "forward_only").metadata["description"])
     p.add_argument("--width", type=int, default=DEFAULT_WIDTH, help="rendered camera width")
     p.add_argument("--height", type=int, default=DEFAULT_HEIGHT,
                    help="rendered camera height")
@@ -96,6 +98,7 @@ def options_from_args(args: argparse.Namespace) -> RunOptions:
                       variants=variants, drive=drive, through_ros=args.through_ros,
                       num_samples=args.num_samples, device=args.device, dtype=args.dtype,
                       drafter_file=args.drafter_file,
+                      forward_only=args.forward_only == "on",
                       node_params=parse_node_params(args.node_param), rate=args.rate,
                       pictures=not args.no_pictures, plan_trace=args.plan_trace,
                       variant_latency_ms=variant_latency_ms,

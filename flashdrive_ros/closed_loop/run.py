@@ -38,6 +38,7 @@ class RunOptions:
     drafter_file: str | None = derived(EngineConfig, "drafter_file", default=None,
                                        help="drafter weights in the model directory "
                                        "(default: drafter.safetensors)")
+    forward_only: bool = derived(EngineConfig, "forward_only")
     node_params: dict = field(default_factory=dict)
     rate: float = 1.0
     pictures: bool = True
@@ -102,11 +103,12 @@ _ENGINES: dict[tuple, object] = {}
 def _engine(options: RunOptions, variant: str):
     """The variant's engine, loaded once per process."""
     key = (str(options.model_dir), variant, options.device, options.dtype,
-           options.num_samples, options.drafter_file)
+           options.num_samples, options.drafter_file, options.forward_only)
     if key not in _ENGINES:
         dtype = resolve_dtype(options.dtype, options.device)
         _ENGINES[key] = load_engine(options.model_dir, variant, options.device, dtype,
-                                    options.num_samples, options.drafter_file)
+                                    options.num_samples, options.drafter_file,
+                                    options.forward_only)
     return _ENGINES[key]
 
 
@@ -158,6 +160,7 @@ def run(options: RunOptions) -> dict:
         "seconds": options.drive.seconds, "seeds": list(options.seeds),
         "variants_run": list(options.variants), "latency": options.latency,
         "num_samples": options.num_samples, "device": options.device,
+        "forward_only": options.forward_only,
         "variants": {v: variant_summary([d for d in drives if d["variant"] == v])
                      for v in options.variants},
         "drives": drives}

@@ -29,7 +29,7 @@ IMAGE_TYPE = "sensor_msgs/msg/CompressedImage"
 ODOMETRY_TYPE = "nav_msgs/msg/Odometry"
 OWNED_PARAMS = ("model_dir", "camera_names", "camera_topics", "odom_topic", "image_transport",
                 "image_reliability", "control_rate_hz", "num_samples", "mode", "device",
-                "dtype", "drafter_file", *ENGINE_VARIANTS["streaming_only"])
+                "dtype", "drafter_file", "forward_only", *ENGINE_VARIANTS["streaming_only"])
 
 
 def node_name() -> str:
@@ -48,7 +48,8 @@ def node_parameters(options, model: ModelConfig, variant: str) -> dict:
               "odom_topic": ODOMETRY_TOPIC, "image_transport": "compressed",
               "image_reliability": "reliable", "control_rate_hz": float(FRAME_HZ),
               "num_samples": int(options.num_samples), "device": options.device,
-              "dtype": options.dtype, **ENGINE_VARIANTS[variant], **options.node_params}
+              "dtype": options.dtype, "forward_only": options.forward_only,
+              **ENGINE_VARIANTS[variant], **options.node_params}
     if options.drafter_file is not None:
         params["drafter_file"] = options.drafter_file
     unknown = sorted(set(params) - set(DriveParams.field_names()))

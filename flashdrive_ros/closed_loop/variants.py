@@ -34,17 +34,17 @@ def parse_variants(text: str) -> tuple[str, ...]:
 
 
 def engine_config(variant: str, device: str, dtype: str, num_samples: int,
-                  drafter_file: str | None = None) -> EngineConfig:
+                  drafter_file: str | None = None, forward_only: bool = True) -> EngineConfig:
     extra = {} if drafter_file is None else {"drafter_file": drafter_file}
     return EngineConfig(device=device, dtype=dtype, num_samples=num_samples,
-                        **ENGINE_VARIANTS[variant], **extra)
+                        forward_only=forward_only, **ENGINE_VARIANTS[variant], **extra)
 
 
 def load_engine(model_dir: Path, variant: str, device: str, dtype: str, num_samples: int,
-                drafter_file: str | None = None):
+                drafter_file: str | None = None, forward_only: bool = True):
     from flashdrive_ros.engine.engine import Engine
 
     engine = Engine.load(model_dir, engine_config(variant, device, dtype, num_samples,
-                                                  drafter_file))
+                                                  drafter_file, forward_only))
     engine.warmup()
     return engine

@@ -111,6 +111,12 @@ class EngineConfig:
                                     "on CUDA of compute capability >= 8.9, emulated "
                                     "elsewhere).", choices=BACKBONE_WEIGHTS)
 
+    forward_only: bool = setting(True, "Plans never reverse: integrating the planned "
+                                 "accelerations holds the speed at zero where they would take "
+                                 "it below (a plan that brakes to a stop stands there), as a "
+                                 "car's controller reads a stop; false integrates them as the "
+                                 "reference does.")
+
     def __post_init__(self) -> None:
         self.adjustments: list[str] = []  # settings turned off because others exclude them
         if problems := field_problems(self):
@@ -178,6 +184,8 @@ class EngineConfig:
             raise ConfigError(f"action_attention {self.action_attention!r} runs in the graphed "
                               f"flow matching over the staged prefix; set cuda_graphs and "
                               f"staged_prefix true or action_attention 'masked'")
+        if not isinstance(self.forward_only, bool):
+            raise ConfigError(f"forward_only must be true or false, got {self.forward_only!r}")
         if not isinstance(self.compiled_expert, bool):
             raise ConfigError(f"compiled_expert must be true or false, got "
                               f"{self.compiled_expert!r}")

@@ -389,4 +389,5 @@ class Engine:
                                    self.cfg.flow_schedule)
         history = torch.as_tensor(window.ego_history, dtype=torch.float64)
         v0 = fit_v0(history[:, :3], history[:, 3], a.history_dt)
-        return self.model.trajectories(actions, v0.to(actions.device)).cpu().numpy()
+        return self.model.trajectories(actions, v0.to(actions.device),
+                                       self.cfg.forward_only).cpu().numpy()

@@ -120,11 +120,13 @@ class AlpamayoModel(nn.Module):
         return euler_sample(self.velocity_fn(cache, prefix_len), num_samples,
                             (a.num_waypoints, a.action_dim), steps, generator, torch.float32)
 
-    def trajectories(self, actions: torch.Tensor, v0: torch.Tensor | float) -> torch.Tensor:
-        """actions: [K, N, 2] normalized, v0: speed at t0 -> [K, N, 3] (x, y, yaw)."""
+    def trajectories(self, actions: torch.Tensor, v0: torch.Tensor | float,
+                     forward_only: bool = False) -> torch.Tensor:
+        """actions: [K, N, 2] normalized, v0: speed at t0 -> [K, N, 3] (x, y, yaw);
+        forward_only: the speed held at zero instead of reversing (unicycle.integrate)."""
         v0 = torch.as_tensor(v0, dtype=torch.float64, device=actions.device)
         return actions_to_trajectory(actions.double(), self.action_space, v0,
-                                     self.cfg.action.dt)
+                                     self.cfg.action.dt, forward_only)
 
     @classmethod
     def from_dir(cls, path: str | Path, device: torch.device | str = "cpu",

@@ -88,10 +88,17 @@ def fit_v0(history_xyz: torch.Tensor, history_yaw: torch.Tensor, dt: float) -> t
 
 
 def integrate(accel: torch.Tensor, curvature: torch.Tensor, v0: torch.Tensor,
-              dt: float) -> torch.Tensor:
-    """accel, curvature: [..., T] physical units; v0: [...] -> poses: [..., T, 3] (x, y, yaw)."""
+              dt: float, forward_only: bool = False) -> torch.Tensor:
+    """accel, curvature: [..., T] physical units; v0: [...] -> poses: [..., T, 3] (x, y, yaw).
+
+    forward_only: the speed is held at zero where the accelerations would take it below (a
+    car that brakes to a stop stands instead of reversing) and grows again with the first
+    positive acceleration after: speed_k = max(speed_{k-1} + accel_k * dt, 0)."""
     v0 = v0[..., None].to(accel.dtype)
     speed = torch.cat([v0, v0 + torch.cumsum(accel * dt, dim=-1)], dim=-1)  # speed: [..., T+1]
+    if forward_only:
+        speed = speed - torch.cummin(speed, dim=-1).values.clamp(max=0.0)
+        accel = torch.diff(speed, dim=-1) / dt  # accel: [..., T] as the clamped speed moves
     dyaw = curvature * speed[..., :-1] * dt + curvature * accel * (0.5 * dt * dt)
     yaw = torch.cat([torch.zeros_like(v0), torch.cumsum(dyaw, dim=-1)], dim=-1)
     vx, vy = speed * torch.cos(yaw), speed * torch.sin(yaw)  # vx, vy: [..., T+1]
@@ -121,12 +128,13 @@ def poses_to_controls(future_xy: torch.Tensor, future_yaw: torch.Tensor, v0: tor
 
 
 def actions_to_trajectory(actions: torch.Tensor, space: ActionSpace, v0: torch.Tensor,
-                          dt: float) -> torch.Tensor:
-    """actions: [..., T, 2] normalized (accel, curvature); v0: [...] -> [..., T, 3]."""
+                          dt: float, forward_only: bool = False) -> torch.Tensor:
+    """actions: [..., T, 2] normalized (accel, curvature); v0: [...] -> [..., T, 3]
+    (forward_only as in `integrate`)."""
     if actions.shape[-1] != 2:
         raise ValueError(f"actions must be [..., T, 2], got {tuple(actions.shape)}")
     accel, curvature = space.denormalize(actions)
-    return integrate(accel, curvature, v0.expand(actions.shape[:-2]), dt)
+    return integrate(accel, curvature, v0.expand(actions.shape[:-2]), dt, forward_only)
 
 
 def trajectory_to_actions(future: torch.Tensor, space: ActionSpace, v0: torch.Tensor,

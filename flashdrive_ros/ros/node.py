@@ -69,7 +69,8 @@ def engine_config(params: DriveParams, device: str) -> EngineConfig:
     return EngineConfig.where_applicable(
         {name: getattr(params, name) for name in SWITCHES}, mode=params.mode,
         num_samples=params.num_samples, device=device, backend=params.backend,
-        dtype=resolve_dtype(params.dtype, device), drafter_file=params.drafter_file)
+        dtype=resolve_dtype(params.dtype, device), drafter_file=params.drafter_file,
+        forward_only=params.forward_only)
 
 
 def set_torch_threads(count: int) -> dict[str, object]:

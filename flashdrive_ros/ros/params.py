@@ -124,6 +124,8 @@ class DriveParams:
     compiled_backbone: bool = derived(EngineConfig, "compiled_backbone",
                                       also="Used when cuda_graphs is used; applied at the next "
                                       "configure.")
+    forward_only: bool = derived(EngineConfig, "forward_only",
+                                 also="Applied at the next configure.")
     drafter_file: str = derived(EngineConfig, "drafter_file", read_only=True)
     mode: str = derived(EngineConfig, "mode", help="flashdrive: the shortcuts above; baseline: "
                         "every shortcut off.", also="Applied at the next configure.")
