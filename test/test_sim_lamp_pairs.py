@@ -4,6 +4,8 @@ red one stands with a stop label and a standing future, the green one has the go
 the expert's start at the light's own green; rendered, their pictures differ only in the few
 pixels of that head."""
 
+import dataclasses
+
 import numpy as np
 import pytest
 
@@ -70,9 +72,14 @@ def test_a_pair_is_the_wait_moved_back_under_both_lamps(drive, pairs):
 
 
 def test_a_wait_without_a_go_at_its_green_gives_no_pair(drive):
-    cut = drive.cut(0, red_waits(drive)[0].last + 1)
+    wait = red_waits(drive)[0]
+    cut = drive.cut(0, wait.last + 1)
     assert pair_logs(cut, SPEC, np.random.default_rng(0)) == []
     assert pair_logs(drive, LampPairs(), np.random.default_rng(0)) == []
+    crossing = [dataclasses.replace(info, ped_gap=3.0) if wait.first <= k <= wait.last
+                else info for k, info in enumerate(drive.infos)]
+    blocked = dataclasses.replace(drive, infos=crossing)
+    assert pair_logs(blocked, SPEC, np.random.default_rng(0)) == []
 
 
 def test_the_rendered_pair_differs_only_in_the_lamp():

@@ -104,7 +104,8 @@ def _go_frame(log: DriveLog, wait: RedWait) -> int | None:
 
 def pair_logs(log: DriveLog, spec: LampPairs, rng: np.random.Generator) -> list[DriveLog]:
     """[red, green, red, green, ...]: `spec.per_wait` pairs per red wait of the drive whose
-    light turns green to a go label, each HISTORY_STEPS frames long (one window, its last)."""
+    light turns green to a go label, each HISTORY_STEPS frames long (one window, its last); a
+    pair whose green window the labels still call a stop (a pedestrian ahead) is left out."""
     out: list[DriveLog] = []
     last = int(round(spec.last_s * FRAME_HZ))
     for wait in red_waits(log):
@@ -119,7 +120,9 @@ def pair_logs(log: DriveLog, spec: LampPairs, rng: np.random.Generator) -> list[
             frames = int(rng.integers(spec.green_frames[0], spec.green_frames[1] + 1))
             cut = log.cut(k - HISTORY_STEPS + 1, HISTORY_STEPS)
             shifted = moved_back(cut, back, float(cut.scenes[-1].ego.yaw))
+            lit = turned_green(shifted, wait.light, frames, log.infos[green].reason)
+            if label_frame(lit.infos, HISTORY_STEPS - 1).decision == "stop":
+                continue
             out.append(_with_last_future(shifted, np.zeros((FUTURE_STEPS, 3))))
-            out.append(_with_last_future(
-                turned_green(shifted, wait.light, frames, log.infos[green].reason), start))
+            out.append(_with_last_future(lit, start))
     return out
