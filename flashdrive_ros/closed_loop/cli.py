@@ -16,7 +16,7 @@ from flashdrive_ros.eval.replay_options import parse_node_params
 from flashdrive_ros.eval.errors import ReplayError
 from flashdrive_ros.model.config import ConfigError
 from flashdrive_ros.paths import default_model_dir
-from flashdrive_ros.settings import add_setting_argument, owned_field
+from flashdrive_ros.settings import add_setting_argument, default_of, owned_field
 from flashdrive_ros.sim.cameras import DEFAULT_HEIGHT, DEFAULT_WIDTH
 
 
@@ -42,7 +42,8 @@ def parser() -> argparse.ArgumentParser:
                    help="through ROS: simulated seconds per wall-clock second")
     for name in ("num_samples", "device", "dtype", "drafter_file"):
         add_setting_argument(p, RunOptions, name)
-    p.add_argument("--forward-only", choices=("on", "off"), default="on",
+    p.add_argument("--forward-only", choices=("on", "off"),
+                   default="on" if default_of(RunOptions, "forward_only") else "off",
                    help=owned_field(RunOptions, "forward_only").metadata["description"])
     p.add_argument("--width", type=int, default=DEFAULT_WIDTH, help="rendered camera width")
     p.add_argument("--height", type=int, default=DEFAULT_HEIGHT,

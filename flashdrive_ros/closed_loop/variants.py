@@ -34,14 +34,17 @@ def parse_variants(text: str) -> tuple[str, ...]:
 
 
 def engine_config(variant: str, device: str, dtype: str, num_samples: int,
-                  drafter_file: str | None = None, forward_only: bool = True) -> EngineConfig:
-    extra = {} if drafter_file is None else {"drafter_file": drafter_file}
+                  drafter_file: str | None = None, forward_only: bool | None = None
+                  ) -> EngineConfig:
+    """None: EngineConfig's default for drafter_file and forward_only."""
+    given = {"drafter_file": drafter_file, "forward_only": forward_only}
+    extra = {name: value for name, value in given.items() if value is not None}
     return EngineConfig(device=device, dtype=dtype, num_samples=num_samples,
-                        forward_only=forward_only, **ENGINE_VARIANTS[variant], **extra)
+                        **ENGINE_VARIANTS[variant], **extra)
 
 
 def load_engine(model_dir: Path, variant: str, device: str, dtype: str, num_samples: int,
-                drafter_file: str | None = None, forward_only: bool = True):
+                drafter_file: str | None = None, forward_only: bool | None = None):
     from flashdrive_ros.engine.engine import Engine
 
     engine = Engine.load(model_dir, engine_config(variant, device, dtype, num_samples,

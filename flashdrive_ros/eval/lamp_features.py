@@ -138,11 +138,12 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     spec = LampPairs(per_wait=args.pairs_per_wait, green_frames=(1, 1))
     made = [pair_features(model, seed, args.seconds, spec) for seed in seeds]
-    train = np.concatenate([f for f, _ in made[:split] if len(f)] or [np.zeros((0, 0))])
-    test = np.concatenate([f for f, _ in made[split:] if len(f)] or [np.zeros((0, 0))])
-    if len(train) == 0 or len(test) == 0:
+    train = [f for f, _ in made[:split] if len(f)]
+    test = [f for f, _ in made[split:] if len(f)]
+    if not train or not test:
         print("error: no lamp pair on one side of the split (more --drives?)", file=sys.stderr)
         return 1
+    train, test = np.concatenate(train), np.concatenate(test)
     reader = fit_lamp_reader(train, args.l2)
     summary = summarize(reader_scores(test, reader),
                         np.concatenate([g for _, g in made[split:]]))

@@ -21,6 +21,7 @@ from flashdrive_ros.engine.types import Window
 from flashdrive_ros.eval.scene_probe import add_probe_arguments, run_probe
 from flashdrive_ros.sim.drive import SceneSnapshot, simulate
 from flashdrive_ros.sim.labels import DECISION_WORDS
+from flashdrive_ros.sim.lamp_pairs import scene_moved_back
 from flashdrive_ros.sim.light_branches import red_waits
 from flashdrive_ros.sim.render import Renderer
 
@@ -32,10 +33,7 @@ STOP_WORD = DECISION_WORDS["stop"]
 def moved_back(scene: SceneSnapshot, back_m: float, colour: str) -> SceneSnapshot:
     """The scene with the ego `back_m` behind its pose along its heading and every light
     showing `colour`."""
-    ego = scene.ego
-    moved = dataclasses.replace(ego, x=ego.x - back_m * np.cos(ego.yaw),
-                                y=ego.y - back_m * np.sin(ego.yaw))
-    return dataclasses.replace(scene, ego=moved, route_s=scene.route_s - back_m,
+    return dataclasses.replace(scene_moved_back(scene, back_m, scene.ego.yaw),
                                light_states=tuple(colour for _ in scene.light_states))
 
 

@@ -15,7 +15,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from flashdrive_ros.sim.drive import FRAME_HZ, FUTURE_STEPS, HISTORY_STEPS, DriveLog
+from flashdrive_ros.sim.drive import FRAME_HZ, FUTURE_STEPS, HISTORY_STEPS, DriveLog, \
+    SceneSnapshot
 from flashdrive_ros.sim.labels import label_frame
 from flashdrive_ros.sim.light_branches import RedWait, red_waits
 
@@ -54,16 +55,21 @@ class LampPairs:
         return self.per_wait > 0
 
 
+def scene_moved_back(scene: SceneSnapshot, back_m: float, yaw: float) -> SceneSnapshot:
+    """The scene with the ego `back_m` metres behind its pose along heading `yaw`."""
+    ego = scene.ego
+    moved = dataclasses.replace(ego, x=ego.x - back_m * np.cos(yaw),
+                                y=ego.y - back_m * np.sin(yaw))
+    return dataclasses.replace(scene, ego=moved, route_s=scene.route_s - back_m)
+
+
 def moved_back(log: DriveLog, back_m: float, yaw: float) -> DriveLog:
     """The log with the ego `back_m` metres behind where it was along heading `yaw` at every
     row, frame and expert reading (route position, front bumper, gap to the light)."""
-    dx, dy = -back_m * np.cos(yaw), -back_m * np.sin(yaw)
     ego = log.ego.copy()
-    ego[:, 1] += dx
-    ego[:, 2] += dy
-    scenes = [dataclasses.replace(
-        scene, ego=dataclasses.replace(scene.ego, x=scene.ego.x + dx, y=scene.ego.y + dy),
-        route_s=scene.route_s - back_m) for scene in log.scenes]
+    ego[:, 1] -= back_m * np.cos(yaw)
+    ego[:, 2] -= back_m * np.sin(yaw)
+    scenes = [scene_moved_back(scene, back_m, yaw) for scene in log.scenes]
     infos = [dataclasses.replace(
         info, route_s=info.route_s - back_m, front_s=info.front_s - back_m,
         light_gap=None if info.light_gap is None else info.light_gap + back_m)
@@ -87,10 +93,11 @@ def turned_green(log: DriveLog, light: int, frames: int, reason: str) -> DriveLo
     return dataclasses.replace(log, scenes=scenes, infos=infos)
 
 
-def _with_last_future(log: DriveLog, future: np.ndarray) -> DriveLog:
-    """The log with `future` ([FUTURE_STEPS, 3]) as its last frame's future."""
-    planned = np.stack([log.future(k) for k in range(log.frame_count)])
-    planned[-1] = future
+def _with_last_future(log: DriveLog, futures: np.ndarray, last: np.ndarray) -> DriveLog:
+    """The log with `futures` ([S, FUTURE_STEPS, 3], its frames' own) as its futures, the
+    last frame's replaced by `last` ([FUTURE_STEPS, 3])."""
+    planned = futures.copy()
+    planned[-1] = last
     return dataclasses.replace(log, planned=planned)
 
 
@@ -123,6 +130,7 @@ def pair_logs(log: DriveLog, spec: LampPairs, rng: np.random.Generator) -> list[
             lit = turned_green(shifted, wait.light, frames, log.infos[green].reason)
             if label_frame(lit.infos, HISTORY_STEPS - 1).decision == "stop":
                 continue
-            out.append(_with_last_future(shifted, np.zeros((FUTURE_STEPS, 3))))
-            out.append(_with_last_future(lit, start))
+            futures = np.stack([shifted.future(i) for i in range(HISTORY_STEPS)])
+            out.append(_with_last_future(shifted, futures, np.zeros((FUTURE_STEPS, 3))))
+            out.append(_with_last_future(lit, futures, start))
     return out

@@ -67,7 +67,7 @@ class TrainSet:
                  future: np.ndarray, decision: np.ndarray, drive_of: np.ndarray,
                  step_of: np.ndarray, stats: dict[str, float],
                  decisive_lens: np.ndarray, side_cols: torch.Tensor,
-                 lamp_pair: np.ndarray | None = None) -> None:
+                 lamp_pair: np.ndarray) -> None:
         self.cfg = cfg
         self.tokenizer = tokenizer
         self.frames = frames  # [S_total, V, H, W, 3] uint8
@@ -85,8 +85,7 @@ class TrainSet:
         self.stats = stats
         self.decisive_lens = torch.as_tensor(decisive_lens, dtype=torch.long)  # [N]
         self.side_cols = side_cols  # [N, M] bool: coc_ids columns holding a side word
-        self.lamp_pair = np.zeros(len(frame_index), dtype=bool) if lamp_pair is None \
-            else np.asarray(lamp_pair, dtype=bool)  # [N] windows of lamp pairs
+        self.lamp_pair = lamp_pair  # [N] bool: windows of lamp pairs
         self.builder = PromptBuilder(cfg, tokenizer)
         hist_tok = HistoryTokenizer(cfg.action, tokenizer.traj_token_start)
         self.history_ids = torch.as_tensor(
