@@ -33,6 +33,8 @@ class ExpertInfo:
     reason: free | curve | lead | vehicle | red_light | yellow_light | pedestrian.
     light_state / light_gap: nearest light ahead of the front bumper (None when none in range).
     lead_speed / lead_accel: the binding lead vehicle's speed and the sign of its braking.
+    vehicle_gap / vehicle_speed: bumper gap to the nearest vehicle in the ego's path ahead
+    (within the sensing range, binding or not) and its speed; None when there is none.
     """
 
     t: float
@@ -53,6 +55,8 @@ class ExpertInfo:
     heading_change_ahead: float
     curvature_ahead: float
     oncoming_near: bool
+    vehicle_gap: float | None = None
+    vehicle_speed: float | None = None
 
 
 def lane_gap(s: float, s_o: float, d_o: float, veh, d_self: float) -> float | None:
@@ -151,6 +155,8 @@ class Expert:
             if ob is not None:
                 self._committed.add(id(light))
                 obstacles.append(ob)
+        vehicles = [ob for ob in obstacles if ob.reason in ("lead", "vehicle")]
+        nearest = min(vehicles, key=lambda ob: ob.gap) if vehicles else None
         accel, binding, free = idm_accel(ego.v, v_des, obstacles, p)
         if binding is not None and free - accel > HOLDS_BACK:
             reason = binding.reason
@@ -172,7 +178,9 @@ class Expert:
             light_state=light_state, light_gap=light_gap, light_green_at=light_green_at,
             lead_speed=lead_speed, ped_gap=ped_gap,
             heading_change_ahead=float(yaw_ahead - yaw_now), curvature_ahead=kappa_ahead,
-            oncoming_near=oncoming_near)
+            oncoming_near=oncoming_near,
+            vehicle_gap=None if nearest is None else float(nearest.gap),
+            vehicle_speed=None if nearest is None else float(nearest.speed))
         return accel, steer, info
 
     def _pure_pursuit(self, ego: EgoState, s: float, lateral_offset: float) -> float:

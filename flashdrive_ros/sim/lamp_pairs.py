@@ -65,14 +65,16 @@ def scene_moved_back(scene: SceneSnapshot, back_m: float, yaw: float) -> SceneSn
 
 def moved_back(log: DriveLog, back_m: float, yaw: float) -> DriveLog:
     """The log with the ego `back_m` metres behind where it was along heading `yaw` at every
-    row, frame and expert reading (route position, front bumper, gap to the light)."""
+    row, frame and expert reading (route position, front bumper, gaps to the light and to the
+    vehicle ahead)."""
     ego = log.ego.copy()
     ego[:, 1] -= back_m * np.cos(yaw)
     ego[:, 2] -= back_m * np.sin(yaw)
     scenes = [scene_moved_back(scene, back_m, yaw) for scene in log.scenes]
     infos = [dataclasses.replace(
         info, route_s=info.route_s - back_m, front_s=info.front_s - back_m,
-        light_gap=None if info.light_gap is None else info.light_gap + back_m)
+        light_gap=None if info.light_gap is None else info.light_gap + back_m,
+        vehicle_gap=None if info.vehicle_gap is None else info.vehicle_gap + back_m)
         for info in log.infos]
     return dataclasses.replace(log, ego=ego, scenes=scenes, infos=infos)
 

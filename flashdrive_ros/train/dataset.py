@@ -3,7 +3,8 @@
 `TrainSet.build` turns drives into: all frames [S_total, N_cam, H, W, 3] uint8, per window the
 global indices of its F frames, the 48 ego-history token ids, the CoC ids (text, then
 `<|cot_end|>` `<|traj_future_start|>`), the normalized future actions, v0, the future poses,
-the decision and how many leading CoC tokens decide it (train/decision_focus.py).
+the decision and how many leading CoC tokens decide it (train/decision_focus.py), and the
+expert's scene readings (train/scene_readout.py).
 `batch(rows)` assembles prompt + CoC token rows, image patches and 3D positions for the
 backbone.
 """
@@ -42,8 +43,9 @@ class TrainBatch:
     prompt order; seq_lens: [B] valid tokens (prompt + CoC); actions: [B, N_wp, 2]; decisive:
     [B, T] bool, True at the label positions of the CoC tokens that decide the decision;
     sided: [B, T] bool, True at the label positions of the CoC's side words (SIDE_WORDS);
-    coc_start: first label column (None without CoC); seq_bounds: (min, max) of seq_lens,
-    read on the host. grid_thw stays on the CPU (the vision encoder reads it there)."""
+    scene: [B, 3] float32 the expert's readings (SCENE_COLUMNS); coc_start: first label column
+    (None without CoC); seq_bounds: (min, max) of seq_lens, read on the host. grid_thw stays
+    on the CPU (the vision encoder reads it there)."""
 
     input_ids: torch.Tensor
     labels: torch.Tensor
@@ -55,6 +57,7 @@ class TrainBatch:
     rows: torch.Tensor
     decisive: torch.Tensor
     sided: torch.Tensor
+    scene: torch.Tensor
     coc_start: int | None = None
     seq_bounds: tuple[int, int] | None = None
 
@@ -67,7 +70,7 @@ class TrainSet:
                  future: np.ndarray, decision: np.ndarray, drive_of: np.ndarray,
                  step_of: np.ndarray, stats: dict[str, float],
                  decisive_lens: np.ndarray, side_cols: torch.Tensor,
-                 lamp_pair: np.ndarray) -> None:
+                 lamp_pair: np.ndarray, scene: np.ndarray) -> None:
         self.cfg = cfg
         self.tokenizer = tokenizer
         self.frames = frames  # [S_total, V, H, W, 3] uint8
@@ -86,6 +89,7 @@ class TrainSet:
         self.decisive_lens = torch.as_tensor(decisive_lens, dtype=torch.long)  # [N]
         self.side_cols = side_cols  # [N, M] bool: coc_ids columns holding a side word
         self.lamp_pair = lamp_pair  # [N] bool: windows of lamp pairs
+        self.scene = torch.as_tensor(scene, dtype=torch.float32)  # [N, 3] SCENE_COLUMNS
         self.builder = PromptBuilder(cfg, tokenizer)
         hist_tok = HistoryTokenizer(cfg.action, tokenizer.traj_token_start)
         self.history_ids = torch.as_tensor(
@@ -112,7 +116,7 @@ class TrainSet:
         cot_end = tokenizer.token_id("cot_end")
         future_start = tokenizer.token_id("traj_future_start")
         frames, stamps, frame_index, history, coc, sides, future = [], [], [], [], [], [], []
-        decision, drive_of, step_of, lamp_pair = [], [], [], []
+        decision, drive_of, step_of, lamp_pair, scene = [], [], [], [], []
         offset = 0
         for d_index, drive in enumerate(drives):
             if drive.expert_future.shape[1] != a.num_waypoints:
@@ -132,6 +136,7 @@ class TrainSet:
                 drive_of.append(d_index)
                 step_of.append(int(step))
                 lamp_pair.append(LAMP_PAIR_TAG in drive.tags[step].split(","))
+                scene.append(drive.scene[step])
             offset += drive.num_steps
         history_arr = np.asarray(history, dtype=np.float64).reshape(-1, a.num_history, 4)
         future_arr = np.asarray(future, dtype=np.float64).reshape(-1, a.num_waypoints, 3)
@@ -155,7 +160,8 @@ class TrainSet:
                    torch.from_numpy(normalize_controls(controls, stats)), v0, future_arr,
                    np.asarray(decision, dtype=np.int64), np.asarray(drive_of, dtype=np.int64),
                    np.asarray(step_of, dtype=np.int64), stats, decisive, side_cols,
-                   np.asarray(lamp_pair, dtype=bool))
+                   np.asarray(lamp_pair, dtype=bool),
+                   np.asarray(scene, dtype=np.float32).reshape(-1, 3))
 
     def images(self, rows: torch.Tensor) -> torch.Tensor:
         """uint8 [B, V, F, H, W, 3] of the windows `rows`."""
@@ -252,7 +258,7 @@ class TrainSet:
                           to_device(seq_lens, device),
                           to_device(self.actions[rows.cpu()], device), rows,
                           to_device(decisive, device), to_device(sided, device),
-                          coc_start=self.prompt_len - 1 if with_coc else None,
+                          to_device(self.scene[rows.cpu()], device), coc_start=self.prompt_len - 1 if with_coc else None,
                           seq_bounds=(int(seq_lens.min()), int(seq_lens.max())))
 
 

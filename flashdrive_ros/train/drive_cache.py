@@ -1,6 +1,6 @@
 """Generated drives on disk, so a resumed training run reads back the drives it trained on.
 
-One safetensors file per drive (frames, stamps, poses, speed, decision, expert_future) and
+One safetensors file per drive (frames, stamps, poses, speed, decision, expert_future, scene) and
 `index.json` (file, seed, scenario, dt, CoC sentences and tags per drive, in order).
 """
 
@@ -14,7 +14,7 @@ from safetensors.numpy import load_file, save_file
 from flashdrive_ros.train.drive import Drive
 
 INDEX = "index.json"
-ARRAYS = ("frames", "stamps", "poses", "speed", "decision", "expert_future")
+ARRAYS = ("frames", "stamps", "poses", "speed", "decision", "expert_future", "scene")
 
 
 def save_drives(drives: list[Drive], folder: Path) -> None:

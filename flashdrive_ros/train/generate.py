@@ -20,6 +20,7 @@ from flashdrive_ros.sim.lamp_pairs import LAMP_PAIR_TAG, LampPairs, pair_logs
 from flashdrive_ros.sim.lead_stops import LeadStop, LeadStops, lead_stop_log, seed_lead_stops
 from flashdrive_ros.sim.light_branches import Fork, LightBranches, fork_log, seed_forks
 from flashdrive_ros.train.drive import Drive
+from flashdrive_ros.train.scene_readout import scene_readings
 from flashdrive_ros.train.sensor_noise import NO_NOISE, SensorNoise, camera_effects, measured_poses
 
 if TYPE_CHECKING:
@@ -94,7 +95,8 @@ def drive_from_log(log, seed: int, image_size: tuple[int, int], noise: SensorNoi
     scenario = ",".join(span.kind for span in log.world.spans)
     return Drive(seed, scenario, 1.0 / FRAME_HZ, frames, stamps, poses, rows[:, 4].copy(),
                  [label.coc for label in labels], decision, future,
-                 [",".join(label.tags) for label in labels])
+                 [",".join(label.tags) for label in labels],
+                 scene_readings(log.infos[:count]))
 
 
 DriveJob = tuple[int, float, tuple[int, int], SensorNoise, Disturbance | None,

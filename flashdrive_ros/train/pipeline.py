@@ -67,6 +67,7 @@ from flashdrive_ros.train.pipeline_args import STAGES, parse_args
 from flashdrive_ros.train.recipe import Recipe, recipe_from_dict
 from flashdrive_ros.train.rng_state import restore_rng, rng_state
 from flashdrive_ros.train.run_data import fresh_data
+from flashdrive_ros.train.scene_readout import scene_class_counts
 from flashdrive_ros.train.streaming_backbone import train_backbone_streaming
 from flashdrive_ros.train.streaming_tune import streaming_tune
 from flashdrive_ros.train.target_train import TargetTrainer
@@ -164,7 +165,8 @@ def run(out: Path, recipe: Recipe, minutes_budget: float, device: torch.device, 
                                "decisive_tokens_mean": float(
                                    data.decisive_lens.float().mean()),
                                "side_word_windows_share": round(float(
-                                   data.side_cols.any(dim=1).float().mean()), 4)}})
+                                   data.side_cols.any(dim=1).float().mean()), 4)},
+            "scene_classes": scene_class_counts(data.scene)})
 
     remaining = max(minutes_budget * 60 - (time.monotonic() - start) - recipe.reserve_seconds,
                     1.0)
@@ -181,7 +183,8 @@ def run(out: Path, recipe: Recipe, minutes_budget: float, device: torch.device, 
                             recipe.target_batch, recipe.target_lr, seed, log, device, autocast,
                             cache_dtype, recipe.flow_weight, focus=recipe.decision,
                             flow_draws=recipe.flow_draws,
-                            history_dropout=recipe.history_dropout)
+                            history_dropout=recipe.history_dropout,
+                            scene_weight=recipe.scene_weight)
     stage = "target"
     if paused is not None:
         meta, _, tensors = paused

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import math
 import typing
 from dataclasses import dataclass, field
 
@@ -42,6 +43,9 @@ class Recipe:
     time) pairs per window train the action expert on one backbone pass (loss: their mean).
     `history_dropout` is the share of the target stage's drawn windows trained without their
     ego history (past-motion dropout; the history placeholder tokens stand in its place).
+    `scene_weight` > 0 trains a scene readout beside the target (the lamp ahead and the gap to
+    the vehicle ahead read from the hidden state where the model decides; its loss at this
+    weight, train/scene_readout.py); 0 leaves it out.
     `init_from` names a model directory of the recipe's model whose tokenizer, action
     normalization and weights (drafters too) the run starts from (train/warm_start.py);
     `target_lr` is then the fine-tuning rate. Training drives are the training seeds from
@@ -78,6 +82,7 @@ class Recipe:
     flow_weight: float = 1.0
     flow_draws: int = 4
     history_dropout: float = 0.0
+    scene_weight: float = 0.0
     decision: DecisionFocus = field(default_factory=DecisionFocus)
     draft_rows: int = 4096
     draft_eval_rows: int = 512
@@ -119,6 +124,8 @@ class Recipe:
             raise ValueError(f"flow_draws must be >= 1, got {self.flow_draws}")
         if not 0.0 <= self.history_dropout < 1.0:
             raise ValueError(f"history_dropout must be in [0, 1), got {self.history_dropout}")
+        if not (math.isfinite(self.scene_weight) and self.scene_weight >= 0.0):
+            raise ValueError(f"scene_weight must be finite and >= 0, got {self.scene_weight}")
         if self.target_minutes is not None and not self.target_minutes > 0:
             raise ValueError(f"target_minutes must be > 0, got {self.target_minutes}")
         if not self.later_minutes > 0:

@@ -6,7 +6,9 @@ sees exactly prompt + CoC + `<|traj_future_start|>` of its own window. Flow matc
 x0 ~ N(0, I), x1 = data actions, t ~ U(0, 1), x_t = t x1 + (1 - t) x0, target v = x1 - x0.
 `DecisionFocus` weighs the CoC tokens that decide the decision and draws rare decisions more
 often; the held-out metrics add the share of windows whose deciding tokens are all right
-(`decision_acc`, also per decision).
+(`decision_acc`, also per decision). With a `SceneReadout` (scene_weight > 0) its loss on the
+hidden state at the last prompt token joins the sum, and the metrics add `lamp_acc` and
+`gap_acc` (train/scene_readout.py).
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ from flashdrive_ros.train.decision_focus import PLAIN, DecisionFocus, draw_weigh
 from flashdrive_ros.train.grad_cache import GradKVCache
 from flashdrive_ros.train.log import TrainLog
 from flashdrive_ros.train.optimizer_state import load_optimizer_state, optimizer_state
+from flashdrive_ros.train.scene_readout import SceneReadout, readout_losses
 from flashdrive_ros.train.schedule import Progress
 
 Autocast = Callable[[], contextlib.AbstractContextManager]
@@ -144,10 +147,11 @@ def flow_matching_loss_at(model: AlpamayoModel, cache, actions: torch.Tensor,
 
 def target_step_losses(model: AlpamayoModel, batch: TrainBatch, image_token_id: int,
                        cache_dtype: torch.dtype, generator: torch.Generator, grad: bool = True,
-                       focus: DecisionFocus = PLAIN, flow_draws: int = 1
-                       ) -> dict[str, torch.Tensor]:
+                       focus: DecisionFocus = PLAIN, flow_draws: int = 1,
+                       readout: SceneReadout | None = None) -> dict[str, torch.Tensor]:
     """coc_loss weighs the CoC tokens by `focus.loss_weights`; decision_hit: [B] bool; without
-    grad also side_hit: [B] bool, every side word of the row is its argmax."""
+    grad also side_hit: [B] bool, every side word of the row is its argmax; with `readout`
+    also readout_loss, lamp_hit [B] and gap_hit [B] (`readout_losses`)."""
     out, cache = run_backbone(model, batch, image_token_id, cache_dtype, grad)
     weights = focus.loss_weights(batch.decisive, batch.sided)
     ce, acc = coc_loss(model, out.hidden, batch.labels, weights, batch.coc_start)
@@ -157,6 +161,8 @@ def target_step_losses(model: AlpamayoModel, batch: TrainBatch, image_token_id: 
         if not grad:
             hits["side_hit"] = decision_hits(model, out.hidden, batch.labels, batch.sided,
                                              batch.coc_start)
+    if readout is not None:
+        hits |= readout_losses(readout, out.hidden[:, batch.coc_start], batch.scene)
     fm = flow_loss(model, cache, batch, generator, flow_draws)
     return {"coc_loss": ce, "coc_acc": acc, "flow_loss": fm, **hits}
 
@@ -164,22 +170,28 @@ def target_step_losses(model: AlpamayoModel, batch: TrainBatch, image_token_id: 
 @torch.no_grad()
 def evaluate_target(model: AlpamayoModel, data: TrainSet, rows: torch.Tensor,
                     device: torch.device, autocast: Autocast, cache_dtype: torch.dtype,
-                    seed: int, batch_size: int = 32) -> dict[str, float]:
+                    seed: int, batch_size: int = 32, readout: SceneReadout | None = None
+                    ) -> dict[str, float]:
     """Plain (unweighted) mean losses, token accuracy, decision_acc and decision_acc_<name>
-    per decision present among `rows`, side_acc over the rows whose CoC names a side."""
+    per decision present among `rows`, side_acc over the rows whose CoC names a side; with
+    `readout` also lamp_acc (over the rows with a light in range) and gap_acc."""
     model.eval()
     gen = torch.Generator(device=device).manual_seed(seed)
     totals: dict[str, float] = {}
     hits, side_hits = [], []
+    scene_hits: dict[str, list[torch.Tensor]] = {"lamp_hit": [], "gap_hit": []}
     count = 0
     for start in range(0, len(rows), batch_size):
         chunk = rows[start:start + batch_size]
         batch = data.batch(chunk, device)
         with autocast():
             losses = target_step_losses(model, batch, data.image_token_id, cache_dtype, gen,
-                                        grad=False)
+                                        grad=False, readout=readout)
         hits.append(losses.pop("decision_hit").cpu())
         side_hits.append(losses.pop("side_hit").cpu())
+        if readout is not None:
+            for name, parts in scene_hits.items():
+                parts.append(losses.pop(name).cpu())
         for k, v in losses.items():
             totals[k] = totals.get(k, 0.0) + float(v) * len(chunk)
         count += len(chunk)
@@ -195,23 +207,32 @@ def evaluate_target(model: AlpamayoModel, data: TrainSet, rows: torch.Tensor,
         sided = data.side_cols[rows.cpu()].any(dim=1)
         if bool(sided.any()):
             metrics["side_acc"] = float(torch.cat(side_hits)[sided].float().mean())
+    for name, parts in scene_hits.items():
+        if parts:
+            metrics[name.replace("_hit", "_acc")] = float(torch.cat(parts).nanmean())
     return metrics
 
 
 def target_step(model: AlpamayoModel, opt: torch.optim.Optimizer, data: TrainSet,
                 rows: torch.Tensor, device: torch.device, autocast: Autocast,
                 cache_dtype: torch.dtype, generator: torch.Generator, flow_weight: float,
-                focus: DecisionFocus, flow_draws: int, history_kept: torch.Tensor | None = None
+                focus: DecisionFocus, flow_draws: int, history_kept: torch.Tensor | None = None,
+                readout: SceneReadout | None = None, scene_weight: float = 0.0
                 ) -> tuple[dict[str, torch.Tensor], torch.Tensor, torch.Tensor]:
     """One optimizer step on the windows `rows` -> (losses, decision_hit [B], grad norm);
     nothing is read back from the device. history_kept: [B] bool, False where the window's
-    ego history is dropped (TrainSet.token_rows)."""
+    ego history is dropped (TrainSet.token_rows). With `readout` (its parameters in `opt`) its
+    loss joins at `scene_weight`, and losses hold lamp_acc and gap_acc of the batch."""
     batch = data.batch(rows, device, history_kept=history_kept)
     with autocast():
         losses = target_step_losses(model, batch, data.image_token_id, cache_dtype, generator,
-                                    focus=focus, flow_draws=flow_draws)
+                                    focus=focus, flow_draws=flow_draws, readout=readout)
     hit = losses.pop("decision_hit")
     loss = losses["coc_loss"] + flow_weight * losses["flow_loss"]
+    if readout is not None:
+        loss = loss + scene_weight * losses["readout_loss"]
+        losses["lamp_acc"] = losses.pop("lamp_hit").nanmean()
+        losses["gap_acc"] = losses.pop("gap_hit").mean()
     opt.zero_grad(set_to_none=True)
     loss.backward()
     params = [p for group in opt.param_groups for p in group["params"]]
@@ -230,19 +251,25 @@ class TargetTrainer:
     Rows are drawn with `draw_weights(decision, v0, focus, hard brakes of the futures)`.
     With `history_dropout` p each drawn window loses its ego history with probability p
     (past-motion dropout: its plan and CoC must come from the cameras); the held-out
-    evaluation keeps every history.
+    evaluation keeps every history. With `scene_weight` > 0 a `SceneReadout` trains beside
+    the model (its weights in `state()`, not in the model).
     """
 
     def __init__(self, model: AlpamayoModel, data: TrainSet, steps: int,
                  seconds: float | None, batch_size: int, lr: float, seed: int, log: TrainLog,
                  device: torch.device, autocast: Autocast, cache_dtype: torch.dtype,
                  flow_weight: float = 1.0, log_every: int = 25, focus: DecisionFocus = PLAIN,
-                 flow_draws: int = 1, history_dropout: float = 0.0) -> None:
+                 flow_draws: int = 1, history_dropout: float = 0.0,
+                 scene_weight: float = 0.0) -> None:
         if flow_draws < 1:
             raise ValueError(f"flow_draws must be >= 1, got {flow_draws}")
         if not 0.0 <= history_dropout < 1.0:
             raise ValueError(f"history_dropout must be in [0, 1), got {history_dropout}")
-        self.history_dropout = history_dropout
+        if not scene_weight >= 0.0:
+            raise ValueError(f"scene_weight must be >= 0, got {scene_weight}")
+        self.history_dropout, self.scene_weight = history_dropout, scene_weight
+        self.readout = (SceneReadout(model.cfg.text.hidden_size).to(device)
+                        if scene_weight > 0 else None)
         self.model, self.data, self.log, self.device = model, data, log, device
         self.autocast, self.cache_dtype = autocast, cache_dtype
         self.batch_size, self.lr, self.flow_weight = batch_size, lr, flow_weight
@@ -253,6 +280,8 @@ class TargetTrainer:
             data.decision, data.v0, focus, hard_brakes(data.v0, data.future, data.cfg.action.dt),
             data.lamp_pair)
         params = [p for p in model.parameters() if p.requires_grad]
+        if self.readout is not None:
+            params += list(self.readout.parameters())
         self.opt = torch.optim.AdamW(params, lr=lr, weight_decay=0.05, betas=(0.9, 0.95),
                                      fused=True)
         self.progress = Progress(steps, seconds)
@@ -287,7 +316,7 @@ class TargetTrainer:
             losses, hit, norm = target_step(
                 self.model, self.opt, self.data, self.draw_rows(), self.device, self.autocast,
                 self.cache_dtype, self.gen, self.flow_weight, self.focus,
-                self.flow_draws, self.draw_history_kept())
+                self.flow_draws, self.draw_history_kept(), self.readout, self.scene_weight)
             step = progress.step
             progress.step += 1
             if step % self.log_every == 0 or progress.done():
@@ -302,11 +331,11 @@ class TargetTrainer:
         """Held-out evaluation after the schedule; the stage's summary."""
         rows = torch.randperm(len(eval_data), generator=self.pick_gen)[:eval_rows]
         metrics = evaluate_target(self.model, eval_data, rows, self.device, self.autocast,
-                                  self.cache_dtype, seed + 1)
+                                  self.cache_dtype, seed + 1, readout=self.readout)
         self.log.write("target_eval", self.progress.step, **metrics)
         self.model.eval()
         return {"steps": self.progress.step, "flow_draws": self.flow_draws,
-                "history_dropout": self.history_dropout,
+                "history_dropout": self.history_dropout, "scene_weight": self.scene_weight,
                 **{f"first_{k}": v for k, v in self.first.items()},
                 **{f"final_{k}": v for k, v in self.last.items()},
                 **{f"eval_{k}": v for k, v in metrics.items()}}
@@ -316,6 +345,9 @@ class TargetTrainer:
         tensors, opt_meta = optimizer_state(self.opt)
         tensors["rng.flow"] = self.gen.get_state()
         tensors["rng.pick"] = self.pick_gen.get_state()
+        if self.readout is not None:
+            for name, value in self.readout.state_dict().items():
+                tensors[f"readout.{name}"] = value.detach().cpu()
         meta = {"optimizer": opt_meta, "step": self.progress.step,
                 "steps": self.progress.steps, "seconds": self.progress.seconds,
                 "elapsed_s": self.progress.elapsed(), "flow_device": self.gen.device.type,
@@ -326,6 +358,10 @@ class TargetTrainer:
         if meta["flow_device"] != self.gen.device.type:
             raise ValueError(f"the run was trained on {meta['flow_device']}, this call runs "
                              f"on {self.gen.device.type}: its generator state does not carry")
+        if self.readout is not None:
+            self.readout.load_state_dict({name[len("readout."):]: value.to(self.device)
+                                          for name, value in tensors.items()
+                                          if name.startswith("readout.")})
         load_optimizer_state(self.opt, tensors, meta["optimizer"])
         self.gen.set_state(tensors["rng.flow"])
         self.pick_gen.set_state(tensors["rng.pick"])
