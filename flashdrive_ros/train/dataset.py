@@ -258,7 +258,8 @@ class TrainSet:
                           to_device(seq_lens, device),
                           to_device(self.actions[rows.cpu()], device), rows,
                           to_device(decisive, device), to_device(sided, device),
-                          to_device(self.scene[rows.cpu()], device), coc_start=self.prompt_len - 1 if with_coc else None,
+                          to_device(self.scene[rows.cpu()], device),
+                          coc_start=self.prompt_len - 1 if with_coc else None,
                           seq_bounds=(int(seq_lens.min()), int(seq_lens.max())))
 
 
