@@ -19,7 +19,13 @@ from flashdrive_ros.train.pipeline import main
 from flashdrive_ros.train.run_data import train_tokenizer
 from flashdrive_ros.train.recipe import Recipe, recipe_from_dict, smoke
 from flashdrive_ros.train.sensor_noise import SensorNoise
-from flashdrive_ros.train.target_train import TargetTrainer
+from flashdrive_ros.train.scene_readout import readout_losses
+from flashdrive_ros.train.target_train import (
+    TargetTrainer,
+    evaluate_target,
+    run_backbone,
+    target_step,
+)
 
 
 @pytest.fixture(scope="module")
@@ -35,14 +41,14 @@ def data(drive):
     return TrainSet.build(cfg, tokenizer, [drive])
 
 
-def _trainer(data, tmp_path, name, history_dropout=0.0):
+def _trainer(data, tmp_path, name, history_dropout=0.0, scene_weight=0.0):
     torch.manual_seed(0)
     model = AlpamayoModel(data.cfg)
     log = TrainLog(tmp_path / f"{name}.jsonl", echo=False)
     return TargetTrainer(model, data, 6, None, 3, 3e-3, 7, log, torch.device("cpu"),
                          contextlib.nullcontext, torch.float32, log_every=1,
                          focus=DecisionFocus(token_weight=3.0, balance=0.5), flow_draws=2,
-                         history_dropout=history_dropout)
+                         history_dropout=history_dropout, scene_weight=scene_weight)
 
 
 def test_a_stopped_and_resumed_target_stage_takes_the_same_steps(data, tmp_path):
@@ -85,6 +91,56 @@ def test_history_dropout_drops_its_share_of_windows_and_resumes_alike(data, tmp_
     assert second.last == pytest.approx(whole.last, rel=1e-5)
     with pytest.raises(ValueError, match="history_dropout"):
         _trainer(data, tmp_path, "bad", history_dropout=1.0)
+
+
+def test_the_readout_loss_reaches_the_vision_encoder_and_joins_the_step(data, tmp_path):
+    off = _trainer(data, tmp_path, "off")
+    assert off.readout is None and "readout.proj.weight" not in off.state()[0]
+    on = _trainer(data, tmp_path, "on", scene_weight=2.0)
+    in_opt = {id(p) for group in on.opt.param_groups for p in group["params"]}
+    assert all(id(p) in in_opt for p in on.readout.parameters())
+    rows = torch.arange(3)
+    batch = data.batch(rows, "cpu")
+    out, _ = run_backbone(on.model, batch, data.image_token_id, torch.float32)
+    loss = readout_losses(on.readout, out.hidden[:, batch.coc_start], batch.scene)
+    loss["readout_loss"].backward()
+    vision_grad = [p.grad for p in on.model.vlm.visual.parameters() if p.grad is not None]
+    assert vision_grad and any(float(g.abs().sum()) > 0 for g in vision_grad)
+    on.opt.zero_grad(set_to_none=True)
+    gen = torch.Generator().manual_seed(1)
+    losses, _, _ = target_step(on.model, on.opt, data, rows, torch.device("cpu"),
+                               contextlib.nullcontext, torch.float32, gen, 1.0, on.focus, 1,
+                               readout=on.readout, scene_weight=2.0)
+    assert {"readout_loss", "lamp_acc", "gap_acc"} <= set(losses)
+    assert not any(name.startswith("readout") for name in on.model.state_dict())
+    metrics = evaluate_target(on.model, data, rows, torch.device("cpu"),
+                              contextlib.nullcontext, torch.float32, 3, readout=on.readout)
+    assert 0.0 <= metrics["gap_acc"] <= 1.0 and "readout_loss" in metrics
+    assert "gap_acc" not in evaluate_target(on.model, data, rows, torch.device("cpu"),
+                                            contextlib.nullcontext, torch.float32, 3)
+
+
+def test_a_run_with_the_readout_differs_from_one_without_and_resumes_alike(data, tmp_path):
+    whole = _trainer(data, tmp_path, "whole", scene_weight=1.0)
+    plain = _trainer(data, tmp_path, "plain")
+    assert whole.run() and plain.run()
+    assert not torch.equal(whole.model.state_dict()["action_out_proj.weight"],
+                           plain.model.state_dict()["action_out_proj.weight"])
+    first = _trainer(data, tmp_path, "first", scene_weight=1.0)
+    assert not first.run(max_steps=3)
+    tensors, meta = first.state()
+    assert {"readout.proj.weight", "readout.proj.bias"} <= set(tensors)
+    second = _trainer(data, tmp_path, "second", scene_weight=1.0)
+    second.model.load_state_dict(first.model.state_dict())
+    second.load_state({k: v.clone() for k, v in tensors.items()}, json.loads(json.dumps(meta)))
+    torch.testing.assert_close(second.readout.proj.weight, first.readout.proj.weight)
+    assert second.run()
+    torch.testing.assert_close(second.readout.proj.weight, whole.readout.proj.weight,
+                               rtol=1e-5, atol=1e-6)
+    assert second.last == pytest.approx(whole.last, rel=1e-5, nan_ok=True)
+    assert whole.finish(data, 3, 7)["scene_weight"] == 1.0
+    with pytest.raises(ValueError, match="scene_weight"):
+        _trainer(data, tmp_path, "bad", scene_weight=-1.0)
 
 
 def test_generator_state_of_another_device_is_refused(data, tmp_path):

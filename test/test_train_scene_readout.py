@@ -1,24 +1,19 @@
-"""Scene readout: the expert reads the gap to the vehicle ahead, drives keep the lamp and both
-gaps per step, the classes bin them, and the training-only head trains beside the target
-(its loss reaches the vision encoder, it resumes, and it stays out of the model)."""
+"""Scene readout: the expert reads the gap to the vehicle ahead, drives and training windows
+keep the lamp and both gaps per step, the classes bin them, the head's loss, and the recipe's
+weight (the head beside the target trainer: test_train_resume.py)."""
 
-import contextlib
 import dataclasses
-import json
 import math
 
 import numpy as np
 import pytest
 import torch
 
-from flashdrive_ros.model.alpamayo import AlpamayoModel
 from flashdrive_ros.model.config import tiny
 from flashdrive_ros.sim.drive import simulate
 from flashdrive_ros.sim.lamp_pairs import moved_back
 from flashdrive_ros.train.dataset import TrainSet
-from flashdrive_ros.train.decision_focus import DecisionFocus
 from flashdrive_ros.train.generate import generate_drive
-from flashdrive_ros.train.log import TrainLog
 from flashdrive_ros.train.pipeline_args import parse_args
 from flashdrive_ros.train.recipe import Recipe
 from flashdrive_ros.train.run_data import train_tokenizer
@@ -33,7 +28,6 @@ from flashdrive_ros.train.scene_readout import (
     scene_readings,
 )
 from flashdrive_ros.train.sensor_noise import SensorNoise
-from flashdrive_ros.train.target_train import TargetTrainer, evaluate_target, target_step
 
 SEED = 1000003
 
@@ -91,8 +85,7 @@ def test_the_loss_and_hits_of_the_head():
     assert set(out["gap_hit"].tolist()) <= {0.0, 1.0}
 
 
-@pytest.fixture(scope="module")
-def data():
+def test_training_windows_keep_the_readings_of_their_step():
     drive = generate_drive(SEED, 2.2, (48, 64), SensorNoise())
     assert drive.scene.shape == (drive.num_steps, 3)
     tokenizer = train_tokenizer(drive.coc * 4, 120, 1000)
@@ -101,67 +94,8 @@ def data():
     data = TrainSet.build(cfg, tokenizer, [drive])
     steps = drive.window_steps(cfg.prompt.num_frames, cfg.action.num_history)
     np.testing.assert_array_equal(data.scene.numpy(), drive.scene[steps].astype(np.float32))
-    return data
-
-
-def _trainer(data, tmp_path, name, scene_weight):
-    torch.manual_seed(0)
-    model = AlpamayoModel(data.cfg)
-    log = TrainLog(tmp_path / f"{name}.jsonl", echo=False)
-    return TargetTrainer(model, data, 6, None, 3, 3e-3, 7, log, torch.device("cpu"),
-                         contextlib.nullcontext, torch.float32, log_every=1,
-                         focus=DecisionFocus(token_weight=3.0, balance=0.5), flow_draws=2,
-                         scene_weight=scene_weight)
-
-
-def test_the_readout_loss_reaches_the_vision_encoder_and_joins_the_step(data, tmp_path):
-    off = _trainer(data, tmp_path, "off", 0.0)
-    assert off.readout is None and "readout.proj.weight" not in off.state()[0]
-    on = _trainer(data, tmp_path, "on", 2.0)
-    in_opt = {id(p) for group in on.opt.param_groups for p in group["params"]}
-    assert all(id(p) in in_opt for p in on.readout.parameters())
-    rows = torch.arange(3)
-    batch = data.batch(rows, "cpu")
-    from flashdrive_ros.train.target_train import run_backbone
-    out, _ = run_backbone(on.model, batch, data.image_token_id, torch.float32)
-    loss = readout_losses(on.readout, out.hidden[:, batch.coc_start], batch.scene)
-    loss["readout_loss"].backward()
-    vision_grad = [p.grad for p in on.model.vlm.visual.parameters() if p.grad is not None]
-    assert vision_grad and any(float(g.abs().sum()) > 0 for g in vision_grad)
-    on.opt.zero_grad(set_to_none=True)
-    gen = torch.Generator().manual_seed(1)
-    losses, _, _ = target_step(on.model, on.opt, data, rows, torch.device("cpu"),
-                               contextlib.nullcontext, torch.float32, gen, 1.0, on.focus, 1,
-                               readout=on.readout, scene_weight=2.0)
-    assert {"readout_loss", "lamp_acc", "gap_acc"} <= set(losses)
-    assert not any(name.startswith("readout") for name in on.model.state_dict())
-    metrics = evaluate_target(on.model, data, rows, torch.device("cpu"),
-                              contextlib.nullcontext, torch.float32, 3, readout=on.readout)
-    assert 0.0 <= metrics["gap_acc"] <= 1.0 and "readout_loss" in metrics
-    assert "gap_acc" not in evaluate_target(on.model, data, rows, torch.device("cpu"),
-                                            contextlib.nullcontext, torch.float32, 3)
-
-
-def test_a_run_with_the_readout_differs_from_one_without_and_resumes_alike(data, tmp_path):
-    whole, plain = _trainer(data, tmp_path, "whole", 1.0), _trainer(data, tmp_path, "plain", 0.0)
-    assert whole.run() and plain.run()
-    assert not torch.equal(whole.model.state_dict()["action_out_proj.weight"],
-                           plain.model.state_dict()["action_out_proj.weight"])
-    first = _trainer(data, tmp_path, "first", 1.0)
-    assert not first.run(max_steps=3)
-    tensors, meta = first.state()
-    assert {"readout.proj.weight", "readout.proj.bias"} <= set(tensors)
-    second = _trainer(data, tmp_path, "second", 1.0)
-    second.model.load_state_dict(first.model.state_dict())
-    second.load_state({k: v.clone() for k, v in tensors.items()}, json.loads(json.dumps(meta)))
-    torch.testing.assert_close(second.readout.proj.weight, first.readout.proj.weight)
-    assert second.run()
-    torch.testing.assert_close(second.readout.proj.weight, whole.readout.proj.weight,
-                               rtol=1e-5, atol=1e-6)
-    assert second.last == pytest.approx(whole.last, rel=1e-5, nan_ok=True)
-    assert whole.finish(data, 3, 7)["scene_weight"] == 1.0
-    with pytest.raises(ValueError, match="scene_weight"):
-        _trainer(data, tmp_path, "bad", -1.0)
+    batch = data.batch(torch.tensor([2, 0]), "cpu")
+    torch.testing.assert_close(batch.scene, data.scene[[2, 0]], equal_nan=True)
 
 
 def test_the_recipe_and_command_line_carry_the_weight():

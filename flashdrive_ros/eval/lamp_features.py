@@ -115,21 +115,36 @@ def markdown(summary: list[dict], model_dir: str, train_seeds: list[int],
     return "\n".join(lines) + "\n"
 
 
+def add_reader_arguments(parser: argparse.ArgumentParser) -> None:
+    """The probe's arguments (40 drives by default) and those of the lamp pairs and the
+    reader's fit."""
+    add_probe_arguments(parser)
+    parser.set_defaults(drives=40)
+    parser.add_argument("--pairs-per-wait", type=int, default=6)
+    parser.add_argument("--train-share", type=float, default=0.5,
+                        help="share of the seeds (the first ones) the reader is fitted on")
+    parser.add_argument("--l2", type=float, default=0.1, help="L2 weight of the reader's fit")
+
+
+def reader_seeds(parser: argparse.ArgumentParser, args: argparse.Namespace
+                 ) -> tuple[list[int], int]:
+    """(the held-out seeds, how many of the first the reader is fitted on); a parser error
+    for settings that leave one side empty or are out of range."""
+    seeds = held_out_seeds(parser, args)
+    split = int(round(args.train_share * len(seeds)))
+    if not 0 < split < len(seeds) or args.pairs_per_wait < 1 or not args.l2 >= 0:
+        parser.error("need seeds on both sides of --train-share, --pairs-per-wait >= 1, "
+                     "--l2 >= 0")
+    return seeds, split
+
+
 def main(argv: list[str] | None = None) -> int:
     from flashdrive_ros.model.alpamayo import AlpamayoModel
 
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    add_probe_arguments(p)
-    p.set_defaults(drives=40)
-    p.add_argument("--pairs-per-wait", type=int, default=6)
-    p.add_argument("--train-share", type=float, default=0.5,
-                   help="share of the seeds (the first ones) the reader is fitted on")
-    p.add_argument("--l2", type=float, default=0.1, help="L2 weight of the reader's fit")
+    add_reader_arguments(p)
     args = p.parse_args(argv)
-    seeds = held_out_seeds(p, args)
-    split = int(round(args.train_share * len(seeds)))
-    if not 0 < split < len(seeds) or args.pairs_per_wait < 1 or not args.l2 >= 0:
-        p.error("need seeds on both sides of --train-share, --pairs-per-wait >= 1, --l2 >= 0")
+    seeds, split = reader_seeds(p, args)
     model_dir = args.model_dir or default_model_dir()
     try:
         model = AlpamayoModel.from_dir(model_dir, device=args.device)

@@ -19,9 +19,14 @@ import sys
 import numpy as np
 import torch
 
-from flashdrive_ros.eval.lamp_features import fit_lamp_reader, reader_scores, summarize
-from flashdrive_ros.eval.scene_probe import add_probe_arguments, held_out_seeds, \
-    write_probe_report
+from flashdrive_ros.eval.lamp_features import (
+    add_reader_arguments,
+    fit_lamp_reader,
+    reader_scores,
+    reader_seeds,
+    summarize,
+)
+from flashdrive_ros.eval.scene_probe import write_probe_report
 from flashdrive_ros.paths import default_model_dir
 from flashdrive_ros.sim.lamp_pairs import LampPairs
 from flashdrive_ros.train.dataset import TrainSet
@@ -108,18 +113,10 @@ def main(argv: list[str] | None = None) -> int:
     from flashdrive_ros.model.release_tokenizer import load_tokenizer
 
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    add_probe_arguments(p)
-    p.set_defaults(drives=40)
-    p.add_argument("--pairs-per-wait", type=int, default=6)
-    p.add_argument("--train-share", type=float, default=0.5,
-                   help="share of the seeds (the first ones) the reader is fitted on")
-    p.add_argument("--l2", type=float, default=0.1, help="L2 weight of the reader's fit")
+    add_reader_arguments(p)
     p.add_argument("--workers", type=int, default=None, help="processes rendering the pairs")
     args = p.parse_args(argv)
-    seeds = held_out_seeds(p, args)
-    split = int(round(args.train_share * len(seeds)))
-    if not 0 < split < len(seeds) or args.pairs_per_wait < 1 or not args.l2 >= 0:
-        p.error("need seeds on both sides of --train-share, --pairs-per-wait >= 1, --l2 >= 0")
+    seeds, split = reader_seeds(p, args)
     model_dir = args.model_dir or default_model_dir()
     try:
         model = AlpamayoModel.from_dir(model_dir, device=args.device)
