@@ -33,7 +33,7 @@ from flashdrive_ros.train.dataset import TrainSet
 from flashdrive_ros.train.drive import Drive
 from flashdrive_ros.train.generate import lamp_pair_drives
 from flashdrive_ros.train.scene_readout import SCENE_COLUMNS
-from flashdrive_ros.train.target_train import merged_grid
+from flashdrive_ros.train.target_train import run_backbone
 from flashdrive_ros.train.warm_start import ACTION_STATS
 
 JSON_FILE, MARKDOWN_FILE = "decision_features.json", "decision_features.md"
@@ -47,30 +47,18 @@ def decision_states(model, tokenizer, drives: list[Drive], device: torch.device 
     """The last window of each drive through the backbone -> ({layer name (the decoder
     layer's index, or FINAL after the final norm): [N, H] float32 hidden state at the last
     prompt token}, [N, 3] scene readings of those windows)."""
-    from flashdrive_ros.model.kv_cache import KVCache
-
     cfg = model.cfg
     stats = {key: getattr(cfg.action, key) for key in ACTION_STATS}
     data = TrainSet.build(cfg, tokenizer, drives, stats=stats, device=device)
-    per_drive = [len(d.window_steps(cfg.prompt.num_frames, cfg.action.num_history))
-                 for d in drives]
-    rows = torch.as_tensor(np.cumsum(per_drive) - 1, dtype=torch.long)
+    last_of_drive = np.append(data.drive_of[1:] != data.drive_of[:-1], True)  # [N] bool
+    rows = torch.as_tensor(np.flatnonzero(last_of_drive), dtype=torch.long)
     layers = tuple(range(cfg.text.num_hidden_layers))
     parts: dict[str, list[np.ndarray]] = {**{str(i): [] for i in layers}, FINAL: []}
     last = data.prompt_len - 1
-    text = cfg.text
     for start in range(0, len(rows), batch_size):
         batch = data.batch(rows[start:start + batch_size], device, with_coc=False)
-        embeds, visual_mask, deepstack = model.vlm.embed(
-            batch.input_ids, batch.pixel_patches, merged_grid(batch.grid_thw),
-            data.image_token_id)
-        b, t = batch.input_ids.shape
-        cache = KVCache(text.num_hidden_layers, b, text.num_key_value_heads, t, text.head_dim,
-                        dtype=embeds.dtype, device=embeds.device)
-        out = model.vlm.language_model(embeds, batch.positions, cache,
-                                       torch.arange(t, device=embeds.device),
-                                       visual_mask=visual_mask, deepstack=deepstack,
-                                       output_layers=layers)
+        out, _ = run_backbone(model, batch, data.image_token_id, torch.float32, grad=False,
+                              output_layers=layers)
         for i in layers:
             parts[str(i)].append(out.layer_hidden[i][:, last].float().cpu().numpy())
         parts[FINAL].append(out.hidden[:, last].float().cpu().numpy())

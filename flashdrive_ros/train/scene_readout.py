@@ -56,9 +56,9 @@ def gap_classes(scene: torch.Tensor) -> torch.Tensor:
 
 def scene_class_counts(scene: torch.Tensor) -> dict[str, dict[str, int]]:
     """scene: [N, 3] -> windows per lamp class and per gap class."""
-    return {"lamp": {name: int((lamp_classes(scene) == i).sum()) for i, name in enumerate(LAMPS)},
-            "gap": {name: int((gap_classes(scene) == i).sum())
-                    for i, name in enumerate(GAP_CLASSES)}}
+    lamp = torch.bincount(lamp_classes(scene), minlength=len(LAMPS))
+    gap = torch.bincount(gap_classes(scene), minlength=len(GAP_CLASSES))
+    return {"lamp": dict(zip(LAMPS, map(int, lamp))), "gap": dict(zip(GAP_CLASSES, map(int, gap)))}
 
 
 class SceneReadout(nn.Module):

@@ -51,8 +51,10 @@ def merged_grid(grid_thw: torch.Tensor) -> torch.Tensor:
 
 
 def run_backbone(model: AlpamayoModel, batch: TrainBatch, image_token_id: int,
-                 cache_dtype: torch.dtype, grad: bool = True):
-    """Teacher-forced pass over the batch rows -> (BackboneOutput, cache holding their KV)."""
+                 cache_dtype: torch.dtype, grad: bool = True,
+                 output_layers: tuple[int, ...] = ()):
+    """Teacher-forced pass over the batch rows -> (BackboneOutput, with the hidden state
+    after each decoder layer in `output_layers`; cache holding their KV)."""
     vlm = model.vlm
     cfg = model.cfg.text
     embeds, visual_mask, deepstack = vlm.embed(batch.input_ids, batch.pixel_patches,
@@ -63,7 +65,8 @@ def run_backbone(model: AlpamayoModel, batch: TrainBatch, image_token_id: int,
                       dtype=cache_dtype, device=batch.input_ids.device)
     out = vlm.language_model(embeds, batch.positions, cache,
                              torch.arange(t, device=batch.input_ids.device),
-                             visual_mask=visual_mask, deepstack=deepstack)
+                             visual_mask=visual_mask, deepstack=deepstack,
+                             output_layers=output_layers)
     return out, cache
 
 
