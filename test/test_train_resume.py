@@ -25,6 +25,7 @@ from flashdrive_ros.train.target_train import (
     evaluate_target,
     run_backbone,
     target_step,
+    target_step_losses,
 )
 
 
@@ -41,14 +42,15 @@ def data(drive):
     return TrainSet.build(cfg, tokenizer, [drive])
 
 
-def _trainer(data, tmp_path, name, history_dropout=0.0, scene_weight=0.0):
+def _trainer(data, tmp_path, name, history_dropout=0.0, scene_weight=0.0, readout_blind=0.0):
     torch.manual_seed(0)
     model = AlpamayoModel(data.cfg)
     log = TrainLog(tmp_path / f"{name}.jsonl", echo=False)
     return TargetTrainer(model, data, 6, None, 3, 3e-3, 7, log, torch.device("cpu"),
                          contextlib.nullcontext, torch.float32, log_every=1,
                          focus=DecisionFocus(token_weight=3.0, balance=0.5), flow_draws=2,
-                         history_dropout=history_dropout, scene_weight=scene_weight)
+                         history_dropout=history_dropout, scene_weight=scene_weight,
+                         readout_blind=readout_blind)
 
 
 def test_a_stopped_and_resumed_target_stage_takes_the_same_steps(data, tmp_path):
@@ -74,8 +76,9 @@ def test_a_stopped_and_resumed_target_stage_takes_the_same_steps(data, tmp_path)
 
 def test_history_dropout_drops_its_share_of_windows_and_resumes_alike(data, tmp_path):
     trainer = _trainer(data, tmp_path, "share", history_dropout=0.4)
-    assert _trainer(data, tmp_path, "none").draw_history_kept() is None
-    dropped = torch.cat([~trainer.draw_history_kept() for _ in range(2000)])
+    assert _trainer(data, tmp_path, "none").draw_masks() == (None, None)
+    assert trainer.draw_masks()[1] is None
+    dropped = torch.cat([~trainer.draw_masks()[0] for _ in range(2000)])
     assert abs(float(dropped.float().mean()) - 0.4) < 0.03
     whole = _trainer(data, tmp_path, "whole", history_dropout=0.5)
     plain = _trainer(data, tmp_path, "plain")
@@ -111,7 +114,7 @@ def test_the_readout_loss_reaches_the_vision_encoder_and_joins_the_step(data, tm
     losses, _, _ = target_step(on.model, on.opt, data, rows, torch.device("cpu"),
                                contextlib.nullcontext, torch.float32, gen, 1.0, on.focus, 1,
                                readout=on.readout, scene_weight=2.0)
-    assert {"readout_loss", "lamp_acc", "gap_acc"} <= set(losses)
+    assert {"readout_loss", "lamp_acc", "gap_acc", "motion_acc"} <= set(losses)
     assert not any(name.startswith("readout") for name in on.model.state_dict())
     metrics = evaluate_target(on.model, data, rows, torch.device("cpu"),
                               contextlib.nullcontext, torch.float32, 3, readout=on.readout)
@@ -141,6 +144,56 @@ def test_a_run_with_the_readout_differs_from_one_without_and_resumes_alike(data,
     assert whole.finish(data, 3, 7)["scene_weight"] == 1.0
     with pytest.raises(ValueError, match="scene_weight"):
         _trainer(data, tmp_path, "bad", scene_weight=-1.0)
+
+
+def test_blind_windows_lose_their_history_and_train_the_readout_alone(data, tmp_path):
+    trainer = _trainer(data, tmp_path, "share", history_dropout=0.2, scene_weight=1.0,
+                       readout_blind=0.3)
+    masks = [trainer.draw_masks() for _ in range(2000)]
+    kept = torch.cat([k for k, _ in masks])
+    trained = torch.cat([t for _, t in masks])
+    assert abs(float((~kept).float().mean()) - 0.5) < 0.03
+    assert abs(float((~trained).float().mean()) - 0.3) < 0.03
+    assert not bool((~trained & kept).any())
+    rows = torch.arange(3)
+    trained = torch.tensor([True, False, True])
+    batch = data.batch(rows, "cpu")
+    altered = dataclasses.replace(
+        batch, actions=batch.actions.clone(), labels=batch.labels.clone())
+    altered.actions[1] += 1.0
+    labelled = altered.labels[1] >= 0
+    altered.labels[1, labelled] = (altered.labels[1, labelled] + 1) % data.cfg.text.vocab_size
+
+    def losses(b, mask):
+        with torch.no_grad():
+            return target_step_losses(trainer.model, b, data.image_token_id, torch.float32,
+                                      torch.Generator().manual_seed(3), grad=True,
+                                      focus=trainer.focus, flow_draws=2,
+                                      readout=trainer.readout, trained=mask)
+
+    a, b = losses(batch, trained), losses(altered, trained)
+    for name in ("coc_loss", "flow_loss", "readout_loss"):
+        torch.testing.assert_close(a[name], b[name], msg=name)
+    a, b = losses(batch, None), losses(altered, None)
+    assert float(a["coc_loss"]) != float(b["coc_loss"])
+    assert float(a["flow_loss"]) != float(b["flow_loss"])
+    whole = _trainer(data, tmp_path, "whole", scene_weight=1.0, readout_blind=0.5)
+    readout = _trainer(data, tmp_path, "readout", scene_weight=1.0)
+    assert whole.run() and readout.run()
+    assert not torch.equal(whole.model.state_dict()["action_out_proj.weight"],
+                           readout.model.state_dict()["action_out_proj.weight"])
+    first = _trainer(data, tmp_path, "first", scene_weight=1.0, readout_blind=0.5)
+    assert not first.run(max_steps=2)
+    tensors, meta = first.state()
+    second = _trainer(data, tmp_path, "second", scene_weight=1.0, readout_blind=0.5)
+    second.model.load_state_dict(first.model.state_dict())
+    second.load_state({k: v.clone() for k, v in tensors.items()}, json.loads(json.dumps(meta)))
+    assert second.run()
+    assert second.last == pytest.approx(whole.last, rel=1e-5, nan_ok=True)
+    assert whole.finish(data, 3, 7)["readout_blind"] == 0.5
+    for dropout, weight, blind in ((0.0, 0.0, 0.3), (0.6, 1.0, 0.4), (0.0, 1.0, 1.0)):
+        with pytest.raises(ValueError, match="readout_blind"):
+            _trainer(data, tmp_path, "bad", dropout, weight, blind)
 
 
 def test_generator_state_of_another_device_is_refused(data, tmp_path):

@@ -1,6 +1,7 @@
 """Scene readout: the expert reads the gap to the vehicle ahead, drives and training windows
-keep the lamp and both gaps per step, the classes bin them, the head's loss, and the recipe's
-weight (the head beside the target trainer: test_train_resume.py)."""
+keep the lamp, both gaps and the vehicle's speed per step, the classes bin them, the head's
+loss, and the recipe's weight and blind share (the head beside the target trainer:
+test_train_resume.py)."""
 
 import dataclasses
 import math
@@ -20,9 +21,11 @@ from flashdrive_ros.train.run_data import train_tokenizer
 from flashdrive_ros.train.scene_readout import (
     GAP_CLASSES,
     LAMPS,
+    MOTIONS,
     SceneReadout,
     gap_classes,
     lamp_classes,
+    motion_classes,
     readout_losses,
     scene_class_counts,
     scene_readings,
@@ -54,40 +57,50 @@ def test_the_expert_reads_the_nearest_vehicle_ahead_and_moving_back_lengthens_it
 
 def test_readings_and_classes(log):
     scene = scene_readings(log.infos)
-    assert scene.shape == (len(log.infos), 3)
+    assert scene.shape == (len(log.infos), 4)
     for info, row in zip(log.infos, scene):
         assert row[0] == LAMPS.index(info.light_state or "none")
         assert math.isnan(row[1]) == (info.light_gap is None)
         assert math.isnan(row[2]) == (info.vehicle_gap is None)
-    table = torch.tensor([[1.0, 10.0, 3.0], [3.0, 45.0, 6.0], [2.0, 39.9, 19.9],
-                          [0.0, math.nan, 41.0], [1.0, -1.0, math.nan]])
+        assert math.isnan(row[3]) == (info.vehicle_speed is None)
+        if info.vehicle_speed is not None:
+            assert row[3] == info.vehicle_speed
+    table = torch.tensor([[1.0, 10.0, 3.0, 0.0], [3.0, 45.0, 6.0, 4.0], [2.0, 39.9, 19.9, 0.49],
+                          [0.0, math.nan, 41.0, 0.0], [1.0, -1.0, math.nan, math.nan]])
     assert [LAMPS[i] for i in lamp_classes(table)] == ["red", "none", "yellow", "none", "red"]
     assert [GAP_CLASSES[i] for i in gap_classes(table)] == ["0-6", "6-12", "12-20", "none",
                                                              "none"]
+    assert [MOTIONS[i] for i in motion_classes(table)] == ["standing", "moving", "standing",
+                                                            "none", "none"]
     counts = scene_class_counts(table)
     assert counts["lamp"] == {"none": 2, "red": 2, "yellow": 1, "green": 0}
     assert sum(counts["gap"].values()) == 5
+    assert counts["motion"] == {"none": 2, "standing": 2, "moving": 1}
 
 
 def test_the_loss_and_hits_of_the_head():
     torch.manual_seed(0)
     readout = SceneReadout(8)
     hidden = torch.randn(4, 8)
-    scene = torch.tensor([[1.0, 10.0, 3.0], [0.0, math.nan, math.nan],
-                          [3.0, 5.0, 30.0], [0.0, math.nan, 50.0]])
+    scene = torch.tensor([[1.0, 10.0, 3.0, 0.0], [0.0, math.nan, math.nan, math.nan],
+                          [3.0, 5.0, 30.0, 7.0], [0.0, math.nan, 50.0, 0.0]])
     out = readout_losses(readout, hidden, scene)
-    lamp_logits, gap_logits = readout(hidden)
-    want = 0.5 * (torch.nn.functional.cross_entropy(lamp_logits, lamp_classes(scene))
-                  + torch.nn.functional.cross_entropy(gap_logits, gap_classes(scene)))
+    lamp_logits, gap_logits, motion_logits = readout(hidden)
+    assert motion_logits.shape == (4, len(MOTIONS))
+    ce = torch.nn.functional.cross_entropy
+    want = (ce(lamp_logits, lamp_classes(scene)) + ce(gap_logits, gap_classes(scene))
+            + ce(motion_logits, motion_classes(scene))) / 3
     torch.testing.assert_close(out["readout_loss"], want)
     assert torch.isnan(out["lamp_hit"][[1, 3]]).all() and not torch.isnan(
         out["lamp_hit"][[0, 2]]).any()
+    assert torch.isnan(out["motion_hit"][[1, 3]]).all() and not torch.isnan(
+        out["motion_hit"][[0, 2]]).any()
     assert set(out["gap_hit"].tolist()) <= {0.0, 1.0}
 
 
 def test_training_windows_keep_the_readings_of_their_step():
     drive = generate_drive(SEED, 2.2, (48, 64), SensorNoise())
-    assert drive.scene.shape == (drive.num_steps, 3)
+    assert drive.scene.shape == (drive.num_steps, 4)
     tokenizer = train_tokenizer(drive.coc * 4, 120, 1000)
     cfg = tiny(tokenizer.vocab_size)
     cfg.action = dataclasses.replace(cfg.action, num_traj_tokens=1000)
@@ -107,3 +120,11 @@ def test_the_recipe_and_command_line_carry_the_weight():
             Recipe(scene_weight=bad)
     with pytest.raises(SystemExit):
         parse_args(["--out", "x", "--scene-weight", "-1"])
+    _, recipe = parse_args(["--out", "x", "--scene-weight", "0.5", "--readout-blind", "0.25"])
+    assert recipe.readout_blind == 0.25
+    with pytest.raises(ValueError, match="readout_blind"):
+        Recipe(readout_blind=0.25)
+    with pytest.raises(ValueError, match="readout_blind"):
+        Recipe(scene_weight=1.0, history_dropout=0.5, readout_blind=0.5)
+    with pytest.raises(SystemExit):
+        parse_args(["--out", "x", "--readout-blind", "0.25"])

@@ -31,7 +31,7 @@ from flashdrive_ros.train.actions import (
     normalize_controls,
 )
 from flashdrive_ros.train.decision_focus import SIDE_WORDS, decisive_lengths
-from flashdrive_ros.train.drive import Drive, to_ego_frame
+from flashdrive_ros.train.drive import SCENE_COLUMNS, Drive, to_ego_frame
 
 IGNORE = -100
 
@@ -43,7 +43,7 @@ class TrainBatch:
     prompt order; seq_lens: [B] valid tokens (prompt + CoC); actions: [B, N_wp, 2]; decisive:
     [B, T] bool, True at the label positions of the CoC tokens that decide the decision;
     sided: [B, T] bool, True at the label positions of the CoC's side words (SIDE_WORDS);
-    scene: [B, 3] float32 the expert's readings (SCENE_COLUMNS); coc_start: first label column
+    scene: [B, 4] float32 the expert's readings (SCENE_COLUMNS); coc_start: first label column
     (None without CoC); seq_bounds: (min, max) of seq_lens, read on the host. grid_thw stays
     on the CPU (the vision encoder reads it there)."""
 
@@ -89,7 +89,7 @@ class TrainSet:
         self.decisive_lens = torch.as_tensor(decisive_lens, dtype=torch.long)  # [N]
         self.side_cols = side_cols  # [N, M] bool: coc_ids columns holding a side word
         self.lamp_pair = lamp_pair  # [N] bool: windows of lamp pairs
-        self.scene = torch.as_tensor(scene, dtype=torch.float32)  # [N, 3] SCENE_COLUMNS
+        self.scene = torch.as_tensor(scene, dtype=torch.float32)  # [N, 4] SCENE_COLUMNS
         self.builder = PromptBuilder(cfg, tokenizer)
         hist_tok = HistoryTokenizer(cfg.action, tokenizer.traj_token_start)
         self.history_ids = torch.as_tensor(
@@ -161,7 +161,7 @@ class TrainSet:
                    np.asarray(decision, dtype=np.int64), np.asarray(drive_of, dtype=np.int64),
                    np.asarray(step_of, dtype=np.int64), stats, decisive, side_cols,
                    np.asarray(lamp_pair, dtype=bool),
-                   np.asarray(scene, dtype=np.float32).reshape(-1, 3))
+                   np.asarray(scene, dtype=np.float32).reshape(-1, len(SCENE_COLUMNS)))
 
     def images(self, rows: torch.Tensor) -> torch.Tensor:
         """uint8 [B, V, F, H, W, 3] of the windows `rows`."""

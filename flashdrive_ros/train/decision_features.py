@@ -32,7 +32,7 @@ from flashdrive_ros.sim.lamp_pairs import LampPairs
 from flashdrive_ros.train.dataset import TrainSet
 from flashdrive_ros.train.drive import Drive
 from flashdrive_ros.train.generate import lamp_pair_drives
-from flashdrive_ros.train.scene_readout import SCENE_COLUMNS
+from flashdrive_ros.train.drive import SCENE_COLUMNS
 from flashdrive_ros.train.target_train import run_backbone
 from flashdrive_ros.train.warm_start import ACTION_STATS
 
@@ -46,7 +46,7 @@ def decision_states(model, tokenizer, drives: list[Drive], device: torch.device 
                     batch_size: int = 16) -> tuple[dict[str, np.ndarray], np.ndarray]:
     """The last window of each drive through the backbone -> ({layer name (the decoder
     layer's index, or FINAL after the final norm): [N, H] float32 hidden state at the last
-    prompt token}, [N, 3] scene readings of those windows)."""
+    prompt token}, [N, 4] scene readings of those windows)."""
     cfg = model.cfg
     stats = {key: getattr(cfg.action, key) for key in ACTION_STATS}
     data = TrainSet.build(cfg, tokenizer, drives, stats=stats, device=device)

@@ -10,6 +10,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+SCENE_COLUMNS = ("lamp", "light_gap_m", "vehicle_gap_m", "vehicle_speed_mps")
+
 
 @dataclass
 class Drive:
@@ -19,8 +21,8 @@ class Drive:
     poses: float64 [S, 4] world (x, y, z, yaw); speed: float64 [S];
     coc: S chain-of-causation sentences; decision: int64 [S] index into the decision names;
     expert_future: float64 [S, N_wp, 3] the expert's plan (x, y, yaw) in the ego frame of
-    each step; tags: S comma-joined scenario tags of each step; scene: float64 [S, 3] the
-    expert's readings of each step (train/scene_readout.py SCENE_COLUMNS).
+    each step; tags: S comma-joined scenario tags of each step; scene: float64 [S, 4] the
+    expert's readings of each step (SCENE_COLUMNS, train/scene_readout.py).
     """
 
     seed: int
@@ -48,8 +50,9 @@ class Drive:
         if self.expert_future.ndim != 3 or self.expert_future.shape[0] != s or \
                 self.expert_future.shape[2] != 3:
             raise ValueError("expert_future must be [S, N_wp, 3]")
-        if self.scene.shape != (s, 3):
-            raise ValueError(f"scene must be [S, 3], got {self.scene.shape}")
+        if self.scene.shape != (s, len(SCENE_COLUMNS)):
+            raise ValueError(f"scene must be [S, {len(SCENE_COLUMNS)}] "
+                             f"({', '.join(SCENE_COLUMNS)}), got {self.scene.shape}")
 
     @property
     def num_steps(self) -> int:

@@ -184,7 +184,8 @@ def run(out: Path, recipe: Recipe, minutes_budget: float, device: torch.device, 
                             cache_dtype, recipe.flow_weight, focus=recipe.decision,
                             flow_draws=recipe.flow_draws,
                             history_dropout=recipe.history_dropout,
-                            scene_weight=recipe.scene_weight)
+                            scene_weight=recipe.scene_weight,
+                            readout_blind=recipe.readout_blind)
     stage = "target"
     if paused is not None:
         meta, _, tensors = paused

@@ -101,6 +101,10 @@ def parse_args(argv: list[str] | None = None) -> tuple[argparse.Namespace, Recip
                         help=f"weight of the scene readout's loss (the lamp ahead and the gap "
                              f"to the vehicle ahead read where the model decides; default "
                              f"{Recipe.scene_weight}: no readout)")
+    parser.add_argument("--readout-blind", type=float, default=None,
+                        help=f"share of the target stage's windows that lose their ego "
+                             f"history and train the scene readout alone (needs "
+                             f"--scene-weight; default {Recipe.readout_blind}: none)")
     parser.add_argument("--target-minutes", type=float, default=None,
                         help="target schedule length over all calls (default: its share of "
                              "one call)")
@@ -130,7 +134,7 @@ def parse_args(argv: list[str] | None = None) -> tuple[argparse.Namespace, Recip
         ("target_minutes", args.target_minutes), ("later_minutes", args.later_minutes),
         ("extra_drives", args.extra_drives), ("init_from", args.init_from),
         ("target_lr", args.target_lr), ("history_dropout", args.history_dropout),
-        ("scene_weight", args.scene_weight),
+        ("scene_weight", args.scene_weight), ("readout_blind", args.readout_blind),
         ("standing_lead_label", on_off(args.standing_lead_label)))
         if value is not None}
     focus = {name: value for name, value in (

@@ -13,6 +13,7 @@ from flashdrive_ros.sim.lamp_pairs import LampPairs
 from flashdrive_ros.sim.lead_stops import LeadStops
 from flashdrive_ros.sim.light_branches import LightBranches
 from flashdrive_ros.train.decision_focus import DecisionFocus
+from flashdrive_ros.train.scene_readout import check_readout_blind
 from flashdrive_ros.train.sensor_noise import SensorNoise
 from flashdrive_ros.train.streaming_backbone import BackboneStreamingConfig
 
@@ -45,7 +46,9 @@ class Recipe:
     ego history (past-motion dropout; the history placeholder tokens stand in its place).
     `scene_weight` > 0 trains a scene readout beside the target (the lamp ahead and the gap to
     the vehicle ahead read from the hidden state where the model decides; its loss at this
-    weight, train/scene_readout.py); 0 leaves it out.
+    weight, train/scene_readout.py); 0 leaves it out. `readout_blind` is the share of the drawn
+    windows that lose their ego history and train the readout alone (their CoC and flow
+    losses leave them out), so that it reads the scene from the cameras.
     `init_from` names a model directory of the recipe's model whose tokenizer, action
     normalization and weights (drafters too) the run starts from (train/warm_start.py);
     `target_lr` is then the fine-tuning rate. Training drives are the training seeds from
@@ -83,6 +86,7 @@ class Recipe:
     flow_draws: int = 4
     history_dropout: float = 0.0
     scene_weight: float = 0.0
+    readout_blind: float = 0.0
     decision: DecisionFocus = field(default_factory=DecisionFocus)
     draft_rows: int = 4096
     draft_eval_rows: int = 512
@@ -126,6 +130,7 @@ class Recipe:
             raise ValueError(f"history_dropout must be in [0, 1), got {self.history_dropout}")
         if not (math.isfinite(self.scene_weight) and self.scene_weight >= 0.0):
             raise ValueError(f"scene_weight must be finite and >= 0, got {self.scene_weight}")
+        check_readout_blind(self.readout_blind, self.history_dropout, self.scene_weight)
         if self.target_minutes is not None and not self.target_minutes > 0:
             raise ValueError(f"target_minutes must be > 0, got {self.target_minutes}")
         if not self.later_minutes > 0:

@@ -7,8 +7,9 @@ x0 ~ N(0, I), x1 = data actions, t ~ U(0, 1), x_t = t x1 + (1 - t) x0, target v 
 `DecisionFocus` weighs the CoC tokens that decide the decision and draws rare decisions more
 often; the held-out metrics add the share of windows whose deciding tokens are all right
 (`decision_acc`, also per decision). With a `SceneReadout` (scene_weight > 0) its loss on the
-hidden state at the last prompt token joins the sum, and the metrics add `lamp_acc` and
-`gap_acc` (train/scene_readout.py).
+hidden state at the last prompt token joins the sum, and the metrics add `lamp_acc`, `gap_acc`
+and `motion_acc` (train/scene_readout.py). Blind windows (`readout_blind`) lose their ego history
+and train the readout alone: their CoC and flow losses leave them out.
 """
 
 from __future__ import annotations
@@ -30,7 +31,8 @@ from flashdrive_ros.train.decision_focus import PLAIN, DecisionFocus, draw_weigh
 from flashdrive_ros.train.grad_cache import GradKVCache
 from flashdrive_ros.train.log import TrainLog
 from flashdrive_ros.train.optimizer_state import load_optimizer_state, optimizer_state
-from flashdrive_ros.train.scene_readout import SceneReadout, readout_losses
+from flashdrive_ros.train.scene_readout import CLASSES as SCENE_CLASSES
+from flashdrive_ros.train.scene_readout import SceneReadout, check_readout_blind, readout_losses
 from flashdrive_ros.train.schedule import Progress
 
 Autocast = Callable[[], contextlib.AbstractContextManager]
@@ -96,10 +98,10 @@ def _coc_loss_from(model: AlpamayoModel, hidden: torch.Tensor, labels: torch.Ten
     keep = (labels != IGNORE).float()  # keep: [B, W]
     logits = model.vlm.logits(hidden).float()  # logits: [B, W, V]
     target = labels.clamp_min(0)
-    acc = ((logits.argmax(-1) == target).float() * keep).sum() / keep.sum()
+    acc = ((logits.argmax(-1) == target).float() * keep).sum() / keep.sum().clamp_min(1.0)
     ce = F.cross_entropy(logits.transpose(1, 2), target, reduction="none")  # ce: [B, W]
     w = keep if weights is None else weights.float() * keep
-    return (ce * w).sum() / w.sum(), acc
+    return (ce * w).sum() / w.sum().clamp_min(1e-6), acc
 
 
 def decision_hits(model: AlpamayoModel, hidden: torch.Tensor, labels: torch.Tensor,
@@ -117,46 +119,60 @@ def decision_hits(model: AlpamayoModel, hidden: torch.Tensor, labels: torch.Tens
 
 
 def flow_loss(model: AlpamayoModel, cache, batch: TrainBatch, generator: torch.Generator,
-              draws: int = 1) -> torch.Tensor:
+              draws: int = 1, trained: torch.Tensor | None = None) -> torch.Tensor:
     return flow_matching_loss(model, cache, batch.actions, batch.seq_lens, generator, draws,
-                              batch.seq_bounds)
+                              batch.seq_bounds, trained)
 
 
 def flow_matching_loss(model: AlpamayoModel, cache, actions: torch.Tensor,
                        prefix_lens: torch.Tensor, generator: torch.Generator, draws: int = 1,
-                       bounds: tuple[int, int] | None = None) -> torch.Tensor:
+                       bounds: tuple[int, int] | None = None,
+                       trained: torch.Tensor | None = None) -> torch.Tensor:
     """actions: [B, N_wp, 2] normalized targets; row b's expert reads cache row b's first
     prefix_lens[b] slots ([B] long); `draws` (noise, time) pairs per row, all noise drawn
-    before all times (draws = 1: one [B, N_wp, 2] noise and one [B] time draw)."""
+    before all times (draws = 1: one [B, N_wp, 2] noise and one [B] time draw); trained: [B]
+    bool, the rows the loss averages over (None: all)."""
     x0 = torch.randn((draws, *actions.shape), generator=generator, device=actions.device,
                      dtype=actions.dtype)  # x0: [K, B, N_wp, 2]
     t = torch.rand((draws, actions.shape[0]), generator=generator, device=actions.device,
                    dtype=actions.dtype)  # t: [K, B]
-    return flow_matching_loss_at(model, cache, actions, prefix_lens, x0, t, bounds)
+    return flow_matching_loss_at(model, cache, actions, prefix_lens, x0, t, bounds, trained)
 
 
 def flow_matching_loss_at(model: AlpamayoModel, cache, actions: torch.Tensor,
                           prefix_lens: torch.Tensor, x0: torch.Tensor, t: torch.Tensor,
-                          bounds: tuple[int, int] | None = None) -> torch.Tensor:
-    """Mean squared velocity error over the K given draws: x0: [K, B, N_wp, 2]; t: [K, B];
-    the expert runs once over the K * B rows, each reading its window's cached prefix."""
+                          bounds: tuple[int, int] | None = None,
+                          trained: torch.Tensor | None = None) -> torch.Tensor:
+    """Mean squared velocity error over the K given draws (and the `trained` rows, [B] bool):
+    x0: [K, B, N_wp, 2]; t: [K, B]; the expert runs once over the K * B rows, each reading
+    its window's cached prefix."""
     draws = x0.shape[0]
     x1 = actions.expand(draws, *actions.shape).reshape(-1, *actions.shape[1:])
     x_t, target = interpolate(x1, x0.reshape(x1.shape), t.reshape(-1))  # x_t: [K*B, N_wp, 2]
     v = batched_velocity(model.expert, model.action_in_proj, model.action_out_proj, x_t,
                          t.reshape(-1), cache, prefix_lens, draws, bounds)
-    return F.mse_loss(v.float(), target.float())
+    if trained is None:
+        return F.mse_loss(v.float(), target.float())
+    err = (v.float() - target.float()).square().mean(dim=(1, 2))  # err: [K*B]
+    w = trained.float().repeat(draws)  # w: [K*B], row k * B + b
+    return (err * w).sum() / w.sum().clamp_min(1.0)
 
 
 def target_step_losses(model: AlpamayoModel, batch: TrainBatch, image_token_id: int,
                        cache_dtype: torch.dtype, generator: torch.Generator, grad: bool = True,
                        focus: DecisionFocus = PLAIN, flow_draws: int = 1,
-                       readout: SceneReadout | None = None) -> dict[str, torch.Tensor]:
+                       readout: SceneReadout | None = None, trained: torch.Tensor | None = None
+                       ) -> dict[str, torch.Tensor]:
     """coc_loss weighs the CoC tokens by `focus.loss_weights`; decision_hit: [B] bool; without
     grad also side_hit: [B] bool, every side word of the row is its argmax; with `readout`
-    also readout_loss, lamp_hit [B] and gap_hit [B] (`readout_losses`)."""
+    also readout_loss, lamp_hit, gap_hit and motion_hit [B] (`readout_losses`). trained: [B]
+    bool, the rows whose CoC and flow losses count (None: all; the readout counts every
+    row)."""
     out, cache = run_backbone(model, batch, image_token_id, cache_dtype, grad)
     weights = focus.loss_weights(batch.decisive, batch.sided)
+    if trained is not None:
+        rows = trained[:, None].float().expand(batch.labels.shape)  # rows: [B, T]
+        weights = rows if weights is None else weights * rows
     ce, acc = coc_loss(model, out.hidden, batch.labels, weights, batch.coc_start)
     with torch.no_grad():
         hits = {"decision_hit": decision_hits(model, out.hidden, batch.labels, batch.decisive,
@@ -166,7 +182,7 @@ def target_step_losses(model: AlpamayoModel, batch: TrainBatch, image_token_id: 
                                              batch.coc_start)
     if readout is not None:
         hits |= readout_losses(readout, out.hidden[:, batch.coc_start], batch.scene)
-    fm = flow_loss(model, cache, batch, generator, flow_draws)
+    fm = flow_loss(model, cache, batch, generator, flow_draws, trained)
     return {"coc_loss": ce, "coc_acc": acc, "flow_loss": fm, **hits}
 
 
@@ -177,12 +193,13 @@ def evaluate_target(model: AlpamayoModel, data: TrainSet, rows: torch.Tensor,
                     ) -> dict[str, float]:
     """Plain (unweighted) mean losses, token accuracy, decision_acc and decision_acc_<name>
     per decision present among `rows`, side_acc over the rows whose CoC names a side; with
-    `readout` also lamp_acc (over the rows with a light in range) and gap_acc."""
+    `readout` also lamp_acc (over the rows with a light in range), gap_acc and motion_acc
+    (over the rows with a vehicle in range)."""
     model.eval()
     gen = torch.Generator(device=device).manual_seed(seed)
     totals: dict[str, float] = {}
     hits, side_hits = [], []
-    scene_hits: dict[str, list[torch.Tensor]] = {"lamp_hit": [], "gap_hit": []}
+    scene_hits: dict[str, list[torch.Tensor]] = {f"{r}_hit": [] for r in SCENE_CLASSES}
     count = 0
     for start in range(0, len(rows), batch_size):
         chunk = rows[start:start + batch_size]
@@ -220,22 +237,27 @@ def target_step(model: AlpamayoModel, opt: torch.optim.Optimizer, data: TrainSet
                 rows: torch.Tensor, device: torch.device, autocast: Autocast,
                 cache_dtype: torch.dtype, generator: torch.Generator, flow_weight: float,
                 focus: DecisionFocus, flow_draws: int, history_kept: torch.Tensor | None = None,
-                readout: SceneReadout | None = None, scene_weight: float = 0.0
+                readout: SceneReadout | None = None, scene_weight: float = 0.0,
+                trained: torch.Tensor | None = None
                 ) -> tuple[dict[str, torch.Tensor], torch.Tensor, torch.Tensor]:
     """One optimizer step on the windows `rows` -> (losses, decision_hit [B], grad norm);
     nothing is read back from the device. history_kept: [B] bool, False where the window's
     ego history is dropped (TrainSet.token_rows). With `readout` (its parameters in `opt`) its
-    loss joins at `scene_weight`, and losses hold lamp_acc and gap_acc of the batch."""
+    loss joins at `scene_weight`, and losses hold lamp_acc, gap_acc and motion_acc of the
+    batch. trained: [B] bool, the rows whose CoC and flow losses count (None: all)."""
     batch = data.batch(rows, device, history_kept=history_kept)
+    if trained is not None:
+        trained = trained.to(device)
     with autocast():
         losses = target_step_losses(model, batch, data.image_token_id, cache_dtype, generator,
-                                    focus=focus, flow_draws=flow_draws, readout=readout)
+                                    focus=focus, flow_draws=flow_draws, readout=readout,
+                                    trained=trained)
     hit = losses.pop("decision_hit")
     loss = losses["coc_loss"] + flow_weight * losses["flow_loss"]
     if readout is not None:
         loss = loss + scene_weight * losses["readout_loss"]
-        losses["lamp_acc"] = losses.pop("lamp_hit").nanmean()
-        losses["gap_acc"] = losses.pop("gap_hit").mean()
+        for reading in SCENE_CLASSES:
+            losses[f"{reading}_acc"] = losses.pop(f"{reading}_hit").nanmean()
     opt.zero_grad(set_to_none=True)
     loss.backward()
     params = [p for group in opt.param_groups for p in group["params"]]
@@ -255,7 +277,9 @@ class TargetTrainer:
     With `history_dropout` p each drawn window loses its ego history with probability p
     (past-motion dropout: its plan and CoC must come from the cameras); the held-out
     evaluation keeps every history. With `scene_weight` > 0 a `SceneReadout` trains beside
-    the model (its weights in `state()`, not in the model).
+    the model (its weights in `state()`, not in the model); `readout_blind` q of the drawn
+    windows then lose their ego history and train the readout alone, so that it must read
+    the scene from the cameras.
     """
 
     def __init__(self, model: AlpamayoModel, data: TrainSet, steps: int,
@@ -263,14 +287,16 @@ class TargetTrainer:
                  device: torch.device, autocast: Autocast, cache_dtype: torch.dtype,
                  flow_weight: float = 1.0, log_every: int = 25, focus: DecisionFocus = PLAIN,
                  flow_draws: int = 1, history_dropout: float = 0.0,
-                 scene_weight: float = 0.0) -> None:
+                 scene_weight: float = 0.0, readout_blind: float = 0.0) -> None:
         if flow_draws < 1:
             raise ValueError(f"flow_draws must be >= 1, got {flow_draws}")
         if not 0.0 <= history_dropout < 1.0:
             raise ValueError(f"history_dropout must be in [0, 1), got {history_dropout}")
         if not scene_weight >= 0.0:
             raise ValueError(f"scene_weight must be >= 0, got {scene_weight}")
+        check_readout_blind(readout_blind, history_dropout, scene_weight)
         self.history_dropout, self.scene_weight = history_dropout, scene_weight
+        self.readout_blind = readout_blind
         self.readout = (SceneReadout(model.cfg.text.hidden_size).to(device)
                         if scene_weight > 0 else None)
         self.model, self.data, self.log, self.device = model, data, log, device
@@ -297,12 +323,15 @@ class TargetTrainer:
         return torch.multinomial(self.draw_weights, self.batch_size, replacement=True,
                                  generator=self.pick_gen)
 
-    def draw_history_kept(self) -> torch.Tensor | None:
-        """[B] bool, False for the windows whose ego history this step drops; None (keep all,
-        no draw) without dropout."""
-        if self.history_dropout == 0.0:
-            return None
-        return torch.rand(self.batch_size, generator=self.pick_gen) >= self.history_dropout
+    def draw_masks(self) -> tuple[torch.Tensor | None, torch.Tensor | None]:
+        """(history_kept, trained): [B] bool, False for the windows whose ego history this
+        step drops (dropout and blind windows) and for the blind windows; None (all, no draw)
+        without dropout and blind windows."""
+        if self.history_dropout == 0.0 and self.readout_blind == 0.0:
+            return None, None
+        u = torch.rand(self.batch_size, generator=self.pick_gen)  # u: [B]
+        kept = u >= self.history_dropout + self.readout_blind
+        return kept, (u >= self.readout_blind if self.readout_blind > 0.0 else None)
 
     def run(self, stop_at: float | None = None, max_steps: int | None = None) -> bool:
         """Trains; True when the schedule has ended, False when stopped at `stop_at` (monotonic
@@ -316,15 +345,18 @@ class TargetTrainer:
                 return False
             for group in self.opt.param_groups:
                 group["lr"] = self.lr * progress.lr_factor()
+            rows = self.draw_rows()
+            history_kept, trained = self.draw_masks()
             losses, hit, norm = target_step(
-                self.model, self.opt, self.data, self.draw_rows(), self.device, self.autocast,
+                self.model, self.opt, self.data, rows, self.device, self.autocast,
                 self.cache_dtype, self.gen, self.flow_weight, self.focus,
-                self.flow_draws, self.draw_history_kept(), self.readout, self.scene_weight)
+                self.flow_draws, history_kept, self.readout, self.scene_weight, trained)
             step = progress.step
             progress.step += 1
             if step % self.log_every == 0 or progress.done():
                 self.last = {k: float(v.detach()) for k, v in losses.items()}
-                self.last["decision_acc"] = float(hit.float().mean())
+                counted = hit if trained is None else hit[trained.to(hit.device)]
+                self.last["decision_acc"] = float(counted.float().mean())
                 self.first = self.first or dict(self.last)
                 self.log.write("target", step, **self.last, grad_norm=float(norm),
                                lr=self.opt.param_groups[0]["lr"])
@@ -339,6 +371,7 @@ class TargetTrainer:
         self.model.eval()
         return {"steps": self.progress.step, "flow_draws": self.flow_draws,
                 "history_dropout": self.history_dropout, "scene_weight": self.scene_weight,
+                "readout_blind": self.readout_blind,
                 **{f"first_{k}": v for k, v in self.first.items()},
                 **{f"final_{k}": v for k, v in self.last.items()},
                 **{f"eval_{k}": v for k, v in metrics.items()}}
