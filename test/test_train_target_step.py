@@ -12,14 +12,13 @@ from flashdrive_ros.model.preprocess import normalize, patchify
 from flashdrive_ros.train.batched_expert import batched_velocity
 from flashdrive_ros.train.dataset import TrainSet
 from flashdrive_ros.train.decision_focus import DecisionFocus
+from flashdrive_ros.train.flow_matching_loss import flow_matching_loss, flow_matching_loss_at
 from flashdrive_ros.train.generate import generate_drive
 from flashdrive_ros.train.grad_cache import GradKVCache
 from flashdrive_ros.train.run_data import train_tokenizer
 from flashdrive_ros.train.target_train import (
     coc_loss,
     decision_hits,
-    flow_matching_loss,
-    flow_matching_loss_at,
     merged_grid,
     run_backbone,
     target_step,

@@ -30,9 +30,8 @@ from flashdrive_ros.eval.scene_probe import write_probe_report
 from flashdrive_ros.paths import default_model_dir
 from flashdrive_ros.sim.lamp_pairs import LampPairs
 from flashdrive_ros.train.dataset import TrainSet
-from flashdrive_ros.train.drive import Drive
+from flashdrive_ros.train.drive import SCENE_COLUMNS, Drive
 from flashdrive_ros.train.generate import lamp_pair_drives
-from flashdrive_ros.train.drive import SCENE_COLUMNS
 from flashdrive_ros.train.target_train import run_backbone
 from flashdrive_ros.train.warm_start import ACTION_STATS
 

@@ -15,7 +15,8 @@ within the last edge (MOTIONS: standing below STANDING_MPS).
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from typing import NamedTuple
 
 import numpy as np
 import torch
@@ -68,14 +69,24 @@ def motion_classes(scene: torch.Tensor) -> torch.Tensor:
     return torch.where(near, torch.where(standing, 1, 2), 0).long()
 
 
-CLASSES = {"lamp": (LAMPS, lamp_classes), "gap": (GAP_CLASSES, gap_classes),
-           "motion": (MOTIONS, motion_classes)}
+class Reading(NamedTuple):
+    """One readout head: its class names, the classes of scene rows, and the class that means
+    nothing to read (its rows are left out of the hit rate; None: every row counts)."""
+
+    names: tuple[str, ...]
+    classes: Callable[[torch.Tensor], torch.Tensor]
+    unread: int | None
+
+
+CLASSES = {"lamp": Reading(LAMPS, lamp_classes, 0),
+           "gap": Reading(GAP_CLASSES, gap_classes, None),
+           "motion": Reading(MOTIONS, motion_classes, 0)}
 
 
 def scene_class_counts(scene: torch.Tensor) -> dict[str, dict[str, int]]:
     """scene: [N, 4] -> windows per class of each reading (lamp, gap, motion)."""
     counts = {}
-    for reading, (names, classes) in CLASSES.items():
+    for reading, (names, classes, _) in CLASSES.items():
         count = torch.bincount(classes(scene), minlength=len(names))
         counts[reading] = dict(zip(names, map(int, count)))
     return counts
@@ -87,7 +98,7 @@ class SceneReadout(nn.Module):
 
     def __init__(self, hidden_size: int) -> None:
         super().__init__()
-        self.sizes = [len(names) for names, _ in CLASSES.values()]
+        self.sizes = [len(reading.names) for reading in CLASSES.values()]
         self.proj = nn.Linear(hidden_size, sum(self.sizes))
 
     def forward(self, hidden: torch.Tensor) -> tuple[torch.Tensor, ...]:
@@ -102,13 +113,14 @@ def readout_losses(readout: SceneReadout, hidden: torch.Tensor, scene: torch.Ten
     elsewhere), gap_hit [B] (1.0 / 0.0) and motion_hit [B] (1.0 / 0.0 where a vehicle is
     within range, NaN elsewhere)."""
     losses, hits = [], {}
-    for (reading, (_, classes)), logits in zip(CLASSES.items(), readout(hidden)):
-        target = classes(scene)  # target: [B]
+    for (name, reading), logits in zip(CLASSES.items(), readout(hidden)):
+        target = reading.classes(scene)  # target: [B]
         losses.append(F.cross_entropy(logits, target))
         with torch.no_grad():
             hit = (logits.argmax(-1) == target).float()  # hit: [B]
-            hits[f"{reading}_hit"] = hit if reading == "gap" else torch.where(
-                target > 0, hit, math.nan)
+            if reading.unread is not None:
+                hit = torch.where(target != reading.unread, hit, math.nan)
+            hits[f"{name}_hit"] = hit
     return {"readout_loss": torch.stack(losses).mean(), **hits}
 
 

@@ -22,12 +22,11 @@ import torch
 import torch.nn.functional as F
 
 from flashdrive_ros.model.alpamayo import AlpamayoModel
-from flashdrive_ros.model.flow import interpolate
 from flashdrive_ros.model.kv_cache import KVCache
 from flashdrive_ros.sim.labels import DECISIONS
-from flashdrive_ros.train.batched_expert import batched_velocity
 from flashdrive_ros.train.dataset import IGNORE, TrainBatch, TrainSet
 from flashdrive_ros.train.decision_focus import PLAIN, DecisionFocus, draw_weights, hard_brakes
+from flashdrive_ros.train.flow_matching_loss import flow_matching_loss
 from flashdrive_ros.train.grad_cache import GradKVCache
 from flashdrive_ros.train.log import TrainLog
 from flashdrive_ros.train.optimizer_state import load_optimizer_state, optimizer_state
@@ -122,40 +121,6 @@ def flow_loss(model: AlpamayoModel, cache, batch: TrainBatch, generator: torch.G
               draws: int = 1, trained: torch.Tensor | None = None) -> torch.Tensor:
     return flow_matching_loss(model, cache, batch.actions, batch.seq_lens, generator, draws,
                               batch.seq_bounds, trained)
-
-
-def flow_matching_loss(model: AlpamayoModel, cache, actions: torch.Tensor,
-                       prefix_lens: torch.Tensor, generator: torch.Generator, draws: int = 1,
-                       bounds: tuple[int, int] | None = None,
-                       trained: torch.Tensor | None = None) -> torch.Tensor:
-    """actions: [B, N_wp, 2] normalized targets; row b's expert reads cache row b's first
-    prefix_lens[b] slots ([B] long); `draws` (noise, time) pairs per row, all noise drawn
-    before all times (draws = 1: one [B, N_wp, 2] noise and one [B] time draw); trained: [B]
-    bool, the rows the loss averages over (None: all)."""
-    x0 = torch.randn((draws, *actions.shape), generator=generator, device=actions.device,
-                     dtype=actions.dtype)  # x0: [K, B, N_wp, 2]
-    t = torch.rand((draws, actions.shape[0]), generator=generator, device=actions.device,
-                   dtype=actions.dtype)  # t: [K, B]
-    return flow_matching_loss_at(model, cache, actions, prefix_lens, x0, t, bounds, trained)
-
-
-def flow_matching_loss_at(model: AlpamayoModel, cache, actions: torch.Tensor,
-                          prefix_lens: torch.Tensor, x0: torch.Tensor, t: torch.Tensor,
-                          bounds: tuple[int, int] | None = None,
-                          trained: torch.Tensor | None = None) -> torch.Tensor:
-    """Mean squared velocity error over the K given draws (and the `trained` rows, [B] bool):
-    x0: [K, B, N_wp, 2]; t: [K, B]; the expert runs once over the K * B rows, each reading
-    its window's cached prefix."""
-    draws = x0.shape[0]
-    x1 = actions.expand(draws, *actions.shape).reshape(-1, *actions.shape[1:])
-    x_t, target = interpolate(x1, x0.reshape(x1.shape), t.reshape(-1))  # x_t: [K*B, N_wp, 2]
-    v = batched_velocity(model.expert, model.action_in_proj, model.action_out_proj, x_t,
-                         t.reshape(-1), cache, prefix_lens, draws, bounds)
-    if trained is None:
-        return F.mse_loss(v.float(), target.float())
-    err = (v.float() - target.float()).square().mean(dim=(1, 2))  # err: [K*B]
-    w = trained.float().repeat(draws)  # w: [K*B], row k * B + b
-    return (err * w).sum() / w.sum().clamp_min(1.0)
 
 
 def target_step_losses(model: AlpamayoModel, batch: TrainBatch, image_token_id: int,
