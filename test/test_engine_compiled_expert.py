@@ -7,7 +7,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
-from helpers.engines import cuda_float32_engines
+from helpers.engines import FLOAT32_REORDER_ATOL_M, cuda_float32_engines
 from helpers.windows import window
 from torch._dynamo.utils import counters
 
@@ -59,14 +59,15 @@ def test_compiled_layers_sample_the_plain_flow_with_one_graph_per_sample_count(p
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
 def test_engine_with_compiled_expert_matches_the_graphed_engine(parts):
-    """float32: fused kernels sum in another order and the flow integration carries that
-    (relative 2e-4 at the far end of the plan). In bfloat16 the fused kernels keep float32
+    """float32: fused kernels sum in another order and the flow integration carries that to
+    the far end of the plan, as any float32 reordering (FLOAT32_REORDER_ATOL_M; up to 1.1e-2 m
+    with torch 2.11 on an H200 and an H100). In bfloat16 the fused kernels keep float32
     intermediates where the plain layers round every operation, which the random tiny
     expert amplifies over the Euler steps to decimetres: not compared here."""
     engines = cuda_float32_engines(parts, "compiled_expert")
     for step in (0, 1, 2, 3, 5):
         plain, compiled = (engine.step(window(step)) for engine in engines)
         assert compiled.coc_token_ids == plain.coc_token_ids
-        np.testing.assert_allclose(compiled.trajectories, plain.trajectories, rtol=2e-4,
-                                   atol=1e-3)
+        np.testing.assert_allclose(compiled.trajectories, plain.trajectories, rtol=0,
+                                   atol=FLOAT32_REORDER_ATOL_M)
     assert engines[1].graphs.flow.step.captured_shapes == 1
