@@ -97,6 +97,20 @@ def test_a_fork_continues_the_drive_through_a_red_light_exactly():
             assert (fork.ego.x, fork.ego.y, fork.ego.yaw, fork.ego.v) == rows[i]
 
 
+def test_the_expert_of_a_fork_finds_the_ego_where_it_drove_without_the_expert():
+    """A closed loop drives the ego by the plans, not by the expert: a fork taken 6 s on
+    must give its expert the ego's route position now, not where the expert last saw it."""
+    sim = EgoWorld(SEED, 12.0, ("cruise",))
+    sim.expert_control()
+    start_s = sim.route_position()[0]
+    for _ in range(6 * 50):
+        sim.step(0.5, 0.0)
+    now_s = sim.route_position()[0]
+    assert now_s - start_s > 40.0
+    _, _, info = sim.fork().expert_control()
+    assert info.route_s == pytest.approx(now_s, abs=0.05)
+
+
 def test_pulses_push_the_ego_off_its_course_and_the_futures_lead_back():
     log = simulate_disturbed(SEED, 20.0, Disturbance(start_hold_share=0.0, drift_first_s=100.0))
     plain = simulate(SEED, 20.0)

@@ -66,7 +66,7 @@ class EgoWorld:
         memo = {id(obj): obj for obj in shared}
         other = copy.copy(self)
         other.world = copy.deepcopy(world, memo)
-        other.expert = self.expert.fork(other.world)
+        other.expert = self.expert.fork(other.world, self.route_position()[0])
         if held_lights is not None:
             lights = other.world.lights()
             if len(held_lights) != len(lights):

@@ -92,11 +92,13 @@ class Expert:
         self._committed: set[int] = set()
         self._s = None
 
-    def fork(self, world: World) -> Expert:
+    def fork(self, world: World, route_s: float) -> Expert:
         """This expert, with its commitments to lights, for `world`, a copy of its own world
-        (lights in the same order)."""
+        (lights in the same order), finding the ego on the route from arc length route_s (where
+        its base_link is now: the ego may have driven on without this expert)."""
         other = copy.copy(self)
         other.world = world
+        other._s = route_s
         lights = {id(old): new for old, new in zip(self.world.lights(), world.lights())}
         other._committed = {id(lights[k]) for k in self._committed if k in lights}
         return other
