@@ -218,10 +218,12 @@ def test_the_plan_trace_shows_the_gap_to_the_lead_closing_until_the_blind_planne
     assert len(gaps) >= 5 and gaps[-1] < 2.0 and gaps[-1] < gaps[0] - 5.0
     closing = [r for r in rows if r["lead_gap_m"] != ""]
     assert all(0.0 <= r["lead_speed_mps"] < r["ego_speed_mps"] for r in closing[-3:])
-    [hit] = collision_context(hits, trace)
+    [hit] = collision_context(hits, trace, result.plans)
     before = hit["before"]
     assert hit["t"] - 2.2 < before["t0"] <= hit["t"] - 2.0
     assert before["lead_gap_m"] > gaps[-1] + 10.0 and before["plan_speed_3s"] > 13.0
+    contact = hit["at_contact"]
+    assert contact["plan_clearance_m"] < 0.0 and contact["tracking_error_m"] < 0.5, contact
     text = markdown({"variants": {}, "through_ros": False, "seeds": [SEED], "seconds": 14.0,
                      "latency": "100 ms", "model_dir": "m",
                      "drives": [{"variant": "test", "seed": SEED, "collisions": 1,
@@ -231,6 +233,7 @@ def test_the_plan_trace_shows_the_gap_to_the_lead_closing_until_the_blind_planne
     row = [line for line in text.splitlines() if line.startswith(f"| test | {SEED} | ")][0]
     assert f"| lead | {hit['speed']:.2f} | {hit['other_speed']:.2f} | " in row
     assert f"| {before['lead_gap_m']} | {before['lead_speed_mps']} | " in row
+    assert row.endswith(f"| {contact['plan_clearance_m']} | {contact['tracking_error_m']} |")
     free = ClosedLoopDrive(SEED, lambda sim: RoutePlanner(sim, 9.0), MODEL,
                            DriveSettings(4.0, latency_ms=100.0, width=32, height=24,
                                          blocks=("parked",)), "test").run()

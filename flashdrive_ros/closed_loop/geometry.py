@@ -25,3 +25,24 @@ def overlap(a: np.ndarray, b: np.ndarray) -> bool:
         if pa.max() < pb.min() or pb.max() < pa.min():
             return False
     return True
+
+
+def _segment_distance(p: np.ndarray, a: np.ndarray, b: np.ndarray) -> float:
+    """Distance of point p from the segment a-b."""
+    ab = b - a
+    k = float(np.clip(np.dot(p - a, ab) / max(float(np.dot(ab, ab)), 1e-12), 0.0, 1.0))
+    return float(np.hypot(*(p - a - k * ab)))
+
+
+def gap(a: np.ndarray, b: np.ndarray) -> float:
+    """Signed distance (m) between the convex quadrilaterals a, b ([4, 2] corners): their
+    distance apart, or minus the depth of their overlap."""
+    if overlap(a, b):
+        depth = np.inf
+        for axis in np.concatenate([_axes(a), _axes(b)]):
+            axis = axis / np.hypot(*axis)
+            pa, pb = a @ axis, b @ axis
+            depth = min(depth, pa.max() - pb.min(), pb.max() - pa.min())
+        return -float(depth)
+    return min(_segment_distance(p, q[i], q[(i + 1) % 4])
+               for corners, q in ((a, b), (b, a)) for p in corners for i in range(4))

@@ -90,29 +90,35 @@ class DriveMonitor:
     def _contacts(self, t: float, ego: EgoState, front_s: float) -> None:
         cx, cy = ego.center
         box = rectangle(cx, cy, ego.yaw, EGO_LENGTH, EGO_WIDTH)
-        touching: dict[tuple[str, int], tuple[str, float]] = {}
+        touching: dict[tuple[str, int], tuple[str, float, np.ndarray]] = {}
         for i, veh in enumerate(self.world.vehicles):
-            if veh.active and math.hypot(veh.x - cx, veh.y - cy) < CONTACT_RANGE and overlap(
-                    box, rectangle(veh.x, veh.y, veh.yaw, veh.length, veh.width)):
-                touching[("vehicle", i)] = veh.kind, veh.v
+            if veh.active and math.hypot(veh.x - cx, veh.y - cy) < CONTACT_RANGE:
+                other = rectangle(veh.x, veh.y, veh.yaw, veh.length, veh.width)
+                if overlap(box, other):
+                    touching[("vehicle", i)] = veh.kind, veh.v, other
         for i, ped in enumerate(self.world.pedestrians):
             px, py = ped.position()
-            if math.hypot(px - cx, py - cy) < CONTACT_RANGE and overlap(
-                    box, rectangle(px, py, ped.yaw, PEDESTRIAN_SIZE, PEDESTRIAN_SIZE)):
-                touching[("pedestrian", i)] = "pedestrian", float(np.hypot(*ped.velocity()))
+            if math.hypot(px - cx, py - cy) < CONTACT_RANGE:
+                other = rectangle(px, py, ped.yaw, PEDESTRIAN_SIZE, PEDESTRIAN_SIZE)
+                if overlap(box, other):
+                    touching[("pedestrian", i)] = ("pedestrian", float(np.hypot(*ped.velocity())),
+                                                   other)
         if len(self._statics):
             near = np.flatnonzero(np.hypot(self._statics[:, 0] - cx,
                                            self._statics[:, 1] - cy) < STATIC_RANGE)
             for i in near:
                 b = self.world.statics[i]
-                if overlap(box, rectangle(b.x, b.y, b.yaw, b.length, b.width)):
-                    touching[("static", int(i))] = "static", 0.0
-        for key, (kind, other_speed) in touching.items():
+                other = rectangle(b.x, b.y, b.yaw, b.length, b.width)
+                if overlap(box, other):
+                    touching[("static", int(i))] = "static", 0.0, other
+        for key, (kind, other_speed, other) in touching.items():
             if key not in self._touching:
                 self.collisions.append({
                     "t": round(t, 3), "kind": kind, "x": round(float(cx), 2),
-                    "y": round(float(cy), 2), "route_s": round(float(front_s), 2),
-                    "speed": round(ego.v, 2), "other_speed": round(float(other_speed), 2)})
+                    "y": round(float(cy), 2), "yaw": round(float(ego.yaw), 4),
+                    "route_s": round(float(front_s), 2), "speed": round(ego.v, 2),
+                    "other_speed": round(float(other_speed), 2),
+                    "other_box": np.round(other, 3).tolist()})
         self._touching = set(touching)
 
     def _lead(self, ego: EgoState, route_s: float, front_s: float) -> tuple[float, float]:

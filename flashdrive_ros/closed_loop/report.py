@@ -64,14 +64,20 @@ def markdown(report: dict) -> str:
                          f"{sc['completed']} | {sc['clean']} | {sc['collisions']} | "
                          f"{sc['red_light_violations']} | {sc['off_road_s']:.1f} |")
     lines += ["", "## Collisions (the plan followed 2 s before the contact)", "",
+              "The last two columns: the plan in force at the contact, the gap between the "
+              "ego's box where it meant the car to be and what the car hit (negative: the "
+              "plan runs into it), and the car's distance from that pose.", "",
               "| variant | seed | t (s) | kind | speed (m/s) | other's speed | ego speed 2 s "
-              "before | gap to the lead | lead speed | plan speed at 3 s | CoC |",
-              "|---|---|---|---|---|---|---|---|---|---|---|"]
+              "before | gap to the lead | lead speed | plan speed at 3 s | CoC | plan's "
+              "clearance at contact (m) | car off its plan (m) |",
+              "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for d in report["drives"]:
         for e in d["collision_events"]:
             b = e.get("before") or {}
+            c = e.get("at_contact") or {}
             cells = [_text(b.get(key)) for key in ("ego_speed_mps", "lead_gap_m",
                                                    "lead_speed_mps", "plan_speed_3s", "coc")]
+            cells += [_text(c.get(key)) for key in ("plan_clearance_m", "tracking_error_m")]
             lines.append(f"| {d['variant']} | {d['seed']} | {e['t']:.2f} | {e['kind']} | "
                          f"{e['speed']:.2f} | {e['other_speed']:.2f} | " + " | ".join(cells)
                          + " |")

@@ -141,7 +141,8 @@ def drive_metrics(job: tuple[str, int], options: RunOptions, model: ModelConfig)
         metrics["picture"] = name
     trace = plan_trace(result)
     metrics["light_waits"] = light_waits(trace)
-    metrics["collision_events"] = collision_context(metrics["collision_events"], trace)
+    metrics["collision_events"] = collision_context(metrics["collision_events"], trace,
+                                                    result.plans)
     if options.plan_trace:
         name = f"plans_{variant}_{seed}.csv"
         write_plan_trace(trace, options.out_dir / name)
