@@ -6,11 +6,10 @@ import math
 import numpy as np
 import pytest
 
-from flashdrive_ros.closed_loop.collision_context import (CENTER_OFFSET_M, at_contact,
-                                                          plan_pose)
+from flashdrive_ros.closed_loop.collision_context import at_contact, plan_pose
 from flashdrive_ros.closed_loop.controller import WorldPlan
 from flashdrive_ros.closed_loop.geometry import gap, rectangle
-from flashdrive_ros.sim.vehicle import EGO_LENGTH, EGO_WIDTH
+from flashdrive_ros.sim.vehicle import CENTER_OFFSET, EGO_LENGTH, EGO_WIDTH
 
 
 def test_the_gap_of_two_boxes_is_their_distance_apart_or_minus_their_overlap():
@@ -31,19 +30,19 @@ def straight_plan(y: float, speed: float = 10.0, ready_at: float = 0.1) -> World
 
 
 def event(base_x: float, base_y: float, other: np.ndarray, t: float = 2.0) -> dict:
-    return {"t": t, "x": base_x + CENTER_OFFSET_M, "y": base_y, "yaw": 0.0,
+    return {"t": t, "x": base_x + CENTER_OFFSET, "y": base_y, "yaw": 0.0,
             "other_box": other.tolist()}
 
 
 def test_a_plan_that_runs_into_the_object_has_a_negative_clearance_and_no_tracking_error():
-    parked = rectangle(20.0 + CENTER_OFFSET_M + 2.0, 1.5, 0.0, 4.5, 1.9)
+    parked = rectangle(20.0 + CENTER_OFFSET + 2.0, 1.5, 0.0, 4.5, 1.9)
     hit = at_contact(event(20.0, 0.0, parked), [straight_plan(0.0)])
     assert hit["plan_clearance_m"] == pytest.approx(-(EGO_WIDTH + 1.9) / 2 + 1.5, abs=1e-3)
     assert hit["tracking_error_m"] == pytest.approx(0.0, abs=0.01)
 
 
 def test_a_plan_that_clears_the_object_the_car_hit_puts_the_fault_on_the_tracking():
-    parked = rectangle(20.0 + CENTER_OFFSET_M, 1.5, 0.0, 4.5, 1.9)
+    parked = rectangle(20.0 + CENTER_OFFSET, 1.5, 0.0, 4.5, 1.9)
     plans = [straight_plan(0.0, ready_at=0.1), straight_plan(-1.0, ready_at=1.0),
              straight_plan(3.0, ready_at=2.5)]
     hit = at_contact(event(20.0, 0.0, parked), plans)
@@ -59,5 +58,5 @@ def test_a_plan_standing_still_keeps_the_heading_it_last_moved_in():
     assert plan_pose(plan, 2.0, 0.3) == pytest.approx((1.0, 1.0, math.pi / 4))
     still = WorldPlan(0.0, times, np.zeros((len(times), 2)), 0.1)
     assert plan_pose(still, 2.0, 0.3) == pytest.approx((0.0, 0.0, 0.3))
-    box = rectangle(CENTER_OFFSET_M, 0.0, 0.0, EGO_LENGTH, EGO_WIDTH)
+    box = rectangle(CENTER_OFFSET, 0.0, 0.0, EGO_LENGTH, EGO_WIDTH)
     assert gap(box, box) == pytest.approx(-EGO_WIDTH)

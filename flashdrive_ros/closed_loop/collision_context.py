@@ -18,11 +18,10 @@ import numpy as np
 
 from flashdrive_ros.closed_loop.controller import WorldPlan
 from flashdrive_ros.closed_loop.geometry import gap, rectangle
-from flashdrive_ros.sim.vehicle import EGO_LENGTH, EGO_WIDTH, REAR_OVERHANG
+from flashdrive_ros.sim.vehicle import CENTER_OFFSET, EGO_LENGTH, EGO_WIDTH, EgoState
 
 LOOKBACK_S = 2.0
 FIELDS = ("t0", "ego_speed_mps", "lead_gap_m", "lead_speed_mps", "plan_speed_3s", "coc")
-CENTER_OFFSET_M = EGO_LENGTH / 2.0 - REAR_OVERHANG  # base_link to the box centre
 STANDING_STEP_M = 1e-3  # plan segments shorter than this give no heading
 
 
@@ -48,10 +47,9 @@ def at_contact(event: dict, plans: list[WorldPlan]) -> dict | None:
         return None
     yaw = event["yaw"]
     x, y, plan_yaw = plan_pose(ready[-1], event["t"], yaw)
-    box = rectangle(x + CENTER_OFFSET_M * math.cos(plan_yaw),
-                    y + CENTER_OFFSET_M * math.sin(plan_yaw), plan_yaw, EGO_LENGTH, EGO_WIDTH)
-    car_x = event["x"] - CENTER_OFFSET_M * math.cos(yaw)
-    car_y = event["y"] - CENTER_OFFSET_M * math.sin(yaw)
+    box = rectangle(*EgoState(x, y, plan_yaw, 0.0).center, plan_yaw, EGO_LENGTH, EGO_WIDTH)
+    car_x = event["x"] - CENTER_OFFSET * math.cos(yaw)
+    car_y = event["y"] - CENTER_OFFSET * math.sin(yaw)
     return {"plan_clearance_m": round(gap(box, np.asarray(event["other_box"])), 3),
             "tracking_error_m": round(math.hypot(car_x - x, car_y - y), 3)}
 

@@ -12,6 +12,7 @@ EGO_WIDTH = 1.9
 EGO_HEIGHT = 1.5
 REAR_OVERHANG = 1.0
 FRONT_OFFSET = EGO_LENGTH - REAR_OVERHANG  # m, base_link to the front bumper
+CENTER_OFFSET = EGO_LENGTH / 2.0 - REAR_OVERHANG  # m, base_link to the box centre
 MAX_STEER = 0.6
 MAX_STEER_RATE = 0.7
 MAX_ACCEL = 2.5
@@ -40,8 +41,8 @@ class EgoState:
 
     @property
     def center(self) -> tuple[float, float]:
-        c = EGO_LENGTH / 2.0 - REAR_OVERHANG
-        return self.x + c * np.cos(self.yaw), self.y + c * np.sin(self.yaw)
+        return (self.x + CENTER_OFFSET * np.cos(self.yaw),
+                self.y + CENTER_OFFSET * np.sin(self.yaw))
 
 
 def step_bicycle(state: EgoState, accel: float, steer_cmd: float, dt: float) -> EgoState:
