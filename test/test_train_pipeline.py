@@ -187,6 +187,8 @@ def test_the_command_line_sets_the_recipe():
     assert disturbance == dataclasses.replace(Recipe().disturbance, lead_lag_share=0.6)
     assert not Recipe().lead_stops.enabled
     assert parse_args(["--out", "o", "--lead-stops", "2"])[1].lead_stops.per_drive == 2
+    assert not Recipe().lane_forks.enabled
+    assert parse_args(["--out", "o", "--lane-forks", "3"])[1].lane_forks.per_drive == 3
     assert not Recipe().lamp_pairs.enabled
     assert parse_args(["--out", "o", "--lamp-pairs", "4"])[1].lamp_pairs.per_wait == 4
     assert not Recipe().standing_lead_label
@@ -196,6 +198,6 @@ def test_the_command_line_sets_the_recipe():
     for bad in (["--target-batch", "0"], ["--train-seed-offset", "-1"],
                 ["--early-greens", "-1"], ["--held-red", "maybe"], ["--lead-lag-share", "2"],
                 ["--stand-back-release", "amber"], ["--lead-stops", "-1"],
-                ["--history-dropout", "1"], ["--lamp-pairs", "-1"]):
+                ["--history-dropout", "1"], ["--lamp-pairs", "-1"], ["--lane-forks", "-1"]):
         with pytest.raises(SystemExit):
             parse_args(["--out", "o", *bad])

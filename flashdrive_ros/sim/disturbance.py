@@ -114,6 +114,36 @@ class Pulse:
     accel: float
 
 
+@dataclass(frozen=True)
+class AimedDrift:
+    """A drift over to `offset_m` (m, left positive) from 50 Hz step `start`: a linear ramp of
+    `ramp_steps`, then `hold_steps` at the offset. Unlike `drift_offsets` drifts it may steer
+    towards a parked car being passed (sim/lane_forks.py keeps it clear)."""
+
+    start: int
+    ramp_steps: int
+    hold_steps: int
+    offset_m: float
+
+    def __post_init__(self) -> None:
+        if self.start < 0 or self.ramp_steps < 1 or self.hold_steps < 0:
+            raise ValueError(f"AimedDrift needs start >= 0, ramp_steps >= 1, hold_steps >= 0, "
+                             f"got {self.start}, {self.ramp_steps}, {self.hold_steps}")
+
+    @property
+    def stop(self) -> int:
+        """The first step after the drift."""
+        return self.start + self.ramp_steps + self.hold_steps
+
+    def offsets(self, steps: int) -> np.ndarray:
+        """[steps] the drift's lateral offset at each 50 Hz step (0 outside it)."""
+        out = np.zeros(steps)
+        ramp = self.offset_m * np.arange(1, self.ramp_steps + 1) / self.ramp_steps
+        out[self.start:self.start + self.ramp_steps] = ramp[:max(steps - self.start, 0)]
+        out[self.start + self.ramp_steps:self.stop] = self.offset_m
+        return out
+
+
 def pulse_schedule(disturbance: Disturbance, steps: int, rng: np.random.Generator
                    ) -> list[Pulse]:
     """Pulses over `steps` 50 Hz steps, each with a random sign and size of steering and

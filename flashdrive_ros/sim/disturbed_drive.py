@@ -9,7 +9,8 @@ standstill (the light turned green, the pedestrian crossed) is held back a while
 `start_hold_share` of the starts, a driver's reaction time, so the drive holds the ego standing
 still with nothing left to wait for. Drifts steer the ego over to a
 random offset beside its lane centre and hold it there a while, so the drive holds the ego
-parallel to its lane but off its centre (never towards a parked car being passed). Late
+parallel to its lane but off its centre (never towards a parked car being passed; an aimed
+drift, sim/lane_forks.py, takes their place over its steps and may). Late
 reactions to a braking lead (`lead_lag_share` of the leads' brakings, none by default) keep
 the ego at its speed for a while after the lead car ahead starts to brake, so the drive holds
 the ego closing in fast on a slow or stopped car and the expert's hard braking. Each 10 Hz
@@ -35,6 +36,7 @@ from flashdrive_ros.sim.drive import (
 )
 from flashdrive_ros.sim.ego_world import EgoWorld
 from flashdrive_ros.sim.disturbance import (
+    AimedDrift,
     ApproachPulse,
     Disturbance,
     StopShortPulse,
@@ -164,7 +166,8 @@ def simulate_disturbed(seed: int, seconds: float, disturbance: Disturbance | Non
                        brake_holds: tuple[tuple[float, float], ...] = (),
                        rest_holds: tuple[tuple[float, float], ...] = (),
                        end_s: float | None = None, futures_from: int = 0,
-                       lead_stop: LeadStopRun | None = None) -> DriveLog:
+                       lead_stop: LeadStopRun | None = None,
+                       aimed_drift: AimedDrift | None = None) -> DriveLog:
     """Like `drive.simulate`, with the ego disturbed by `pulse_schedule` and
     `approach_pulses` pulses, `drift_offsets` drifts and `StartHolds` (seeded by `seed`; none
     when `disturbance` is None) and `DriveLog.planned` holding each frame's undisturbed
@@ -177,7 +180,8 @@ def simulate_disturbed(seed: int, seconds: float, disturbance: Disturbance | Non
     it there until a time; futures_from: the first frame whose future is planned (the
     frames before it, which a caller cuts away, get NaN futures and no expert forks);
     lead_stop: a car placed standing in the ego lane ahead, the ego reacting late
-    (sim/lead_stops.py)."""
+    (sim/lead_stops.py); aimed_drift: a drift that takes the place of `drift_offsets` drifts
+    over its steps, towards a parked car being passed too (sim/lane_forks.py)."""
     if seconds <= 0:
         raise ValueError(f"seconds must be > 0, got {seconds}")
     sim = EgoWorld(seed, seconds, blocks)
@@ -187,6 +191,7 @@ def simulate_disturbed(seed: int, seconds: float, disturbance: Disturbance | Non
     frame_count = int(round(seconds * SIM_HZ / SUBSTEPS)) + 1
     offsets = np.zeros((n_steps, 2))  # offsets: [n_steps, 2] (accel, steer) added at a step
     drifts = np.zeros(n_steps)  # drifts: [n_steps] lateral offset the expert steers to
+    aimed = np.zeros(n_steps) if aimed_drift is None else aimed_drift.offsets(n_steps)
     approaches: list[ApproachPulse | StopShortPulse] = []
     holds = lags = None
     if disturbance is not None:
@@ -227,6 +232,8 @@ def simulate_disturbed(seed: int, seconds: float, disturbance: Disturbance | Non
             offsets[i:i + hold, 0] = -HOLD_BRAKE
         if drifts[i] < 0.0 and sim.expert.nudge_at(route_s) > 0.0:
             drifts[i] = 0.0
+        if aimed[i] != 0.0:
+            drifts[i] = aimed[i]
         lagging = lags is not None and lags.active(i, sim, route_s)
         placed = lead_stop is not None and lead_stop.update(i, sim, route_s)
         rest_accel = None

@@ -17,6 +17,7 @@ from flashdrive_ros.model.config import ModelConfig
 from flashdrive_ros.sim.disturbance import Disturbance
 from flashdrive_ros.sim.drive import FRAME_HZ
 from flashdrive_ros.sim.lamp_pairs import LAMP_PAIR_TAG, LampPairs, pair_logs
+from flashdrive_ros.sim.lane_forks import LaneFork, LaneForks, lane_fork_log, seed_lane_forks
 from flashdrive_ros.sim.lead_stops import LeadStop, LeadStops, lead_stop_log, seed_lead_stops
 from flashdrive_ros.sim.light_branches import Fork, LightBranches, fork_log, seed_forks
 from flashdrive_ros.train.drive import Drive
@@ -232,6 +233,38 @@ def lead_stop_drives(seeds: list[int], seconds: float, cfg: ModelConfig, spec: L
     jobs = [(int(seed), float(seconds), stop, size, noise, spec, standing_lead)
             for seed, stops in zip(seeds, found) for stop in stops]
     return _pool_map(_lead_stop_worker, jobs, workers)
+
+
+def _lane_forks_worker(args: tuple[int, LaneForks]) -> list[LaneFork]:
+    return seed_lane_forks(*args)
+
+
+LaneForkJob = tuple[int, LaneFork, tuple[int, int], SensorNoise, LaneForks, bool]
+
+
+def _lane_fork_worker(args: LaneForkJob) -> Drive:
+    import torch
+
+    seed, fork, image_size, noise, spec, standing_lead = args
+    torch.set_num_threads(1)
+    return drive_from_log(lane_fork_log(seed, fork, spec), seed, image_size, noise,
+                          standing_lead)
+
+
+def lane_fork_drives(seeds: list[int], cfg: ModelConfig, spec: LaneForks,
+                     noise: SensorNoise = NO_NOISE, workers: int | None = None,
+                     standing_lead: bool = False) -> list[Drive]:
+    """The forks of the seeds' drives with the ego drifted towards the inside of a tight
+    bend or towards a parked car being passed (sim/lane_forks.py), rendered and labelled like
+    drives (standing_lead as in `generate_drive`), in seed order. The seeds' forks are drawn
+    first, then every fork is one job."""
+    if not spec.enabled or not seeds:
+        return []
+    size = (cfg.prompt.image_height, cfg.prompt.image_width)
+    found = _pool_map(_lane_forks_worker, [(int(seed), spec) for seed in seeds], workers)
+    jobs = [(int(seed), fork, size, noise, spec, standing_lead)
+            for seed, forks in zip(seeds, found) for fork in forks]
+    return _pool_map(_lane_fork_worker, jobs, workers)
 
 
 def _lamp_pairs_worker(args: tuple[int, float, tuple[int, int], SensorNoise, LampPairs, bool]

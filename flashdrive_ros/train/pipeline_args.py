@@ -9,6 +9,7 @@ from pathlib import Path
 
 from flashdrive_ros.sim.disturbance import Disturbance
 from flashdrive_ros.sim.lamp_pairs import LampPairs
+from flashdrive_ros.sim.lane_forks import LaneForks
 from flashdrive_ros.sim.lead_stops import LeadStops
 from flashdrive_ros.sim.light_branches import STAND_BACK_RELEASES, LightBranches
 from flashdrive_ros.train.decision_focus import BRAKE_DROP_MPS, BRAKE_HORIZON_S, DecisionFocus
@@ -63,6 +64,11 @@ def parse_args(argv: list[str] | None = None) -> tuple[argparse.Namespace, Recip
                         help=f"forks per training drive with a car standing in the ego lane "
                              f"ahead that the ego comes up to at speed and reacts to late "
                              f"(default {LeadStops.per_drive}: none)")
+    parser.add_argument("--lane-forks", type=int, default=None,
+                        help=f"forks per training seed of a {LaneForks.drive_s:g} s drive of it "
+                             f"with the ego drifted towards the inside of a tight bend or "
+                             f"towards a parked car being passed, the expert bringing it back "
+                             f"(default {LaneForks.per_drive}: none)")
     parser.add_argument("--lamp-pairs", type=int, default=None,
                         help=f"pairs per red-light wait of a training seed of one-window "
                              f"drives that differ only in the ego's signal head, red (stay) "
@@ -156,9 +162,10 @@ def parse_args(argv: list[str] | None = None) -> tuple[argparse.Namespace, Recip
     disturbance = {name: value for name, value in (
         ("lead_lag_share", args.lead_lag_share),) if value is not None}
     stops = {} if args.lead_stops is None else {"per_drive": args.lead_stops}
+    lanes = {} if args.lane_forks is None else {"per_drive": args.lane_forks}
     pairs = {} if args.lamp_pairs is None else {"per_wait": args.lamp_pairs}
     if args.resume is not None and (overrides or focus or branches or disturbance or stops
-                                    or pairs or args.smoke):
+                                    or lanes or pairs or args.smoke):
         parser.error("--resume takes the recipe of the run it resumes; drop the recipe "
                      "options")
     recipe = smoke() if args.smoke else Recipe()
@@ -168,6 +175,7 @@ def parse_args(argv: list[str] | None = None) -> tuple[argparse.Namespace, Recip
             light_branches=dataclasses.replace(recipe.light_branches, **branches),
             disturbance=dataclasses.replace(recipe.disturbance, **disturbance),
             lead_stops=dataclasses.replace(recipe.lead_stops, **stops),
+            lane_forks=dataclasses.replace(recipe.lane_forks, **lanes),
             lamp_pairs=dataclasses.replace(recipe.lamp_pairs, **pairs))
     except ValueError as exc:
         parser.error(str(exc))

@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from flashdrive_ros.model.config import ModelConfig, PromptConfig, embedded, tiny
 from flashdrive_ros.sim.disturbance import Disturbance
 from flashdrive_ros.sim.lamp_pairs import LampPairs
+from flashdrive_ros.sim.lane_forks import LaneForks
 from flashdrive_ros.sim.lead_stops import LeadStops
 from flashdrive_ros.sim.light_branches import LightBranches
 from flashdrive_ros.train.decision_focus import DecisionFocus
@@ -30,7 +31,9 @@ class Recipe:
     what happened). `light_branches` adds, per red-light wait of a training seed, forks of
     its plain drive where the light turns green early or stays red (the same standing scene
     under both colours). `lead_stops` adds, per training seed, forks of its drive with a car
-    standing in the ego lane ahead and the ego reacting late. `lamp_pairs` adds, per
+    standing in the ego lane ahead and the ego reacting late. `lane_forks` adds, per training
+    seed, forks of a longer drive of it with the ego drifted towards the inside of a tight
+    bend or towards a parked car being passed and the expert's way back. `lamp_pairs` adds, per
     red-light wait of a training seed, pairs of one-window drives that differ only in the
     ego's signal head (red: stay, green: go), the ego moved back from where the expert
     waits. With `standing_lead_label`
@@ -73,6 +76,7 @@ class Recipe:
     plan_futures: bool = True
     light_branches: LightBranches = field(default_factory=LightBranches)
     lead_stops: LeadStops = field(default_factory=LeadStops)
+    lane_forks: LaneForks = field(default_factory=LaneForks)
     lamp_pairs: LampPairs = field(default_factory=LampPairs)
     standing_lead_label: bool = False
     extra_drives: str | None = None

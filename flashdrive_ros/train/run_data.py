@@ -24,6 +24,7 @@ from flashdrive_ros.train.generate import (
     drive_jobs,
     is_disturbed,
     lamp_pair_drives,
+    lane_fork_drives,
     lead_stop_drives,
     light_branch_drives,
     run_drive_jobs,
@@ -80,11 +81,13 @@ def fresh_data(out: Path, recipe: Recipe, workers: int | None, log: TrainLog, st
                                    recipe.light_branches, recipe.noise, workers, standing)
     stops = lead_stop_drives(train_list, recipe.drive_seconds, probe, recipe.lead_stops,
                              recipe.noise, workers, standing)
+    lanes = lane_fork_drives(train_list, probe, recipe.lane_forks, recipe.noise, workers,
+                             standing)
     pairs = lamp_pair_drives(train_list, recipe.drive_seconds, probe, recipe.lamp_pairs,
                              recipe.noise, workers, standing)
     extra = [] if recipe.extra_drives is None else load_extra_drives(Path(recipe.extra_drives),
                                                                       probe)
-    train_drives += branches + stops + pairs + extra
+    train_drives += branches + stops + lanes + pairs + extra
     drives = train_drives + eval_drives
     frames = sum(d.num_steps for d in drives)
     log.write("data", 0, drives=len(drives), frames=frames,
@@ -116,6 +119,8 @@ def fresh_data(out: Path, recipe: Recipe, workers: int | None, log: TrainLog, st
                      "light_branch_drives": len(branches),
                      "lead_stops": dataclasses.asdict(recipe.lead_stops),
                      "lead_stop_drives": len(stops),
+                     "lane_forks": dataclasses.asdict(recipe.lane_forks),
+                     "lane_fork_drives": len(lanes),
                      "lamp_pairs": dataclasses.asdict(recipe.lamp_pairs),
                      "lamp_pair_drives": len(pairs),
                      "standing_lead_label": standing,
