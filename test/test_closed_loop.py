@@ -15,7 +15,7 @@ from flashdrive_ros.closed_loop.cli import main
 from flashdrive_ros.closed_loop.collision_context import collision_context
 from flashdrive_ros.closed_loop.controller import TrackingConfig, TrajectoryTracker, WorldPlan
 from flashdrive_ros.closed_loop.expert_planner import ExpertPlanner
-from flashdrive_ros.closed_loop.geometry import overlap, rectangle
+from flashdrive_ros.sim.rectangles import overlap, rectangle
 from flashdrive_ros.closed_loop.plan_trace import FIELDS, plan_trace
 from flashdrive_ros.closed_loop.report import markdown
 from flashdrive_ros.closed_loop.runner import ClosedLoopDrive, DriveSettings

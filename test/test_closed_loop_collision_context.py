@@ -8,7 +8,7 @@ import pytest
 
 from flashdrive_ros.closed_loop.collision_context import at_contact, plan_pose
 from flashdrive_ros.closed_loop.controller import WorldPlan
-from flashdrive_ros.closed_loop.geometry import gap, rectangle
+from flashdrive_ros.sim.rectangles import gap, rectangle
 from flashdrive_ros.sim.vehicle import CENTER_OFFSET, EGO_LENGTH, EGO_WIDTH
 
 
@@ -60,3 +60,13 @@ def test_a_plan_standing_still_keeps_the_heading_it_last_moved_in():
     assert plan_pose(still, 2.0, 0.3) == pytest.approx((0.0, 0.0, 0.3))
     box = rectangle(CENTER_OFFSET, 0.0, 0.0, EGO_LENGTH, EGO_WIDTH)
     assert gap(box, box) == pytest.approx(-EGO_WIDTH)
+
+
+def test_the_gap_of_two_boxes_is_their_distance_apart_or_minus_the_overlap():
+    car = rectangle(0.0, 0.0, 0.0, 4.0, 2.0)
+    assert gap(car, rectangle(0.0, 2.4, 0.0, 4.0, 2.0)) == pytest.approx(0.4)
+    assert gap(car, rectangle(0.0, 1.7, 0.0, 4.0, 2.0)) == pytest.approx(-0.3)
+    assert gap(car, rectangle(5.0, 3.0, 0.0, 4.0, 2.0)) == pytest.approx(np.hypot(1.0, 1.0))
+    assert gap(car, rectangle(0.0, 0.0, np.pi / 2, 6.0, 1.0)) < -0.4
+    assert gap(car, rectangle(3.5, 0.0, np.pi / 4, 1.0, 1.0)) == pytest.approx(
+        1.5 - np.sqrt(0.5))

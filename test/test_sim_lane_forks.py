@@ -10,7 +10,7 @@ import dataclasses
 import numpy as np
 import pytest
 
-from flashdrive_ros.closed_loop.geometry import overlap, rectangle
+from flashdrive_ros.sim.rectangles import overlap, rectangle
 from flashdrive_ros.model.config import tiny
 from flashdrive_ros.sim.disturbance import AimedDrift
 from flashdrive_ros.sim.disturbed_drive import simulate_disturbed

@@ -17,7 +17,7 @@ import math
 import numpy as np
 
 from flashdrive_ros.closed_loop.controller import WorldPlan
-from flashdrive_ros.closed_loop.geometry import gap, rectangle
+from flashdrive_ros.sim.rectangles import gap, rectangle
 from flashdrive_ros.sim.vehicle import CENTER_OFFSET, EGO_LENGTH, EGO_WIDTH, EgoState
 
 LOOKBACK_S = 2.0

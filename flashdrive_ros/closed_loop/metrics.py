@@ -9,7 +9,7 @@ import math
 
 import numpy as np
 
-from flashdrive_ros.closed_loop.geometry import overlap, rectangle
+from flashdrive_ros.sim.rectangles import overlap, rectangle
 from flashdrive_ros.sim.vehicle import EGO_LENGTH, EGO_WIDTH, REAR_OVERHANG, WHEELBASE, EgoState
 from flashdrive_ros.sim.world import EGO_LANE_D, LANE_WIDTH, ROAD_HALF_WIDTH, World
 

@@ -14,7 +14,7 @@ import numpy as np  # noqa: E402
 from matplotlib.collections import LineCollection  # noqa: E402
 from matplotlib.patches import Polygon  # noqa: E402
 
-from flashdrive_ros.closed_loop.geometry import rectangle  # noqa: E402
+from flashdrive_ros.sim.rectangles import rectangle  # noqa: E402
 from flashdrive_ros.closed_loop.runner import DriveResult  # noqa: E402
 from flashdrive_ros.sim.world import LANE_WIDTH, ROAD_HALF_WIDTH  # noqa: E402
 

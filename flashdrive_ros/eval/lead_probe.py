@@ -25,16 +25,19 @@ import sys
 import numpy as np
 
 from flashdrive_ros.engine.types import Window
-from flashdrive_ros.eval.scene_probe import add_probe_arguments, run_probe
+from flashdrive_ros.eval.scene_probe import (
+    DECISION_OF_WORD,
+    add_probe_arguments,
+    float_values,
+    run_probe,
+)
 from flashdrive_ros.sim.drive import HISTORY_STEPS, DriveLog, SceneSnapshot, simulate, to_frame
-from flashdrive_ros.sim.labels import DECISION_WORDS
 from flashdrive_ros.sim.render import Renderer
 from flashdrive_ros.sim.vehicle import EGO_WIDTH, FRONT_OFFSET, EgoState
 
 JSON_FILE, MARKDOWN_FILE = "lead_probe.json", "lead_probe.md"
 STRAIGHT_CURVATURE = 1.0 / 300.0  # 1/m, the most the road may bend over the probe's stretch
 CLEAR_AHEAD_M = 60.0  # m, no traffic light or pedestrian this near ahead of the front bumper
-DECISION_OF_WORD = {word: decision for decision, word in DECISION_WORDS.items()}
 LEADS = ("standing", "moving")
 
 
@@ -238,25 +241,12 @@ def _slope(value: float | None) -> str:
     return "-" if value is None else f"{value:.2f}"
 
 
-def _values(name: str, low: float, high: float):
-    def parse(text: str) -> tuple[float, ...]:
-        try:
-            values = tuple(float(v) for v in text.split(","))
-        except ValueError:
-            values = ()
-        if not values or any(not (np.isfinite(v) and low <= v <= high) for v in values):
-            raise argparse.ArgumentTypeError(f"{name} takes values in [{low:g}, {high:g}], "
-                                             f"got {text}")
-        return values
-    return parse
-
-
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     add_probe_arguments(p)
-    p.add_argument("--gaps-m", type=_values("--gaps-m", 3.0, 50.0), default=(8.0, 15.0, 25.0),
+    p.add_argument("--gaps-m", type=float_values("--gaps-m", 3.0, 50.0), default=(8.0, 15.0, 25.0),
                    help="front bumper to the lead's rear at t0 (m)")
-    p.add_argument("--speeds", type=_values("--speeds", 1.0, 15.0), default=(4.0, 8.0),
+    p.add_argument("--speeds", type=float_values("--speeds", 1.0, 15.0), default=(4.0, 8.0),
                    help="the ego's speed coming up (m/s)")
     return run_probe(p, argv, lambda engine, seed, args: probe_seed(
         engine, seed, args.seconds, args.gaps_m, args.speeds), summarize, markdown, JSON_FILE,

@@ -1,5 +1,6 @@
-"""What the scene probes (lamp_probe, lead_probe) share: their common options, the held-out
-seeds they run on, the engine they plan with (one sample, no streaming, greedy decoding, so a
+"""What the scene probes (lamp_probe, lead_probe, lane_probe) share: their common options
+(lists of numbers in a range among them), the decision a CoC names, the held-out seeds they
+run on, the engine they plan with (one sample, no streaming, greedy decoding, so a
 plan depends on its window alone) and the report they write (`run_probe`)."""
 
 from __future__ import annotations
@@ -10,9 +11,14 @@ import sys
 from collections.abc import Callable
 from pathlib import Path
 
+import numpy as np
+
 from flashdrive_ros.engine.config import EngineConfig
 from flashdrive_ros.paths import default_model_dir
+from flashdrive_ros.sim.labels import DECISION_WORDS
 from flashdrive_ros.sim.seeds import EVAL_SEEDS, is_eval_seed
+
+DECISION_OF_WORD = {word: decision for decision, word in DECISION_WORDS.items()}
 
 
 def add_probe_arguments(parser: argparse.ArgumentParser) -> None:
@@ -22,6 +28,20 @@ def add_probe_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--first-seed", type=int, default=EVAL_SEEDS.start + 100)
     parser.add_argument("--seconds", type=float, default=60.0)
     parser.add_argument("--device", choices=("cpu", "cuda"), default="cpu")
+
+
+def float_values(name: str, low: float, high: float) -> Callable[[str], tuple[float, ...]]:
+    """An argparse type: comma-separated numbers, each finite and in [low, high]."""
+    def parse(text: str) -> tuple[float, ...]:
+        try:
+            values = tuple(float(v) for v in text.split(","))
+        except ValueError:
+            values = ()
+        if not values or any(not (np.isfinite(v) and low <= v <= high) for v in values):
+            raise argparse.ArgumentTypeError(f"{name} takes values in [{low:g}, {high:g}], "
+                                             f"got {text}")
+        return values
+    return parse
 
 
 def held_out_seeds(parser: argparse.ArgumentParser, args: argparse.Namespace) -> list[int]:
