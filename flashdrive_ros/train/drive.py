@@ -10,7 +10,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-SCENE_COLUMNS = ("lamp", "light_gap_m", "vehicle_gap_m", "vehicle_speed_mps")
+SCENE_COLUMNS = ("lamp", "light_gap_m", "vehicle_gap_m", "vehicle_speed_mps", "bend_gap_m",
+                 "bend_side")
 
 
 @dataclass

@@ -97,7 +97,7 @@ def drive_from_log(log, seed: int, image_size: tuple[int, int], noise: SensorNoi
     return Drive(seed, scenario, 1.0 / FRAME_HZ, frames, stamps, poses, rows[:, 4].copy(),
                  [label.coc for label in labels], decision, future,
                  [",".join(label.tags) for label in labels],
-                 scene_readings(log.infos[:count]))
+                 scene_readings(log.infos[:count], log.world.route))
 
 
 DriveJob = tuple[int, float, tuple[int, int], SensorNoise, Disturbance | None,

@@ -1,15 +1,18 @@
 """Scene readout: a training-only linear head on the backbone's hidden state at the last prompt
 token (the position whose logits give the CoC's first, deciding token) that reads the lamp of
-the light ahead, the gap to the vehicle ahead and whether that vehicle stands, so that the target
-stage teaches the language model to carry them to where it decides. The head is not part of the
-model directory.
+the light ahead, the gap to the vehicle ahead, whether that vehicle stands and where the next
+tight bend starts, so that the target stage teaches the language model to carry them to where
+it decides. The head is not part of the model directory.
 
-Per step of a drive the expert's readings are kept as `scene` [S, 4] (SCENE_COLUMNS): the lamp
+Per step of a drive the expert's readings are kept as `scene` [S, 6] (SCENE_COLUMNS): the lamp
 (index into LAMPS) of the nearest light ahead, its gap from the front bumper to the stop line,
-the gap to the nearest vehicle in the ego's path and that vehicle's speed (NaN when none). The
-head's classes: the lamp of a light within LAMP_RANGE_M (else "none"), the vehicle gap in
-GAP_EDGES_M bins ("none" beyond the last edge or without a vehicle) and the motion of a vehicle
-within the last edge (MOTIONS: standing below STANDING_MPS).
+the gap to the nearest vehicle in the ego's path and that vehicle's speed (NaN when none), the
+route ahead of the front bumper to the start of the next tight bend (|curvature| >=
+BEND_CURVATURE; 0 in one, NaN with none within BEND_RANGE_M) and its side (+1 left, -1 right).
+The head's classes: the lamp of a light within LAMP_RANGE_M (else "none"), the vehicle gap in
+GAP_EDGES_M bins ("none" beyond the last edge or without a vehicle), the motion of a vehicle
+within the last edge (MOTIONS: standing below STANDING_MPS) and the bend's side and gap in
+BEND_EDGES_M bins (BENDS).
 """
 
 from __future__ import annotations
@@ -24,6 +27,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from flashdrive_ros.sim.expert import ExpertInfo
+from flashdrive_ros.sim.path import Path
 from flashdrive_ros.train.drive import SCENE_COLUMNS
 
 LAMPS = ("none", "red", "yellow", "green")
@@ -32,12 +36,31 @@ GAP_EDGES_M = (6.0, 12.0, 20.0, 40.0)  # m, front bumper to the vehicle's rear
 GAP_CLASSES = ("0-6", "6-12", "12-20", "20-40", "none")
 MOTIONS = ("none", "standing", "moving")
 STANDING_MPS = 0.5  # m/s: a vehicle slower than this stands
+BEND_CURVATURE = 1.0 / 45.0  # 1/m, the least |curvature| of a tight bend
+BEND_RANGE_M = 45.0  # m of route ahead of the front bumper searched for a tight bend
+BEND_STEP_M = 1.0  # m between the route samples searched
+BEND_EDGES_M = (10.0, 25.0)  # m, front bumper to the bend's start
+BENDS = ("none", "right 0-10", "right 10-25", "right 25-45", "left 0-10", "left 10-25",
+         "left 25-45")
 
 
-def scene_readings(infos: Sequence[ExpertInfo]) -> np.ndarray:
-    """[S, 4] float64 (SCENE_COLUMNS) of the expert's readings."""
+def bend_ahead(route: Path, front_s: float) -> tuple[float, float]:
+    """(gap, side) of the next tight bend: route arc length from front_s to where |curvature|
+    first reaches BEND_CURVATURE within BEND_RANGE_M (0 where it already has), and the side
+    it turns to (+1 left, -1 right); (NaN, NaN) with none."""
+    ahead = np.arange(0.0, BEND_RANGE_M + BEND_STEP_M / 2, BEND_STEP_M)  # ahead: [G] m
+    kappa = route.curvature_at(front_s + ahead)  # kappa: [G] 1/m, left +
+    tight = np.flatnonzero(np.abs(kappa) >= BEND_CURVATURE)
+    if not tight.size:
+        return math.nan, math.nan
+    return float(ahead[tight[0]]), float(np.sign(kappa[tight[0]]))
+
+
+def scene_readings(infos: Sequence[ExpertInfo], route: Path) -> np.ndarray:
+    """[S, 6] float64 (SCENE_COLUMNS) of the expert's readings on `route`."""
     out = np.full((len(infos), len(SCENE_COLUMNS)), np.nan)
     for k, info in enumerate(infos):
+        out[k, 4:6] = bend_ahead(route, info.front_s)
         out[k, 0] = LAMPS.index(info.light_state) if info.light_state else 0
         if info.light_gap is not None:
             out[k, 1] = info.light_gap
@@ -61,6 +84,15 @@ def gap_classes(scene: torch.Tensor) -> torch.Tensor:
     return torch.bucketize(gap, edges, right=True)
 
 
+def bend_classes(scene: torch.Tensor) -> torch.Tensor:
+    """scene: [B, 6] -> [B] long index into BENDS."""
+    gap = torch.nan_to_num(scene[:, 4], nan=math.inf)
+    edges = torch.tensor(BEND_EDGES_M, dtype=gap.dtype, device=gap.device)
+    band = torch.bucketize(gap, edges, right=True)  # band: [B] 0, 1, 2
+    left = scene[:, 5] > 0
+    return torch.where(torch.isfinite(gap), 1 + band + 3 * left.long(), 0).long()
+
+
 def motion_classes(scene: torch.Tensor) -> torch.Tensor:
     """scene: [B, 4] -> [B] long index into MOTIONS; "none" without a vehicle within the last
     of GAP_EDGES_M."""
@@ -80,11 +112,12 @@ class Reading(NamedTuple):
 
 CLASSES = {"lamp": Reading(LAMPS, lamp_classes, 0),
            "gap": Reading(GAP_CLASSES, gap_classes, None),
-           "motion": Reading(MOTIONS, motion_classes, 0)}
+           "motion": Reading(MOTIONS, motion_classes, 0),
+           "bend": Reading(BENDS, bend_classes, 0)}
 
 
 def scene_class_counts(scene: torch.Tensor) -> dict[str, dict[str, int]]:
-    """scene: [N, 4] -> windows per class of each reading (lamp, gap, motion)."""
+    """scene: [N, 6] -> windows per class of each reading (lamp, gap, motion, bend)."""
     counts = {}
     for reading, (names, classes, _) in CLASSES.items():
         count = torch.bincount(classes(scene), minlength=len(names))
@@ -94,7 +127,7 @@ def scene_class_counts(scene: torch.Tensor) -> dict[str, dict[str, int]]:
 
 class SceneReadout(nn.Module):
     """Linear head: hidden [B, H] -> logits per reading of CLASSES, in its order
-    ([B, len(LAMPS)], [B, len(GAP_CLASSES)], [B, len(MOTIONS)])."""
+    ([B, len(LAMPS)], [B, len(GAP_CLASSES)], [B, len(MOTIONS)], [B, len(BENDS)])."""
 
     def __init__(self, hidden_size: int) -> None:
         super().__init__()
@@ -108,10 +141,11 @@ class SceneReadout(nn.Module):
 
 def readout_losses(readout: SceneReadout, hidden: torch.Tensor, scene: torch.Tensor
                    ) -> dict[str, torch.Tensor]:
-    """hidden: [B, H] at the last prompt token; scene: [B, 4] -> readout_loss (the mean of the
+    """hidden: [B, H] at the last prompt token; scene: [B, 6] -> readout_loss (the mean of the
     cross-entropies of CLASSES), lamp_hit [B] (1.0 / 0.0 where a light is in range, NaN
-    elsewhere), gap_hit [B] (1.0 / 0.0) and motion_hit [B] (1.0 / 0.0 where a vehicle is
-    within range, NaN elsewhere)."""
+    elsewhere), gap_hit [B] (1.0 / 0.0), motion_hit [B] (1.0 / 0.0 where a vehicle is
+    within range, NaN elsewhere) and bend_hit [B] (1.0 / 0.0 where a tight bend is within
+    range, NaN elsewhere)."""
     losses, hits = [], {}
     for (name, reading), logits in zip(CLASSES.items(), readout(hidden)):
         target = reading.classes(scene)  # target: [B]

@@ -7,9 +7,9 @@ x0 ~ N(0, I), x1 = data actions, t ~ U(0, 1), x_t = t x1 + (1 - t) x0, target v 
 `DecisionFocus` weighs the CoC tokens that decide the decision and draws rare decisions more
 often; the held-out metrics add the share of windows whose deciding tokens are all right
 (`decision_acc`, also per decision). With a `SceneReadout` (scene_weight > 0) its loss on the
-hidden state at the last prompt token joins the sum, and the metrics add `lamp_acc`, `gap_acc`
-and `motion_acc` (train/scene_readout.py). Blind windows (`readout_blind`) lose their ego history
-and train the readout alone: their CoC and flow losses leave them out.
+hidden state at the last prompt token joins the sum, and the metrics add `lamp_acc`, `gap_acc`,
+`motion_acc` and `bend_acc` (train/scene_readout.py). Blind windows (`readout_blind`) lose their
+ego history and train the readout alone: their CoC and flow losses leave them out.
 """
 
 from __future__ import annotations
@@ -130,9 +130,9 @@ def target_step_losses(model: AlpamayoModel, batch: TrainBatch, image_token_id: 
                        ) -> dict[str, torch.Tensor]:
     """coc_loss weighs the CoC tokens by `focus.loss_weights`; decision_hit: [B] bool; without
     grad also side_hit: [B] bool, every side word of the row is its argmax; with `readout`
-    also readout_loss, lamp_hit, gap_hit and motion_hit [B] (`readout_losses`). trained: [B]
-    bool, the rows whose CoC and flow losses count (None: all; the readout counts every
-    row)."""
+    also readout_loss, lamp_hit, gap_hit, motion_hit and bend_hit [B] (`readout_losses`).
+    trained: [B] bool, the rows whose CoC and flow losses count (None: all; the readout counts
+    every row)."""
     out, cache = run_backbone(model, batch, image_token_id, cache_dtype, grad)
     weights = focus.loss_weights(batch.decisive, batch.sided)
     if trained is not None:
@@ -158,8 +158,8 @@ def evaluate_target(model: AlpamayoModel, data: TrainSet, rows: torch.Tensor,
                     ) -> dict[str, float]:
     """Plain (unweighted) mean losses, token accuracy, decision_acc and decision_acc_<name>
     per decision present among `rows`, side_acc over the rows whose CoC names a side; with
-    `readout` also lamp_acc (over the rows with a light in range), gap_acc and motion_acc
-    (over the rows with a vehicle in range)."""
+    `readout` also lamp_acc (over the rows with a light in range), gap_acc, motion_acc
+    (over the rows with a vehicle in range) and bend_acc (with a tight bend in range)."""
     model.eval()
     gen = torch.Generator(device=device).manual_seed(seed)
     totals: dict[str, float] = {}
@@ -208,8 +208,8 @@ def target_step(model: AlpamayoModel, opt: torch.optim.Optimizer, data: TrainSet
     """One optimizer step on the windows `rows` -> (losses, decision_hit [B], grad norm);
     nothing is read back from the device. history_kept: [B] bool, False where the window's
     ego history is dropped (TrainSet.token_rows). With `readout` (its parameters in `opt`) its
-    loss joins at `scene_weight`, and losses hold lamp_acc, gap_acc and motion_acc of the
-    batch. trained: [B] bool, the rows whose CoC and flow losses count (None: all)."""
+    loss joins at `scene_weight`, and losses hold lamp_acc, gap_acc, motion_acc and bend_acc
+    of the batch. trained: [B] bool, the rows whose CoC and flow losses count (None: all)."""
     batch = data.batch(rows, device, history_kept=history_kept)
     if trained is not None:
         trained = trained.to(device)
