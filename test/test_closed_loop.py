@@ -16,6 +16,7 @@ from flashdrive_ros.closed_loop.collision_context import collision_context
 from flashdrive_ros.closed_loop.controller import TrackingConfig, TrajectoryTracker, WorldPlan
 from flashdrive_ros.closed_loop.expert_planner import ExpertPlanner
 from flashdrive_ros.sim.rectangles import overlap, rectangle
+from flashdrive_ros.closed_loop.bend_approach import BANDS
 from flashdrive_ros.closed_loop.plan_trace import FIELDS, plan_trace
 from flashdrive_ros.closed_loop.report import markdown
 from flashdrive_ros.closed_loop.runner import ClosedLoopDrive, DriveSettings
@@ -279,9 +280,13 @@ def test_cli_compares_baseline_and_flashdrive_on_the_tiny_model(tmp_path, one_th
     assert "## Standing at a stop line" in (out / "report.md").read_text()
     assert "## Collisions (the plan followed 2 s before the contact)" in (
         out / "report.md").read_text()
+    assert "## Tight bends" in (out / "report.md").read_text()
     for name, block in report["variants"].items():
         waits = [d["light_waits"] for d in report["drives"] if d["variant"] == name]
         assert block["light_waits"]["red_plans"] == sum(w["red_plans"] for w in waits)
+        bends = [d["bend_approach"] for d in report["drives"] if d["variant"] == name]
+        assert {band: cell["plans"] for band, cell in block["bend_approach"].items()} == {
+            band: sum(len(b[band]) for b in bends) for band in BANDS}
 
     pooled = tmp_path / "pooled"
     assert main(["--model-dir", str(model), "--seconds", "2.5", "--seed", str(SEED),

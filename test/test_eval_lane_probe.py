@@ -18,7 +18,6 @@ from flashdrive_ros.eval.lane_probe import (
     STRAIGHT_AHEAD_M,
     STRAIGHT_CURVATURE,
     STRAIGHT_PER_DRIVE,
-    TIGHT_CURVATURE,
     clearance,
     lateral_deviation,
     main,
@@ -31,6 +30,7 @@ from flashdrive_ros.eval.lane_probe import (
     to_world,
 )
 from flashdrive_ros.model.config import ActionConfig, PromptConfig
+from flashdrive_ros.sim.bends import TIGHT_CURVATURE
 from flashdrive_ros.sim.cameras import rig
 from flashdrive_ros.sim.drive import HISTORY_STEPS, SUBSTEPS, simulate
 from flashdrive_ros.sim.expert import Expert

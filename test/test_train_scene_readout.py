@@ -11,6 +11,7 @@ import pytest
 import torch
 
 from flashdrive_ros.model.config import tiny
+from flashdrive_ros.sim.bends import BEND_RANGE_M, TIGHT_CURVATURE, bend_ahead
 from flashdrive_ros.sim.drive import simulate
 from flashdrive_ros.sim.lamp_pairs import moved_back
 from flashdrive_ros.train.dataset import TrainSet
@@ -19,14 +20,11 @@ from flashdrive_ros.train.pipeline_args import parse_args
 from flashdrive_ros.train.recipe import Recipe
 from flashdrive_ros.train.run_data import train_tokenizer
 from flashdrive_ros.train.scene_readout import (
-    BEND_CURVATURE,
-    BEND_RANGE_M,
     BENDS,
     GAP_CLASSES,
     LAMPS,
     MOTIONS,
     SceneReadout,
-    bend_ahead,
     bend_classes,
     gap_classes,
     lamp_classes,
@@ -64,7 +62,7 @@ def test_the_next_tight_bend_is_read_from_the_front_bumper_and_moving_back_lengt
     log = simulate(1000024, 20.0)
     route = log.world.route
     grid = np.arange(0.0, route.length, 0.5)
-    tight = grid[np.abs(route.curvature_at(grid)) >= BEND_CURVATURE]
+    tight = grid[np.abs(route.curvature_at(grid)) >= TIGHT_CURVATURE]
     start = tight[0]
     assert route.curvature_at(start) < 0, "seed 1000024 should bend right first"
     assert bend_ahead(route, start - 20.0) == pytest.approx((20.0, -1.0), abs=0.6)

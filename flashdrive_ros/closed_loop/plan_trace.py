@@ -1,6 +1,7 @@
 """Each plan the controller followed in a closed-loop drive, next to the state it was made
 from: the ego's speed and offset from its lane centre, the gap to the vehicle ahead in its
-lane and that vehicle's speed, the next stop line ahead and its light,
+lane and that vehicle's speed, the next stop line ahead and its light, the next tight bend
+ahead of the front bumper and its side,
 how far, how fast and how far beside the lane centre the plan goes, and its
 chain-of-causation. Written as CSV (`flashdrive-drive --plan-trace`)."""
 
@@ -15,12 +16,14 @@ from flashdrive_ros.closed_loop.controller import plan_speed
 from flashdrive_ros.closed_loop.metrics import (ROW_LEAD_GAP, ROW_LEAD_SPEED, ROW_ROUTE_D,
                                                 ROW_ROUTE_S, ROW_SPEED, ROW_T)
 from flashdrive_ros.closed_loop.runner import DriveResult
+from flashdrive_ros.sim.bends import bend_ahead
+from flashdrive_ros.sim.vehicle import FRONT_OFFSET
 from flashdrive_ros.sim.world import EGO_LANE_D
 
 FIELDS = ("t0", "ready_at", "ego_speed_mps", "route_s", "lane_offset_m", "lead_gap_m",
           "lead_speed_mps", "stop_line_ahead_m", "light", "plan_distance_m", "plan_speed_1s",
           "plan_speed_3s", "plan_speed_end", "plan_offset_1s", "plan_offset_3s", "plan_offset_end",
-          "coc")
+          "bend_ahead_m", "bend_side", "coc")
 LIGHT_RANGE_M = 80.0
 LIGHT_BEHIND_M = 10.0
 OFFSET_SEARCH_M = 120.0  # route stretch searched around base_link for a plan point
@@ -45,7 +48,8 @@ def _rounded(value: float, digits: int) -> float | str:
 
 def plan_trace(result: DriveResult) -> list[dict]:
     """One row per applied plan (FIELDS); the light is the nearest stop line between
-    LIGHT_BEHIND_M behind base_link and LIGHT_RANGE_M ahead, its state at t0 ("" when none)."""
+    LIGHT_BEHIND_M behind base_link and LIGHT_RANGE_M ahead, its state at t0 ("" when none);
+    the bend is sim/bends.py's next tight bend from the front bumper ("" when none)."""
     rows = result.rows
     lights = result.world.lights()
     route = result.world.route
@@ -53,6 +57,7 @@ def plan_trace(result: DriveResult) -> list[dict]:
     for plan in result.plans:
         i = min(int(np.searchsorted(rows[:, ROW_T], plan.t0 - 1e-9)), len(rows) - 1)
         route_s = float(rows[i, ROW_ROUTE_S])
+        bend_gap, bend_side = bend_ahead(route, route_s + FRONT_OFFSET)
         near = min(((light.stop_s - route_s, light) for light in lights
                     if -LIGHT_BEHIND_M < light.stop_s - route_s < LIGHT_RANGE_M),
                    key=lambda item: abs(item[0]), default=None)
@@ -73,6 +78,7 @@ def plan_trace(result: DriveResult) -> list[dict]:
             "plan_offset_3s": round(plan_offset(plan, route, route_s, plan.t0 + 3.0), 3),
             "plan_offset_end": round(plan_offset(plan, route, route_s, float(plan.times[-1])),
                                      3),
+            "bend_ahead_m": _rounded(bend_gap, 1), "bend_side": _rounded(bend_side, 0),
             "coc": plan.coc})
     return out
 

@@ -54,6 +54,16 @@ def markdown(report: dict) -> str:
         gap = "-" if waits["red_gap_m"] is None else f"{waits['red_gap_m']:.2f}"
         lines.append(f"| {name} | {waits['red_go']} / {waits['red_plans']} | "
                      f"{waits['green_stay']} / {waits['green_plans']} | {gap} |")
+    lines += ["", "## Tight bends (plans at 4 m/s or more by the front bumper's distance to the "
+              "bend; offsets from the lane centre towards its inside, m)", "",
+              "| variant | band | plans | plan 3 s on, median | plan 3 s on, p90 | ego at t0, "
+              "median |", "|---|---|---|---|---|---|"]
+    for name, block in variants.items():
+        for band, cell in block["bend_approach"].items():
+            lines.append(f"| {name} | {band} | {cell['plans']} | "
+                         f"{_cell(cell['plan_inside_3s_p50'], 2)} | "
+                         f"{_cell(cell['plan_inside_3s_p90'], 2)} | "
+                         f"{_cell(cell['ego_inside_p50'], 2)} |")
     lines += ["", "## Per scenario (spans reached / completed / clean, collisions, red-light "
               "violations, off road s)", "",
               "| variant | scenario | reached | completed | clean | collisions | red light | "

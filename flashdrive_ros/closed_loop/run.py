@@ -10,6 +10,7 @@ from pathlib import Path
 
 from flashdrive_ros.closed_loop.expert_planner import ExpertPlanner
 from flashdrive_ros.closed_loop.collision_context import collision_context
+from flashdrive_ros.closed_loop.bend_approach import bend_approach
 from flashdrive_ros.closed_loop.light_waits import light_waits
 from flashdrive_ros.closed_loop.plan_trace import plan_trace, write_plan_trace
 from flashdrive_ros.closed_loop.report import write_report
@@ -141,6 +142,7 @@ def drive_metrics(job: tuple[str, int], options: RunOptions, model: ModelConfig)
         metrics["picture"] = name
     trace = plan_trace(result)
     metrics["light_waits"] = light_waits(trace)
+    metrics["bend_approach"] = bend_approach(trace)
     metrics["collision_events"] = collision_context(metrics["collision_events"], trace,
                                                     result.plans)
     if options.plan_trace:

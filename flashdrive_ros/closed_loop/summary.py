@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from flashdrive_ros.closed_loop.bend_approach import pooled_bend_approach
 from flashdrive_ros.closed_loop.light_waits import summed_light_waits
 
 SPREAD_KEYS = ("route_completion", "collisions", "red_light_violations", "off_road_s",
@@ -38,6 +39,7 @@ def variant_summary(drives: list[dict]) -> dict:
     for key in ("mean", "abs_p95"):
         out[f"lane_offset_{key}_m"] = _mean_std([d["lane_offset_m"][key] for d in drives])
     out["light_waits"] = summed_light_waits(drives)
+    out["bend_approach"] = pooled_bend_approach(drives)
     out["scenarios"] = scenario_summary(drives)
     return out
 

@@ -39,6 +39,7 @@ from flashdrive_ros.eval.scene_probe import (
     float_values,
     run_probe,
 )
+from flashdrive_ros.sim.bends import TIGHT_CURVATURE
 from flashdrive_ros.sim.cameras import rig
 from flashdrive_ros.sim.drive import (
     FRAME_HZ,
@@ -61,7 +62,6 @@ MIN_SPEED_MPS = 3.0  # m/s, the expert drives at least this fast at a probe fram
 LIGHT_CLEAR_M = 30.0  # m, no red or yellow light this near ahead of the front bumper
 AHEAD_M = 25.0  # m of route ahead in which a tight bend or a nudge sets the frame's kind
 STRAIGHT_AHEAD_M = 40.0  # m of route ahead that a straight frame keeps straight and clear
-TIGHT_CURVATURE = 1.0 / 45.0  # 1/m, the least |curvature| of a tight bend
 STRAIGHT_CURVATURE = 1.0 / 300.0  # 1/m, the most |curvature| of a straight stretch
 MIN_NUDGE_M = 0.3  # m, the least expert nudge of a parked car being passed
 ROUTE_STEP_M = 0.5  # m between the route samples looked at ahead

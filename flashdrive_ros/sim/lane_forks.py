@@ -16,6 +16,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from flashdrive_ros.sim.bends import TIGHT_CURVATURE
 from flashdrive_ros.sim.disturbance import AimedDrift
 from flashdrive_ros.sim.disturbed_drive import simulate_disturbed
 from flashdrive_ros.sim.drive import FRAME_HZ, HISTORY_STEPS, SIM_HZ, SUBSTEPS, DriveLog
@@ -43,7 +44,7 @@ class LaneForks:
     frames kept after the drift ends."""
 
     per_drive: int = 0
-    bend_curvature: float = 1.0 / 45.0
+    bend_curvature: float = TIGHT_CURVATURE
     nudge_m: float = 0.3
     bend_offset_m: tuple[float, float] = (0.5, 1.2)
     nudge_offset_m: tuple[float, float] = (0.2, 0.55)

@@ -7,8 +7,8 @@ it decides. The head is not part of the model directory.
 Per step of a drive the expert's readings are kept as `scene` [S, 6] (SCENE_COLUMNS): the lamp
 (index into LAMPS) of the nearest light ahead, its gap from the front bumper to the stop line,
 the gap to the nearest vehicle in the ego's path and that vehicle's speed (NaN when none), the
-route ahead of the front bumper to the start of the next tight bend (|curvature| >=
-BEND_CURVATURE; 0 in one, NaN with none within BEND_RANGE_M) and its side (+1 left, -1 right).
+route ahead of the front bumper to the start of the next tight bend (sim/bends.py; 0 in one,
+NaN with none within its range) and its side (+1 left, -1 right).
 The head's classes: the lamp of a light within LAMP_RANGE_M (else "none"), the vehicle gap in
 GAP_EDGES_M bins ("none" beyond the last edge or without a vehicle), the motion of a vehicle
 within the last edge (MOTIONS: standing below STANDING_MPS) and the bend's side and gap in
@@ -26,6 +26,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from flashdrive_ros.sim.bends import bend_ahead
 from flashdrive_ros.sim.expert import ExpertInfo
 from flashdrive_ros.sim.path import Path
 from flashdrive_ros.train.drive import SCENE_COLUMNS
@@ -36,24 +37,9 @@ GAP_EDGES_M = (6.0, 12.0, 20.0, 40.0)  # m, front bumper to the vehicle's rear
 GAP_CLASSES = ("0-6", "6-12", "12-20", "20-40", "none")
 MOTIONS = ("none", "standing", "moving")
 STANDING_MPS = 0.5  # m/s: a vehicle slower than this stands
-BEND_CURVATURE = 1.0 / 45.0  # 1/m, the least |curvature| of a tight bend
-BEND_RANGE_M = 45.0  # m of route ahead of the front bumper searched for a tight bend
-BEND_STEP_M = 1.0  # m between the route samples searched
 BEND_EDGES_M = (10.0, 25.0)  # m, front bumper to the bend's start
 BENDS = ("none", "right 0-10", "right 10-25", "right 25-45", "left 0-10", "left 10-25",
          "left 25-45")
-
-
-def bend_ahead(route: Path, front_s: float) -> tuple[float, float]:
-    """(gap, side) of the next tight bend: route arc length from front_s to where |curvature|
-    first reaches BEND_CURVATURE within BEND_RANGE_M (0 where it already has), and the side
-    it turns to (+1 left, -1 right); (NaN, NaN) with none."""
-    ahead = np.arange(0.0, BEND_RANGE_M + BEND_STEP_M / 2, BEND_STEP_M)  # ahead: [G] m
-    kappa = route.curvature_at(front_s + ahead)  # kappa: [G] 1/m, left +
-    tight = np.flatnonzero(np.abs(kappa) >= BEND_CURVATURE)
-    if not tight.size:
-        return math.nan, math.nan
-    return float(ahead[tight[0]]), float(np.sign(kappa[tight[0]]))
 
 
 def scene_readings(infos: Sequence[ExpertInfo], route: Path) -> np.ndarray:
