@@ -21,6 +21,7 @@ from flashdrive_ros.sim.disturbance import AimedDrift
 from flashdrive_ros.sim.disturbed_drive import simulate_disturbed
 from flashdrive_ros.sim.drive import FRAME_HZ, HISTORY_STEPS, SIM_HZ, SUBSTEPS, DriveLog
 from flashdrive_ros.sim.expert import NUDGE_MAX, Expert
+from flashdrive_ros.sim.rectangles import rectangle
 from flashdrive_ros.sim.vehicle import EGO_LENGTH, EGO_WIDTH
 from flashdrive_ros.sim.world import World
 
@@ -158,11 +159,8 @@ def lateral_room(world: World, log: DriveLog, s_from: float, s_to: float, side: 
         if np.hypot(*(np.asarray(route.pose_at((s_from + s_to) / 2)[:2]) - (x, y))) > (
                 s_to - s_from) / 2 + 60.0:
             continue
-        c, sn = np.cos(yaw), np.sin(yaw)
-        corners = [(x + c * dx - sn * dy, y + sn * dx + c * dy)
-                   for dx in (-length / 2, length / 2) for dy in (-width / 2, width / 2)]
         sd = np.array([route.project(p, hint=(s_from + s_to) / 2, window=s_to - s_from + 60.0)
-                       for p in corners])  # sd: [4, 2] (s, d)
+                       for p in rectangle(x, y, yaw, length, width)])  # sd: [4, 2] (s, d)
         if sd[:, 0].max() < s_from - EGO_LENGTH or sd[:, 0].min() > s_to + EGO_LENGTH:
             continue
         near = (frames >= sd[:, 0].min() - EGO_LENGTH) & (frames <= sd[:, 0].max() + EGO_LENGTH)
