@@ -34,8 +34,8 @@ import numpy as np
 from flashdrive_ros.engine.types import Window
 from flashdrive_ros.engine.window import WindowBuilder
 from flashdrive_ros.eval.scene_probe import (
-    DECISION_OF_WORD,
     add_probe_arguments,
+    coc_decision,
     float_values,
     run_probe,
 )
@@ -215,11 +215,6 @@ def clearance(poses: np.ndarray, parked: list[BoxSnapshot]) -> float | None:
     return round(min(gap(ego, car) for ego in egos for car in cars), 3)
 
 
-def _decision(coc: str) -> str:
-    word = coc.split(maxsplit=1)[:1]
-    return DECISION_OF_WORD.get(word[0] if word else "", "none")
-
-
 def probe_seed(engine, seed: int, seconds: float, offsets: tuple[float, ...]) -> list[dict]:
     """One row per (probe frame, offset): the plan's deviation from the expert's line at
     HORIZONS_S, its return, towards the inside of a bend or the parked car, the clearances
@@ -259,7 +254,7 @@ def probe_seed(engine, seed: int, seconds: float, offsets: tuple[float, ...]) ->
                 "towards_car_3s": round(-float(dev[-1]), 3) if nudge else None,
                 "plan_clearance_m": clearance(swept, parked) if nudge else None,
                 "expert_clearance_m": expert_clearance,
-                "coc": plan.coc_text, "decision": _decision(plan.coc_text)})
+                "coc": plan.coc_text, "decision": coc_decision(plan.coc_text)})
     return rows
 
 

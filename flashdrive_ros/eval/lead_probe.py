@@ -26,8 +26,8 @@ import numpy as np
 
 from flashdrive_ros.engine.types import Window
 from flashdrive_ros.eval.scene_probe import (
-    DECISION_OF_WORD,
     add_probe_arguments,
+    coc_decision,
     float_values,
     run_probe,
 )
@@ -157,11 +157,9 @@ def probe_seed(engine, seed: int, seconds: float, gaps: tuple[float, ...],
                     engine.reset()
                     plan = engine.step(window)
                     travel = float(np.max(plan.trajectories[0, :, 0]))
-                    word = plan.coc_text.split(maxsplit=1)[:1]
                     rows.append({"seed": seed, "frame": lead.frame, "speed": speed,
                                  "gap_m": gap, "lead": kind, "coc": plan.coc_text,
-                                 "decision": DECISION_OF_WORD.get(word[0] if word else "",
-                                                                  "none"),
+                                 "decision": coc_decision(plan.coc_text),
                                  "travel_m": round(travel, 3),
                                  "clearance_m": round(gap - travel, 3),
                                  "stops_short": travel <= gap})

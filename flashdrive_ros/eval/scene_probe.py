@@ -21,6 +21,12 @@ from flashdrive_ros.sim.seeds import EVAL_SEEDS, is_eval_seed
 DECISION_OF_WORD = {word: decision for decision, word in DECISION_WORDS.items()}
 
 
+def coc_decision(coc: str) -> str:
+    """The decision a CoC names by its first word ("none" when it names none)."""
+    word = coc.split(maxsplit=1)[:1]
+    return DECISION_OF_WORD.get(word[0] if word else "", "none")
+
+
 def add_probe_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--model-dir", default=None, help="model directory (default: embedded)")
     parser.add_argument("--out", required=True, type=Path)

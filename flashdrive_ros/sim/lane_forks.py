@@ -154,10 +154,10 @@ def lateral_room(world: World, log: DriveLog, s_from: float, s_to: float, side: 
     offsets = np.array([info.route_d for info in log.infos[:log.frame_count]])  # [F] m
     boxes = [(v.x, v.y, v.yaw, v.length, v.width) for v in world.vehicles if v.kind == "parked"]
     boxes += [(b.x, b.y, b.yaw, b.length, b.width) for b in world.statics]
+    middle = np.asarray(route.pose_at((s_from + s_to) / 2)[:2])  # middle: [2] (x, y)
     room = np.inf
     for x, y, yaw, length, width in boxes:
-        if np.hypot(*(np.asarray(route.pose_at((s_from + s_to) / 2)[:2]) - (x, y))) > (
-                s_to - s_from) / 2 + 60.0:
+        if np.hypot(*(middle - (x, y))) > (s_to - s_from) / 2 + 60.0:
             continue
         sd = np.array([route.project(p, hint=(s_from + s_to) / 2, window=s_to - s_from + 60.0)
                        for p in rectangle(x, y, yaw, length, width)])  # sd: [4, 2] (s, d)
