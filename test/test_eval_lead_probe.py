@@ -126,6 +126,16 @@ def test_the_command_plans_each_lead_standing_and_moving(tmp_path, capsys):
     text = (out / "lead_probe.md").read_text()
     assert "| 5 | 10 | 1.2 | 1 |" in text and text.rstrip().endswith("| - |")
     assert "Lead probe" in capsys.readouterr().out
+    sentence = "Stop"
+    forced = tmp_path / "forced"
+    assert main(["--model-dir", str(model), "--out", str(forced), "--drives", "1",
+                 "--first-seed", str(SEED), "--seconds", str(SECONDS), "--gaps-m", "10",
+                 "--speeds", "5", "--coc", sentence]) == 0
+    rows = json.loads((forced / "lead_probe.json").read_text())["rows"]
+    assert [r["coc"].strip() for r in rows] == [sentence] * 2
+    assert all(r["coc_forced"] and r["decision"] == "stop" for r in rows)
+    assert not any(r["coc_forced"] for r in report["rows"])
+    assert f'under the CoC "{sentence}"' in (forced / "lead_probe.md").read_text()
     for bad in (["--gaps-m", "1"], ["--speeds", "x"], ["--first-seed", "5"]):
         with pytest.raises(SystemExit):
             main(["--model-dir", str(model), "--out", str(out), *bad])

@@ -16,13 +16,16 @@ from flashdrive_ros.train.drive_cache import load_drives, save_drives
 from flashdrive_ros.train.generate import generate_drive
 from flashdrive_ros.train.log import TrainLog, read_log
 from flashdrive_ros.train.pipeline import main
+from flashdrive_ros.train.pipeline_args import parse_args
 from flashdrive_ros.train.run_data import train_tokenizer
 from flashdrive_ros.train.recipe import Recipe, recipe_from_dict, smoke
 from flashdrive_ros.train.sensor_noise import SensorNoise
 from flashdrive_ros.train.scene_readout import readout_losses
+from flashdrive_ros.train.batched_expert import batched_velocity
 from flashdrive_ros.train.target_train import (
     TargetTrainer,
     evaluate_target,
+    image_slots,
     run_backbone,
     target_step,
     target_step_losses,
@@ -42,7 +45,8 @@ def data(drive):
     return TrainSet.build(cfg, tokenizer, [drive])
 
 
-def _trainer(data, tmp_path, name, history_dropout=0.0, scene_weight=0.0, readout_blind=0.0):
+def _trainer(data, tmp_path, name, history_dropout=0.0, scene_weight=0.0, readout_blind=0.0,
+             expert_blind=0.0):
     torch.manual_seed(0)
     model = AlpamayoModel(data.cfg)
     log = TrainLog(tmp_path / f"{name}.jsonl", echo=False)
@@ -50,7 +54,7 @@ def _trainer(data, tmp_path, name, history_dropout=0.0, scene_weight=0.0, readou
                          contextlib.nullcontext, torch.float32, log_every=1,
                          focus=DecisionFocus(token_weight=3.0, balance=0.5), flow_draws=2,
                          history_dropout=history_dropout, scene_weight=scene_weight,
-                         readout_blind=readout_blind)
+                         readout_blind=readout_blind, expert_blind=expert_blind)
 
 
 def test_a_stopped_and_resumed_target_stage_takes_the_same_steps(data, tmp_path):
@@ -194,6 +198,60 @@ def test_blind_windows_lose_their_history_and_train_the_readout_alone(data, tmp_
     for dropout, weight, blind in ((0.0, 0.0, 0.3), (0.6, 1.0, 0.4), (0.0, 1.0, 1.0)):
         with pytest.raises(ValueError, match="readout_blind"):
             _trainer(data, tmp_path, "bad", dropout, weight, blind)
+
+
+def test_a_blind_expert_reads_no_image_slot_and_resumes_alike(data, tmp_path):
+    trainer = _trainer(data, tmp_path, "share", expert_blind=0.4)
+    draws = torch.cat([trainer.draw_expert_blind() for _ in range(2000)])
+    assert abs(float(draws.float().mean()) - 0.4) < 0.03
+    plain = _trainer(data, tmp_path, "plain")
+    state = plain.pick_gen.get_state()
+    assert plain.draw_expert_blind() is None and torch.equal(plain.pick_gen.get_state(), state)
+    rows = torch.arange(3)
+    blind = torch.tensor([True, False, False])
+    batch = data.batch(rows, "cpu")
+    images = batch.input_ids == data.image_token_id
+    assert bool(images.any()) and torch.equal(image_slots(batch, data.image_token_id, blind),
+                                              images & blind[:, None])
+    model = trainer.model
+    with torch.no_grad():
+        _, cache = run_backbone(model, batch, data.image_token_id, torch.float32, grad=False)
+
+    def velocities(hidden):
+        with torch.no_grad():
+            x_t = torch.randn(batch.actions.shape, generator=torch.Generator().manual_seed(1))
+            return batched_velocity(model.expert, model.action_in_proj, model.action_out_proj,
+                                    x_t, torch.full((3,), 0.5), cache, batch.seq_lens,
+                                    hidden_slots=hidden)
+
+    hidden = image_slots(batch, data.image_token_id, blind)
+    before = velocities(hidden)
+    slots = images.any(dim=0).nonzero().flatten()
+    cache.k[:, :, :, slots] = 50.0 * torch.randn_like(cache.k[:, :, :, slots])
+    after = velocities(hidden)
+    torch.testing.assert_close(after[0], before[0])
+    assert not torch.allclose(after[1:], before[1:])
+    whole = _trainer(data, tmp_path, "whole", expert_blind=0.5)
+    assert whole.run()
+    assert not torch.equal(whole.model.state_dict()["action_out_proj.weight"],
+                           plain.model.state_dict()["action_out_proj.weight"])
+    first = _trainer(data, tmp_path, "first", expert_blind=0.5)
+    assert not first.run(max_steps=2)
+    tensors, meta = first.state()
+    second = _trainer(data, tmp_path, "second", expert_blind=0.5)
+    second.model.load_state_dict(first.model.state_dict())
+    second.load_state({k: v.clone() for k, v in tensors.items()}, json.loads(json.dumps(meta)))
+    assert second.run()
+    assert second.last == pytest.approx(whole.last, rel=1e-5, nan_ok=True)
+    assert whole.finish(data, 3, 7)["expert_blind"] == 0.5
+    assert parse_args(["--out", "x", "--expert-blind", "0.3"])[1].expert_blind == 0.3
+    with pytest.raises(SystemExit):
+        parse_args(["--out", "x", "--expert-blind", "1.5"])
+    for bad in (-0.1, 1.0):
+        with pytest.raises(ValueError, match="expert_blind"):
+            _trainer(data, tmp_path, "bad", expert_blind=bad)
+        with pytest.raises(ValueError, match="expert_blind"):
+            Recipe(expert_blind=bad)
 
 
 def test_generator_state_of_another_device_is_refused(data, tmp_path):

@@ -13,6 +13,7 @@ and `<|traj_future_start|>` so that the action expert finds their keys and value
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 import torch
@@ -288,6 +289,24 @@ def finish(target: Target, state: DecodeState, stop: StopRule) -> DecodeResult:
 def required_capacity(prompt_slots: int, stop: StopRule, block_size: int = 1) -> int:
     """Cache slots a decode after `prompt_slots` slots may touch."""
     return prompt_slots + stop.max_new_tokens + 2 + block_size
+
+
+@torch.no_grad()
+def forced_decode(target: Target, prefill_out: PrefillOutput, cache: KVCache, stop: StopRule,
+                  coc_ids: Sequence[int]) -> DecodeResult:
+    """`coc_ids` (a CoC without <|cot_end|>, at most the stop rule's length) written to the
+    cache in one forward with <|cot_end|> and <|traj_future_start|>, in place of the tokens the
+    model would choose: the action expert then plans under a CoC of the caller's."""
+    body = [int(t) for t in coc_ids]
+    if not body or stop.cot_end_id in body or stop.traj_future_start_id in body:
+        raise ValueError("coc_ids must be a non-empty CoC without <|cot_end|> and "
+                         "<|traj_future_start|>")
+    if len(body) > stop.max_new_tokens:
+        raise ValueError(f"the CoC has {len(body)} tokens, more than the "
+                         f"{stop.max_new_tokens} a CoC may have")
+    tokens = body + [stop.cot_end_id, stop.traj_future_start_id]
+    target.run_tokens(tokens, cache, prefill_out.next_position)
+    return DecodeResult(tokens, "cot_end", prefill_out.next_position + len(tokens), [], 1)
 
 
 @torch.no_grad()

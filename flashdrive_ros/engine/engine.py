@@ -28,6 +28,7 @@ from flashdrive_ros.engine.decoding import (
     StopRule,
     Target,
     autoregressive_decode,
+    forced_decode,
     required_capacity,
 )
 from flashdrive_ros.engine.dtype_choice import check_cpu_bfloat16
@@ -231,17 +232,20 @@ class Engine:
                              ego_history=history, sequence=n))
         self.reset()
 
-    def step(self, window: Window) -> Plan:
+    def step(self, window: Window, coc_ids: Sequence[int] | None = None) -> Plan:
         """The plan of `window`; its random draws are seeded by the config seed and the
         window's t0 (in ms), so a window gets the same plan whichever windows came before it
-        (streaming state aside), offline or through the node."""
-        return self.act(self.reason(window))
+        (streaming state aside), offline or through the node. `coc_ids`: plan under this CoC
+        (token ids without <|cot_end|>) instead of decoding one."""
+        return self.act(self.reason(window, coc_ids=coc_ids))
 
     @torch.no_grad()
-    def reason(self, window: Window, detach: bool = False) -> Reasoning:
-        """Encode, prefill and decode `window`. With `detach` (no CUDA graphs) the action's
-        prefix is copied out of the cache, so `act` may run while the next window is
-        reasoned; otherwise `act` must come before the next `reason`."""
+    def reason(self, window: Window, detach: bool = False,
+               coc_ids: Sequence[int] | None = None) -> Reasoning:
+        """Encode, prefill and decode `window` (with `coc_ids`, write that CoC instead of
+        decoding: `forced_decode`). With `detach` (no CUDA graphs) the action's prefix is
+        copied out of the cache, so `act` may run while the next window is reasoned;
+        otherwise `act` must come before the next `reason`."""
         self.check_window(window)
         if detach and self.graphs is not None:
             raise ConfigError("a detached action reads copies of the cache; CUDA graphs read "
@@ -258,7 +262,9 @@ class Engine:
         with timer.stage("prefill"):
             prefill_out = self.prefill(prompt.token_ids, plan, image_embeds, deepstack)
         with timer.stage("decode"):
-            decoded = self.decode(prefill_out, generator)
+            decoded = (self.decode(prefill_out, generator) if coc_ids is None else
+                       forced_decode(self.graphs.target if self.graphs else self.target,
+                                     prefill_out, self.stream.cache, self.stop, coc_ids))
         velocity = None
         if detach:
             cache = self.stream.cache

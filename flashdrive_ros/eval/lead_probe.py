@@ -139,9 +139,9 @@ def approach_window(renderer: Renderer, route, lead: LeadScene, gap: float, spee
 
 
 def probe_seed(engine, seed: int, seconds: float, gaps: tuple[float, ...],
-               speeds: tuple[float, ...]) -> list[dict]:
+               speeds: tuple[float, ...], coc_ids: list[int] | None = None) -> list[dict]:
     """One row per (lead scene, speed, gap, standing or moving): the plan's CoC, decision,
-    travel and clearance."""
+    travel and clearance; with `coc_ids` every plan is made under that CoC (`Engine.step`)."""
     cfg = engine.model.cfg
     log = simulate(seed, seconds)
     renderer = Renderer(log.world)
@@ -155,14 +155,15 @@ def probe_seed(engine, seed: int, seconds: float, gaps: tuple[float, ...],
                                              cfg.prompt.frame_dt, cfg.action.num_history,
                                              cfg.action.history_dt)
                     engine.reset()
-                    plan = engine.step(window)
+                    plan = engine.step(window, coc_ids)
                     travel = float(np.max(plan.trajectories[0, :, 0]))
                     rows.append({"seed": seed, "frame": lead.frame, "speed": speed,
                                  "gap_m": gap, "lead": kind, "coc": plan.coc_text,
                                  "decision": coc_decision(plan.coc_text),
                                  "travel_m": round(travel, 3),
                                  "clearance_m": round(gap - travel, 3),
-                                 "stops_short": travel <= gap})
+                                 "stops_short": travel <= gap,
+                                 "coc_forced": coc_ids is not None})
     return rows
 
 
@@ -212,15 +213,19 @@ def summarize(rows: list[dict]) -> list[dict]:
     return out
 
 
-def markdown(summary: list[dict], model_dir: str, seeds: list[int]) -> str:
+def markdown(summary: list[dict], model_dir: str, seeds: list[int],
+             forced_coc: str | None = None) -> str:
     lines = [f"# Lead probe: {model_dir}", "",
              f"Held-out seeds {seeds[0]} .. {seeds[-1]}; the first frame of each lead on a "
              f"straight road, the ego coming up at the speed shown, the lead standing or "
-             f"driving at the ego's speed.", "",
-             "| speed (m/s) | gap (m) | stopping takes (m/s^2) | leads | stop short: standing "
-             "| stop short: moving | read | standing: clearance, median (m) | decisions: "
-             "standing | decisions: moving | standing: travel per m of gap |",
-             "|---|---|---|---|---|---|---|---|---|---|---|"]
+             f"driving at the ego's speed.", ""]
+    if forced_coc is not None:
+        lines += [f"Every plan is made under the CoC \"{forced_coc}\" (written to the cache in "
+                  f"place of the model's own).", ""]
+    lines += ["| speed (m/s) | gap (m) | stopping takes (m/s^2) | leads | stop short: standing "
+              "| stop short: moving | read | standing: clearance, median (m) | decisions: "
+              "standing | decisions: moving | standing: travel per m of gap |",
+              "|---|---|---|---|---|---|---|---|---|---|---|"]
 
     def names(counts: dict[str, int]) -> str:
         return ", ".join(f"{name} {n}" for name, n in counts.items())
@@ -246,9 +251,15 @@ def main(argv: list[str] | None = None) -> int:
                    help="front bumper to the lead's rear at t0 (m)")
     p.add_argument("--speeds", type=float_values("--speeds", 1.0, 15.0), default=(4.0, 8.0),
                    help="the ego's speed coming up (m/s)")
+    p.add_argument("--coc", default=None,
+                   help="plan every approach under this CoC instead of the model's own, "
+                        "which shows whether the action expert follows the words")
+    forced = p.parse_known_args(argv)[0].coc
     return run_probe(p, argv, lambda engine, seed, args: probe_seed(
-        engine, seed, args.seconds, args.gaps_m, args.speeds), summarize, markdown, JSON_FILE,
-        MARKDOWN_FILE)
+        engine, seed, args.seconds, args.gaps_m, args.speeds,
+        engine.tokenizer.encode(args.coc) if args.coc else None), summarize,
+        lambda summary, model_dir, seeds: markdown(summary, model_dir, seeds, forced),
+        JSON_FILE, MARKDOWN_FILE)
 
 
 if __name__ == "__main__":

@@ -42,10 +42,13 @@ def _attention(attn: ExpertAttention, x: torch.Tensor, cos: torch.Tensor, sin: t
 
 def batched_expert(expert: ActionExpert, x: torch.Tensor, cache: KVCache,
                    prefix_lens: torch.Tensor, draws: int = 1,
-                   bounds: tuple[int, int] | None = None) -> torch.Tensor:
+                   bounds: tuple[int, int] | None = None,
+                   hidden_slots: torch.Tensor | None = None) -> torch.Tensor:
     """x: [K * B, N, H_exp] (draw-major: row k * B + b reads window b); cache: batch B;
     prefix_lens: [B] long -> [K * B, N, H_exp]. `bounds` = (min, max) of prefix_lens when
-    the caller knows them on the host (saves reading them back from the device)."""
+    the caller knows them on the host (saves reading them back from the device).
+    hidden_slots: [B, S] bool (S >= the longest prefix), prefix slots window b's expert
+    does not read."""
     kb, n, _ = x.shape
     b = cache.k.shape[1]
     if draws < 1 or kb != draws * b or prefix_lens.shape != (b,):
@@ -62,6 +65,8 @@ def batched_expert(expert: ActionExpert, x: torch.Tensor, cache: KVCache,
                                  expert.mrope_section, expert.mrope_interleaved, dtype=x.dtype)
     slots = torch.arange(length, device=x.device)
     prefix_ok = slots[None, :] < prefix_lens[:, None]  # prefix_ok: [B, P]
+    if hidden_slots is not None:
+        prefix_ok = prefix_ok & ~hidden_slots[:, :length]
     own_ok = torch.ones(b, n, dtype=torch.bool, device=x.device)
     key_mask = torch.cat([prefix_ok, own_ok], dim=1)[:, None, None, :].repeat(draws, 1, 1, 1)
     for i, layer in enumerate(expert.layers):
@@ -77,8 +82,10 @@ def batched_expert(expert: ActionExpert, x: torch.Tensor, cache: KVCache,
 def batched_velocity(expert: ActionExpert, in_proj: nn.Module, out_proj: nn.Module,
                      x_t: torch.Tensor, t: torch.Tensor, cache: KVCache,
                      prefix_lens: torch.Tensor, draws: int = 1,
-                     bounds: tuple[int, int] | None = None) -> torch.Tensor:
+                     bounds: tuple[int, int] | None = None,
+                     hidden_slots: torch.Tensor | None = None) -> torch.Tensor:
     """x_t: [K * B, N, 2]; t: [K * B] -> v: [K * B, N, 2], row k * B + b reading window b's
-    prefix."""
+    prefix but its `hidden_slots` ([B, S] bool)."""
     tokens = in_proj(x_t, t.to(x_t.dtype))  # tokens: [K*B, N, H_exp]
-    return out_proj(batched_expert(expert, tokens, cache, prefix_lens, draws, bounds))
+    return out_proj(batched_expert(expert, tokens, cache, prefix_lens, draws, bounds,
+                                   hidden_slots))

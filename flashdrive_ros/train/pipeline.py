@@ -185,7 +185,8 @@ def run(out: Path, recipe: Recipe, minutes_budget: float, device: torch.device, 
                             flow_draws=recipe.flow_draws,
                             history_dropout=recipe.history_dropout,
                             scene_weight=recipe.scene_weight,
-                            readout_blind=recipe.readout_blind)
+                            readout_blind=recipe.readout_blind,
+                            expert_blind=recipe.expert_blind)
     stage = "target"
     if paused is not None:
         meta, _, tensors = paused

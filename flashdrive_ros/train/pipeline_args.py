@@ -111,6 +111,10 @@ def parse_args(argv: list[str] | None = None) -> tuple[argparse.Namespace, Recip
                         help=f"share of the target stage's windows that lose their ego "
                              f"history and train the scene readout alone (needs "
                              f"--scene-weight; default {Recipe.readout_blind}: none)")
+    parser.add_argument("--expert-blind", type=float, default=None,
+                        help=f"share of the target stage's windows whose action expert does "
+                             f"not read the image slots, so that the plan follows the CoC "
+                             f"(default {Recipe.expert_blind}: none)")
     parser.add_argument("--target-minutes", type=float, default=None,
                         help="target schedule length over all calls (default: its share of "
                              "one call)")
@@ -141,6 +145,7 @@ def parse_args(argv: list[str] | None = None) -> tuple[argparse.Namespace, Recip
         ("extra_drives", args.extra_drives), ("init_from", args.init_from),
         ("target_lr", args.target_lr), ("history_dropout", args.history_dropout),
         ("scene_weight", args.scene_weight), ("readout_blind", args.readout_blind),
+        ("expert_blind", args.expert_blind),
         ("standing_lead_label", on_off(args.standing_lead_label)))
         if value is not None}
     focus = {name: value for name, value in (

@@ -14,6 +14,7 @@ from flashdrive_ros.sim.lane_forks import LaneForks
 from flashdrive_ros.sim.lead_stops import LeadStops
 from flashdrive_ros.sim.light_branches import LightBranches
 from flashdrive_ros.train.decision_focus import DecisionFocus
+from flashdrive_ros.train.flow_matching_loss import check_expert_blind
 from flashdrive_ros.train.scene_readout import check_readout_blind
 from flashdrive_ros.train.sensor_noise import SensorNoise
 from flashdrive_ros.train.streaming_backbone import BackboneStreamingConfig
@@ -51,7 +52,9 @@ class Recipe:
     the vehicle ahead read from the hidden state where the model decides; its loss at this
     weight, train/scene_readout.py); 0 leaves it out. `readout_blind` is the share of the drawn
     windows that lose their ego history and train the readout alone (their CoC and flow
-    losses leave them out), so that it reads the scene from the cameras.
+    losses leave them out), so that it reads the scene from the cameras. `expert_blind` is
+    the share of the drawn windows whose action expert does not read the image slots, so that
+    their plan follows the CoC and the ego history.
     `init_from` names a model directory of the recipe's model whose tokenizer, action
     normalization and weights (drafters too) the run starts from (train/warm_start.py);
     `target_lr` is then the fine-tuning rate. Training drives are the training seeds from
@@ -91,6 +94,7 @@ class Recipe:
     history_dropout: float = 0.0
     scene_weight: float = 0.0
     readout_blind: float = 0.0
+    expert_blind: float = 0.0
     decision: DecisionFocus = field(default_factory=DecisionFocus)
     draft_rows: int = 4096
     draft_eval_rows: int = 512
@@ -135,6 +139,7 @@ class Recipe:
         if not (math.isfinite(self.scene_weight) and self.scene_weight >= 0.0):
             raise ValueError(f"scene_weight must be finite and >= 0, got {self.scene_weight}")
         check_readout_blind(self.readout_blind, self.history_dropout, self.scene_weight)
+        check_expert_blind(self.expert_blind)
         if self.target_minutes is not None and not self.target_minutes > 0:
             raise ValueError(f"target_minutes must be > 0, got {self.target_minutes}")
         if not self.later_minutes > 0:

@@ -9,7 +9,10 @@ often; the held-out metrics add the share of windows whose deciding tokens are a
 (`decision_acc`, also per decision). With a `SceneReadout` (scene_weight > 0) its loss on the
 hidden state at the last prompt token joins the sum, and the metrics add `lamp_acc`, `gap_acc`,
 `motion_acc` and `bend_acc` (train/scene_readout.py). Blind windows (`readout_blind`) lose their
-ego history and train the readout alone: their CoC and flow losses leave them out.
+ego history and train the readout alone: their CoC and flow losses leave them out. Windows with
+a blind expert (`expert_blind`) keep the backbone's whole pass, but their action expert does not
+read the image slots: their plan has only the ego history and the CoC (whose keys and values
+read the cameras) to go on.
 """
 
 from __future__ import annotations
@@ -26,7 +29,7 @@ from flashdrive_ros.model.kv_cache import KVCache
 from flashdrive_ros.sim.labels import DECISIONS
 from flashdrive_ros.train.dataset import IGNORE, TrainBatch, TrainSet
 from flashdrive_ros.train.decision_focus import PLAIN, DecisionFocus, draw_weights, hard_brakes
-from flashdrive_ros.train.flow_matching_loss import flow_matching_loss
+from flashdrive_ros.train.flow_matching_loss import check_expert_blind, flow_matching_loss
 from flashdrive_ros.train.grad_cache import GradKVCache
 from flashdrive_ros.train.log import TrainLog
 from flashdrive_ros.train.optimizer_state import load_optimizer_state, optimizer_state
@@ -118,21 +121,28 @@ def decision_hits(model: AlpamayoModel, hidden: torch.Tensor, labels: torch.Tens
 
 
 def flow_loss(model: AlpamayoModel, cache, batch: TrainBatch, generator: torch.Generator,
-              draws: int = 1, trained: torch.Tensor | None = None) -> torch.Tensor:
+              draws: int = 1, trained: torch.Tensor | None = None,
+              hidden_slots: torch.Tensor | None = None) -> torch.Tensor:
     return flow_matching_loss(model, cache, batch.actions, batch.seq_lens, generator, draws,
-                              batch.seq_bounds, trained)
+                              batch.seq_bounds, trained, hidden_slots)
+
+
+def image_slots(batch: TrainBatch, image_token_id: int, rows: torch.Tensor) -> torch.Tensor:
+    """[B, T] bool: the image token slots of the windows `rows` ([B] bool) picks."""
+    return (batch.input_ids == image_token_id) & rows[:, None]
 
 
 def target_step_losses(model: AlpamayoModel, batch: TrainBatch, image_token_id: int,
                        cache_dtype: torch.dtype, generator: torch.Generator, grad: bool = True,
                        focus: DecisionFocus = PLAIN, flow_draws: int = 1,
-                       readout: SceneReadout | None = None, trained: torch.Tensor | None = None
-                       ) -> dict[str, torch.Tensor]:
+                       readout: SceneReadout | None = None, trained: torch.Tensor | None = None,
+                       expert_blind: torch.Tensor | None = None) -> dict[str, torch.Tensor]:
     """coc_loss weighs the CoC tokens by `focus.loss_weights`; decision_hit: [B] bool; without
     grad also side_hit: [B] bool, every side word of the row is its argmax; with `readout`
     also readout_loss, lamp_hit, gap_hit, motion_hit and bend_hit [B] (`readout_losses`).
     trained: [B] bool, the rows whose CoC and flow losses count (None: all; the readout counts
-    every row)."""
+    every row). expert_blind: [B] bool, the rows whose action expert does not read the image
+    slots (None: none)."""
     out, cache = run_backbone(model, batch, image_token_id, cache_dtype, grad)
     weights = focus.loss_weights(batch.decisive, batch.sided)
     if trained is not None:
@@ -147,7 +157,8 @@ def target_step_losses(model: AlpamayoModel, batch: TrainBatch, image_token_id: 
                                              batch.coc_start)
     if readout is not None:
         hits |= readout_losses(readout, out.hidden[:, batch.coc_start], batch.scene)
-    fm = flow_loss(model, cache, batch, generator, flow_draws, trained)
+    hidden = None if expert_blind is None else image_slots(batch, image_token_id, expert_blind)
+    fm = flow_loss(model, cache, batch, generator, flow_draws, trained, hidden)
     return {"coc_loss": ce, "coc_acc": acc, "flow_loss": fm, **hits}
 
 
@@ -203,20 +214,23 @@ def target_step(model: AlpamayoModel, opt: torch.optim.Optimizer, data: TrainSet
                 cache_dtype: torch.dtype, generator: torch.Generator, flow_weight: float,
                 focus: DecisionFocus, flow_draws: int, history_kept: torch.Tensor | None = None,
                 readout: SceneReadout | None = None, scene_weight: float = 0.0,
-                trained: torch.Tensor | None = None
+                trained: torch.Tensor | None = None, expert_blind: torch.Tensor | None = None
                 ) -> tuple[dict[str, torch.Tensor], torch.Tensor, torch.Tensor]:
     """One optimizer step on the windows `rows` -> (losses, decision_hit [B], grad norm);
     nothing is read back from the device. history_kept: [B] bool, False where the window's
     ego history is dropped (TrainSet.token_rows). With `readout` (its parameters in `opt`) its
     loss joins at `scene_weight`, and losses hold lamp_acc, gap_acc, motion_acc and bend_acc
-    of the batch. trained: [B] bool, the rows whose CoC and flow losses count (None: all)."""
+    of the batch. trained: [B] bool, the rows whose CoC and flow losses count (None: all);
+    expert_blind: [B] bool, the rows whose action expert does not read the image slots."""
     batch = data.batch(rows, device, history_kept=history_kept)
     if trained is not None:
         trained = trained.to(device)
+    if expert_blind is not None:
+        expert_blind = expert_blind.to(device)
     with autocast():
         losses = target_step_losses(model, batch, data.image_token_id, cache_dtype, generator,
                                     focus=focus, flow_draws=flow_draws, readout=readout,
-                                    trained=trained)
+                                    trained=trained, expert_blind=expert_blind)
     hit = losses.pop("decision_hit")
     loss = losses["coc_loss"] + flow_weight * losses["flow_loss"]
     if readout is not None:
@@ -244,7 +258,8 @@ class TargetTrainer:
     evaluation keeps every history. With `scene_weight` > 0 a `SceneReadout` trains beside
     the model (its weights in `state()`, not in the model); `readout_blind` q of the drawn
     windows then lose their ego history and train the readout alone, so that it must read
-    the scene from the cameras.
+    the scene from the cameras. With `expert_blind` e the action expert of each drawn window
+    does not read its image slots with probability e, so that its plan must follow the CoC.
     """
 
     def __init__(self, model: AlpamayoModel, data: TrainSet, steps: int,
@@ -252,7 +267,8 @@ class TargetTrainer:
                  device: torch.device, autocast: Autocast, cache_dtype: torch.dtype,
                  flow_weight: float = 1.0, log_every: int = 25, focus: DecisionFocus = PLAIN,
                  flow_draws: int = 1, history_dropout: float = 0.0,
-                 scene_weight: float = 0.0, readout_blind: float = 0.0) -> None:
+                 scene_weight: float = 0.0, readout_blind: float = 0.0,
+                 expert_blind: float = 0.0) -> None:
         if flow_draws < 1:
             raise ValueError(f"flow_draws must be >= 1, got {flow_draws}")
         if not 0.0 <= history_dropout < 1.0:
@@ -260,6 +276,8 @@ class TargetTrainer:
         if not scene_weight >= 0.0:
             raise ValueError(f"scene_weight must be >= 0, got {scene_weight}")
         check_readout_blind(readout_blind, history_dropout, scene_weight)
+        check_expert_blind(expert_blind)
+        self.expert_blind = expert_blind
         self.history_dropout, self.scene_weight = history_dropout, scene_weight
         self.readout_blind = readout_blind
         self.readout = (SceneReadout(model.cfg.text.hidden_size).to(device)
@@ -298,6 +316,13 @@ class TargetTrainer:
         kept = u >= self.history_dropout + self.readout_blind
         return kept, (u >= self.readout_blind if self.readout_blind > 0.0 else None)
 
+    def draw_expert_blind(self) -> torch.Tensor | None:
+        """[B] bool, the windows whose action expert this step does not read the image slots;
+        None (no draw) without `expert_blind`."""
+        if self.expert_blind == 0.0:
+            return None
+        return torch.rand(self.batch_size, generator=self.pick_gen) < self.expert_blind
+
     def run(self, stop_at: float | None = None, max_steps: int | None = None) -> bool:
         """Trains; True when the schedule has ended, False when stopped at `stop_at` (monotonic
         clock) or after `max_steps` steps of this call."""
@@ -315,7 +340,8 @@ class TargetTrainer:
             losses, hit, norm = target_step(
                 self.model, self.opt, self.data, rows, self.device, self.autocast,
                 self.cache_dtype, self.gen, self.flow_weight, self.focus,
-                self.flow_draws, history_kept, self.readout, self.scene_weight, trained)
+                self.flow_draws, history_kept, self.readout, self.scene_weight, trained,
+                self.draw_expert_blind())
             step = progress.step
             progress.step += 1
             if step % self.log_every == 0 or progress.done():
@@ -336,7 +362,7 @@ class TargetTrainer:
         self.model.eval()
         return {"steps": self.progress.step, "flow_draws": self.flow_draws,
                 "history_dropout": self.history_dropout, "scene_weight": self.scene_weight,
-                "readout_blind": self.readout_blind,
+                "readout_blind": self.readout_blind, "expert_blind": self.expert_blind,
                 **{f"first_{k}": v for k, v in self.first.items()},
                 **{f"final_{k}": v for k, v in self.last.items()},
                 **{f"eval_{k}": v for k, v in metrics.items()}}
