@@ -12,7 +12,7 @@ export ROS_AUTOMATIC_DISCOVERY_RANGE ?= LOCALHOST
 # ATen kernels, as another CPU would pick.
 NUMERIC_TESTS := test/test_engine_engine.py test/test_engine_coc_reuse.py \
 	test/test_engine_encoded_frames.py test/test_engine_act_apart.py \
-	test/test_engine_flow_cached.py test/test_eval_ablation.py \
+	test/test_engine_flow_cached.py test/test_engine_forced_coc.py test/test_eval_ablation.py \
 	test/test_eval_through_ros.py::test_node_plans_equal_offline_plans_on_the_same_windows
 
 .PHONY: demo test test-numerics venv lint clean

@@ -24,12 +24,8 @@ from flashdrive_ros.train.generate import generate_drive
 from flashdrive_ros.train.log import TrainLog
 from flashdrive_ros.train.pipeline import main, parse_args
 from flashdrive_ros.train.run_data import train_tokenizer
-from flashdrive_ros.train.target_train import (
-    coc_loss,
-    run_backbone,
-    target_step_losses,
-    train_target,
-)
+from flashdrive_ros.train.target_losses import coc_loss, run_backbone, target_step_losses
+from flashdrive_ros.train.target_train import train_target
 
 FOLLOW = "Follow the slower car ahead and keep a safe distance in the lane"
 TURN = "Follow the road as it turns sharply to the left and stay in the lane"

@@ -22,14 +22,8 @@ from flashdrive_ros.train.recipe import Recipe, recipe_from_dict, smoke
 from flashdrive_ros.train.sensor_noise import SensorNoise
 from flashdrive_ros.train.scene_readout import readout_losses
 from flashdrive_ros.train.batched_expert import batched_velocity
-from flashdrive_ros.train.target_train import (
-    TargetTrainer,
-    evaluate_target,
-    image_slots,
-    run_backbone,
-    target_step,
-    target_step_losses,
-)
+from flashdrive_ros.train.target_losses import image_slots, run_backbone, target_step_losses
+from flashdrive_ros.train.target_train import TargetTrainer, evaluate_target, target_step
 
 
 @pytest.fixture(scope="module")

@@ -16,13 +16,8 @@ from flashdrive_ros.train.flow_matching_loss import flow_matching_loss, flow_mat
 from flashdrive_ros.train.generate import generate_drive
 from flashdrive_ros.train.grad_cache import GradKVCache
 from flashdrive_ros.train.run_data import train_tokenizer
-from flashdrive_ros.train.target_train import (
-    coc_loss,
-    decision_hits,
-    merged_grid,
-    run_backbone,
-    target_step,
-)
+from flashdrive_ros.train.target_losses import coc_loss, decision_hits, merged_grid, run_backbone
+from flashdrive_ros.train.target_train import target_step
 
 
 @pytest.fixture(scope="module")

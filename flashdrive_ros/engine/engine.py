@@ -262,9 +262,7 @@ class Engine:
         with timer.stage("prefill"):
             prefill_out = self.prefill(prompt.token_ids, plan, image_embeds, deepstack)
         with timer.stage("decode"):
-            decoded = (self.decode(prefill_out, generator) if coc_ids is None else
-                       forced_decode(self.graphs.target if self.graphs else self.target,
-                                     prefill_out, self.stream.cache, self.stop, coc_ids))
+            decoded = self.decode(prefill_out, generator, coc_ids)
         velocity = None
         if detach:
             cache = self.stream.cache
@@ -355,9 +353,13 @@ class Engine:
                            self.prompt_positions, image_embeds, deepstack, self.image_token_id,
                            context)
 
-    def decode(self, prefill_out: PrefillOutput, generator: torch.Generator) -> DecodeResult:
+    def decode(self, prefill_out: PrefillOutput, generator: torch.Generator,
+               coc_ids: Sequence[int] | None = None) -> DecodeResult:
+        """The CoC after the prefill: decoded, or `coc_ids` written in its place."""
         cache = self.stream.cache
         target = self.graphs.target if self.graphs else self.target
+        if coc_ids is not None:
+            return forced_decode(target, prefill_out, cache, self.stop, coc_ids)
         proposer = self.window_proposer()
         if proposer is not None:
             decoded = speculative_decode(target, proposer, prefill_out, cache, self.stop,

@@ -107,7 +107,8 @@ def main(argv: list[str] | None = None) -> int:
     add_probe_arguments(p)
     p.add_argument("--back-m", type=_backs, default=(0.0, 1.0, 2.0),
                    help="distances the ego is moved back from the expert's waiting spot")
-    return run_probe(p, argv, lambda engine, seed, args: probe_seed(
+    args = p.parse_args(argv)
+    return run_probe(p, args, lambda engine, seed: probe_seed(
         engine, seed, args.seconds, args.back_m), summarize, markdown, JSON_FILE,
         MARKDOWN_FILE)
 

@@ -320,7 +320,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--offsets-m", type=float_values("--offsets-m", -2.0, 2.0),
                    default=DEFAULT_OFFSETS_M,
                    help="sideways moves of the ego from the expert's pose (m, left +)")
-    return run_probe(p, argv, lambda engine, seed, args: probe_seed(
+    args = p.parse_args(argv)
+    return run_probe(p, args, lambda engine, seed: probe_seed(
         engine, seed, args.seconds, args.offsets_m), summarize, markdown, JSON_FILE,
         MARKDOWN_FILE)
 

@@ -254,11 +254,11 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--coc", default=None,
                    help="plan every approach under this CoC instead of the model's own, "
                         "which shows whether the action expert follows the words")
-    forced = p.parse_known_args(argv)[0].coc
-    return run_probe(p, argv, lambda engine, seed, args: probe_seed(
+    args = p.parse_args(argv)
+    return run_probe(p, args, lambda engine, seed: probe_seed(
         engine, seed, args.seconds, args.gaps_m, args.speeds,
         engine.tokenizer.encode(args.coc) if args.coc else None), summarize,
-        lambda summary, model_dir, seeds: markdown(summary, model_dir, seeds, forced),
+        lambda summary, model_dir, seeds: markdown(summary, model_dir, seeds, args.coc),
         JSON_FILE, MARKDOWN_FILE)
 
 

@@ -85,21 +85,20 @@ def write_probe_report(out: Path, json_name: str, markdown_name: str, payload: d
     (out / markdown_name).write_text(text)
 
 
-def run_probe(parser: argparse.ArgumentParser, argv: list[str] | None,
-              seed_rows: Callable[[object, int, argparse.Namespace], list[dict]],
+def run_probe(parser: argparse.ArgumentParser, args: argparse.Namespace,
+              seed_rows: Callable[[object, int], list[dict]],
               summarize: Callable[[list[dict]], list[dict]],
               markdown: Callable[[list[dict], str, list[int]], str],
               json_name: str, markdown_name: str) -> int:
-    """Parse the probe's options, plan every held-out seed's rows (`seed_rows(engine, seed,
-    args)`), write `json_name` (model, seeds, summary, rows) and `markdown_name` in --out and
+    """With the probe's parsed options, plan every held-out seed's rows (`seed_rows(engine,
+    seed)`), write `json_name` (model, seeds, summary, rows) and `markdown_name` in --out and
     print the markdown; the exit status (2 when the model does not load)."""
-    args = parser.parse_args(argv)
     seeds = held_out_seeds(parser, args)
     loaded = load_probe_engine(args)
     if loaded is None:
         return 2
     model_dir, engine = loaded
-    rows = [row for seed in seeds for row in seed_rows(engine, seed, args)]
+    rows = [row for seed in seeds for row in seed_rows(engine, seed)]
     summary = summarize(rows)
     text = markdown(summary, str(model_dir), seeds)
     write_probe_report(args.out, json_name, markdown_name,

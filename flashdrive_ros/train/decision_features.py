@@ -32,7 +32,7 @@ from flashdrive_ros.sim.lamp_pairs import LampPairs
 from flashdrive_ros.train.dataset import TrainSet
 from flashdrive_ros.train.drive import SCENE_COLUMNS, Drive
 from flashdrive_ros.train.generate import lamp_pair_drives
-from flashdrive_ros.train.target_train import run_backbone
+from flashdrive_ros.train.target_losses import run_backbone
 from flashdrive_ros.train.warm_start import ACTION_STATS
 
 JSON_FILE, MARKDOWN_FILE = "decision_features.json", "decision_features.md"

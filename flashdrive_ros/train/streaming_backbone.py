@@ -28,7 +28,7 @@ from flashdrive_ros.train.schedule import Progress
 from flashdrive_ros.train.streaming_rollout import StreamedWindow, StreamingRollout
 from flashdrive_ros.train.streaming_tune import sequence_ends
 from flashdrive_ros.train.flow_matching_loss import flow_matching_loss
-from flashdrive_ros.train.target_train import coc_loss
+from flashdrive_ros.train.target_losses import coc_loss
 
 Autocast = Callable[[], contextlib.AbstractContextManager]
 
