@@ -45,7 +45,9 @@ def stop(drive):
 
 @pytest.fixture(scope="module")
 def fork(stop):
-    return lead_stop_log(SEED, SECONDS, stop, SPEC)
+    log, contrasts = lead_stop_log(SEED, SECONDS, stop, SPEC)
+    assert contrasts == {}
+    return log
 
 
 def car_gaps(log):

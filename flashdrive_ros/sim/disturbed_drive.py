@@ -46,7 +46,7 @@ from flashdrive_ros.sim.disturbance import (
     start_hold_steps,
 )
 from flashdrive_ros.sim.entities import LightEdit, PendingLightEdits, Vehicle
-from flashdrive_ros.sim.expert import lane_gap
+from flashdrive_ros.sim.expert import ExpertInfo, lane_gap
 from flashdrive_ros.sim.labels import STANDING_MPS
 from flashdrive_ros.sim.world import EGO_LANE_D, SENSE_RANGE
 
@@ -180,7 +180,8 @@ def simulate_disturbed(seed: int, seconds: float, disturbance: Disturbance | Non
     it there until a time; futures_from: the first frame whose future is planned (the
     frames before it, which a caller cuts away, get NaN futures and no expert forks);
     lead_stop: a car placed standing in the ego lane ahead, the ego reacting late
-    (sim/lead_stops.py); aimed_drift: a drift that takes the place of `drift_offsets` drifts
+    (sim/lead_stops.py; it is shown every frame from `futures_from` on where it steers the
+    ego or holds the car); aimed_drift: a drift that takes the place of `drift_offsets` drifts
     over its steps, towards a parked car being passed too (sim/lane_forks.py)."""
     if seconds <= 0:
         raise ValueError(f"seconds must be > 0, got {seconds}")
@@ -247,6 +248,8 @@ def simulate_disturbed(seed: int, seconds: float, disturbance: Disturbance | Non
         on_frame = i % SUBSTEPS == 0 and i < frame_count * SUBSTEPS
         if marked[i] and (run_starts or on_frame) and i >= first_step:
             forks[i] = sim.fork(lights_now)
+        if placed and on_frame and i >= first_step:
+            lead_stop.note_frame(i // SUBSTEPS, sim, lights_now)
         accel, steer, info = sim.expert_control(float(drifts[i]))
         expert_accel = accel
         if lagging:
@@ -281,12 +284,20 @@ def simulate_disturbed(seed: int, seconds: float, disturbance: Disturbance | Non
 
 def expert_poses(sim: EgoWorld, steps: int = HORIZON_STEPS) -> np.ndarray:
     """float64 [steps + 1, 3] (x, y, yaw) of the expert driving `sim` (a fork) on alone."""
+    return expert_run(sim, steps)[0]
+
+
+def expert_run(sim: EgoWorld, steps: int = HORIZON_STEPS) -> tuple[np.ndarray, ExpertInfo]:
+    """(`expert_poses`, the expert's reasoning at the first step)."""
     poses = [(sim.ego.x, sim.ego.y, sim.ego.yaw)]
+    first = None
     for _ in range(steps):
-        accel, steer, _ = sim.expert_control()
+        accel, steer, info = sim.expert_control()
+        if first is None:
+            first = info
         sim.step(accel, steer)
         poses.append((sim.ego.x, sim.ego.y, sim.ego.yaw))
-    return np.asarray(poses, dtype=np.float64)
+    return np.asarray(poses, dtype=np.float64), first
 
 
 def _planned_future(i0: int, ego_rows: np.ndarray, disturbed: np.ndarray,

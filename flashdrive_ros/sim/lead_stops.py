@@ -9,19 +9,30 @@ steady history and a braking future: what the lead probe (eval/lead_probe.py) as
 expert's own drives never show (it slows with its lead and keeps its headway). A fork is the
 seed's drive simulated again with that car (the world is built for the drive's full length,
 so it is the same world up to the placing), cut so that its first window's camera frames
-already show the car, and ending `after_s` after the ego moves on again."""
+already show the car, and ending `after_s` after the ego moves on again. With `contrast`,
+every frame in which the car stands ahead of an ego still driving also gets what the expert
+would do from the same state were the car not there (`Contrast`): the same pictures and
+history with another decision and another future, so that only the words tell them apart."""
 
 from __future__ import annotations
 
 import dataclasses
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
-from flashdrive_ros.sim.disturbed_drive import keeps_speed, simulate_disturbed
-from flashdrive_ros.sim.drive import FRAME_HZ, HISTORY_STEPS, SIM_HZ, SUBSTEPS, DriveLog
+from flashdrive_ros.sim.disturbed_drive import expert_run, keeps_speed, simulate_disturbed
+from flashdrive_ros.sim.drive import (
+    FRAME_HZ,
+    HISTORY_STEPS,
+    SIM_HZ,
+    SUBSTEPS,
+    DriveLog,
+    to_frame,
+)
 from flashdrive_ros.sim.ego_world import EgoWorld
 from flashdrive_ros.sim.entities import Vehicle
+from flashdrive_ros.sim.expert import ExpertInfo
 from flashdrive_ros.sim.labels import STANDING_MPS
 from flashdrive_ros.sim.scenery import random_car
 from flashdrive_ros.sim.vehicle import FRONT_OFFSET
@@ -39,6 +50,7 @@ SPEED_UP_MPS2 = 1.5  # m/s^2: the most it speeds up to keep a speed
 SPEED_GAIN = 2.0  # 1/s: speed tracking gain
 PATH_AFTER_M = 150.0  # m of lane the placed car drives on after pulling away
 GAP_M = (12.0, 65.0)  # m, the range of a placed car's gap to the ego's front bumper
+CONTRAST_MIN_MPS = 1.0  # m/s: frames with the ego slower than this get no contrast
 
 
 @dataclass(frozen=True)
@@ -62,6 +74,7 @@ class LeadStops:
     cruise_mps: tuple[float, float] = (6.0, 9.0)
     after_s: float = 2.0
     max_s: float = 25.0
+    contrast: bool = False
 
     def __post_init__(self) -> None:
         if self.per_drive < 0:
@@ -71,6 +84,8 @@ class LeadStops:
             if not (np.isfinite(high) and 0 < low <= high):
                 raise ValueError(f"LeadStops.{name} must be (low, high) with 0 < low <= high, "
                                  f"got {getattr(self, name)}")
+        if self.contrast and not self.enabled:
+            raise ValueError("LeadStops.contrast needs forks: per_drive must be > 0")
         for name in ("after_s", "max_s"):
             value = getattr(self, name)
             if not (np.isfinite(value) and value > 0):
@@ -118,16 +133,52 @@ class LeadStop:
         return float(np.clip(v * self.reach_s, *GAP_M))
 
 
+@dataclass(frozen=True)
+class Contrast:
+    """What the expert does at a fork's frame from the same state with the placed car taken
+    out of the world: `info`, its reasoning then; `future`, float64 [64, 3] (x, y, yaw) of
+    its plan at 0.1 s steps in the frame's ego frame."""
+
+    info: ExpertInfo
+    future: np.ndarray
+
+
 @dataclass
 class LeadStopRun:
     """A `LeadStop` in one simulation: the placed car (None before its frame), the speed the
     ego keeps through the lag (None once it has ended), how long the ego has stood behind the
-    car."""
+    car; with `contrast`, the copies of the world without the car kept per 10 Hz frame
+    (`note_frame`)."""
 
     stop: LeadStop
+    contrast: bool = False
     car: Vehicle | None = None
     keep_mps: float | None = None
     standing_steps: int = 0
+    without_car: dict[int, EgoWorld] = field(default_factory=dict)
+
+    def note_frame(self, frame: int, sim: EgoWorld, held_lights: tuple[str, ...] | None
+                   ) -> None:
+        """At 10 Hz frame `frame` of `sim`: with `contrast`, while the car stands and the ego
+        drives CONTRAST_MIN_MPS or more, keeps a fork of the world (lights held as
+        `held_lights`) with the car taken out."""
+        car = self.car
+        if (not self.contrast or car is None or car.brake_until <= sim.t
+                or sim.ego.v < CONTRAST_MIN_MPS):
+            return
+        fork = sim.fork(held_lights)
+        index = next(i for i, veh in enumerate(sim.world.vehicles) if veh is car)
+        del fork.world.vehicles[index]
+        self.without_car[frame] = fork
+
+    def contrasts(self) -> dict[int, Contrast]:
+        """The `Contrast` of every noted frame (the kept forks are driven on and dropped)."""
+        made = {}
+        for frame, fork in sorted(self.without_car.items()):
+            poses, info = expert_run(fork)  # poses: [HORIZON_STEPS + 1, 3]
+            made[frame] = Contrast(info, to_frame(poses[0], poses[SUBSTEPS::SUBSTEPS]))
+        self.without_car.clear()
+        return made
 
     def update(self, i: int, sim: EgoWorld, route_s: float) -> bool:
         """Advances the stop to 50 Hz step i, base_link at route arc length route_s (placing
@@ -253,11 +304,14 @@ def seed_lead_stops(seed: int, seconds: float, spec: LeadStops,
     return stops
 
 
-def lead_stop_log(seed: int, seconds: float, stop: LeadStop, spec: LeadStops) -> DriveLog:
-    """The fork of the seed's `seconds` drive with `stop`, cut to its window frames."""
+def lead_stop_log(seed: int, seconds: float, stop: LeadStop, spec: LeadStops
+                  ) -> tuple[DriveLog, dict[int, Contrast]]:
+    """The fork of the seed's `seconds` drive with `stop`, cut to its window frames, and the
+    `Contrast` of its frames by cut frame index (none without `spec.contrast`)."""
     first = stop.frame + SETTLE_FRAMES - (HISTORY_STEPS - 1)
     end_frame = stop.frame + int(round(spec.max_s * FRAME_HZ))
-    log = simulate_disturbed(seed, seconds, None, lead_stop=LeadStopRun(stop),
+    run = LeadStopRun(stop, contrast=spec.contrast)
+    log = simulate_disturbed(seed, seconds, None, lead_stop=run,
                              end_s=min(end_frame / FRAME_HZ, seconds), futures_from=first)
     start = stop.frame + SETTLE_FRAMES
     last = log.frame_count - 1
@@ -268,4 +322,6 @@ def lead_stop_log(seed: int, seconds: float, stop: LeadStop, spec: LeadStops) ->
         if moving.size:
             last = min(last, start + int(standing[0] + moving[0])
                        + int(round(spec.after_s * FRAME_HZ)))
-    return log.cut(first, last - first + 1)
+    contrasts = {frame - first: contrast for frame, contrast in run.contrasts().items()
+                 if frame <= last}
+    return log.cut(first, last - first + 1), contrasts

@@ -4,7 +4,10 @@
 global indices of its F frames, the 48 ego-history token ids, the CoC ids (text, then
 `<|cot_end|>` `<|traj_future_start|>`), the normalized future actions, v0, the future poses,
 the decision and how many leading CoC tokens decide it (train/decision_focus.py), and the
-expert's scene readings (train/scene_readout.py).
+expert's scene readings (train/scene_readout.py). A drive's contrasts (train/drive.py) add
+windows after all the drives' own: the same frames and history as the step's own window with
+the contrast's CoC and future, flagged `contrast`; their CoC carries no labels (the pictures
+do not tell which of the two CoCs is right), so only the action expert learns from them.
 `batch(rows)` assembles prompt + CoC token rows, image patches and 3D positions for the
 backbone.
 """
@@ -70,7 +73,7 @@ class TrainSet:
                  future: np.ndarray, decision: np.ndarray, drive_of: np.ndarray,
                  step_of: np.ndarray, stats: dict[str, float],
                  decisive_lens: np.ndarray, side_cols: torch.Tensor,
-                 lamp_pair: np.ndarray, scene: np.ndarray) -> None:
+                 lamp_pair: np.ndarray, scene: np.ndarray, contrast: np.ndarray) -> None:
         self.cfg = cfg
         self.tokenizer = tokenizer
         self.frames = frames  # [S_total, V, H, W, 3] uint8
@@ -90,6 +93,7 @@ class TrainSet:
         self.side_cols = side_cols  # [N, M] bool: coc_ids columns holding a side word
         self.lamp_pair = lamp_pair  # [N] bool: windows of lamp pairs
         self.scene = torch.as_tensor(scene, dtype=torch.float32)  # [N, 4] SCENE_COLUMNS
+        self.contrast = contrast  # [N] bool: contrast windows (no CoC labels)
         self.builder = PromptBuilder(cfg, tokenizer)
         hist_tok = HistoryTokenizer(cfg.action, tokenizer.traj_token_start)
         self.history_ids = torch.as_tensor(
@@ -117,27 +121,35 @@ class TrainSet:
         future_start = tokenizer.token_id("traj_future_start")
         frames, stamps, frame_index, history, coc, sides, future = [], [], [], [], [], [], []
         decision, drive_of, step_of, lamp_pair, scene = [], [], [], [], []
-        offset = 0
+        offsets = np.cumsum([0] + [drive.num_steps for drive in drives])
+        windows = []
         for d_index, drive in enumerate(drives):
             if drive.expert_future.shape[1] != a.num_waypoints:
                 raise ValueError(f"drive {drive.seed} has {drive.expert_future.shape[1]} future "
                                  f"waypoints, the model plans {a.num_waypoints}")
             frames.append(drive.frames)
             stamps.append(drive.stamps)
-            for step in drive.window_steps(p.num_frames, a.num_history):
-                frame_index.append(offset + np.arange(step - p.num_frames + 1, step + 1))
-                history.append(to_ego_frame(drive.poses[step - a.num_history + 1:step + 1],
-                                            drive.poses[step]))
-                ids, marks = tokenizer.encode_marking(drive.coc[step], SIDE_WORDS)
-                coc.append(ids[:p.max_coc_tokens - 1] + [cot_end, future_start])
-                sides.append(marks[:p.max_coc_tokens - 1] + [False, False])
-                future.append(drive.expert_future[step])
-                decision.append(int(drive.decision[step]))
-                drive_of.append(d_index)
-                step_of.append(int(step))
-                lamp_pair.append(LAMP_PAIR_TAG in drive.tags[step].split(","))
-                scene.append(drive.scene[step])
-            offset += drive.num_steps
+            steps = drive.window_steps(p.num_frames, a.num_history)
+            windows += [(d_index, int(step), None) for step in steps]
+            windows += [(d_index, int(step), c) for c, step in enumerate(drive.contrast_step)
+                        if step >= steps[0]] if steps.size else []
+        windows.sort(key=lambda w: w[2] is not None)
+        for d_index, step, c in windows:
+            drive = drives[d_index]
+            frame_index.append(offsets[d_index] + np.arange(step - p.num_frames + 1, step + 1))
+            history.append(to_ego_frame(drive.poses[step - a.num_history + 1:step + 1],
+                                        drive.poses[step]))
+            text = drive.coc[step] if c is None else drive.contrast_coc[c]
+            ids, marks = tokenizer.encode_marking(text, SIDE_WORDS)
+            coc.append(ids[:p.max_coc_tokens - 1] + [cot_end, future_start])
+            sides.append(marks[:p.max_coc_tokens - 1] + [False, False])
+            future.append(drive.expert_future[step] if c is None else drive.contrast_future[c])
+            decision.append(int(drive.decision[step] if c is None
+                                else drive.contrast_decision[c]))
+            drive_of.append(d_index)
+            step_of.append(step)
+            lamp_pair.append(c is None and LAMP_PAIR_TAG in drive.tags[step].split(","))
+            scene.append(drive.scene[step])
         history_arr = np.asarray(history, dtype=np.float64).reshape(-1, a.num_history, 4)
         future_arr = np.asarray(future, dtype=np.float64).reshape(-1, a.num_waypoints, 3)
         v0 = history_v0(history_arr, a.history_dt) if len(history_arr) else np.zeros(0)
@@ -161,7 +173,8 @@ class TrainSet:
                    np.asarray(decision, dtype=np.int64), np.asarray(drive_of, dtype=np.int64),
                    np.asarray(step_of, dtype=np.int64), stats, decisive, side_cols,
                    np.asarray(lamp_pair, dtype=bool),
-                   np.asarray(scene, dtype=np.float32).reshape(-1, len(SCENE_COLUMNS)))
+                   np.asarray(scene, dtype=np.float32).reshape(-1, len(SCENE_COLUMNS)),
+                   np.array([c is not None for _, _, c in windows], dtype=bool))
 
     def images(self, rows: torch.Tensor) -> torch.Tensor:
         """uint8 [B, V, F, H, W, 3] of the windows `rows`."""
@@ -216,8 +229,9 @@ class TrainSet:
         labels = torch.full_like(ids, IGNORE)
         labels[:, n - 1:n - 1 + width] = coc
         valid = torch.arange(width)[None, :] < lens[:, None]
-        labels[:, n - 1:n - 1 + width] = labels[:, n - 1:n - 1 + width].masked_fill(~valid,
-                                                                                    IGNORE)
+        contrast = torch.from_numpy(self.contrast[rows.numpy()])[:, None]  # contrast: [B, 1]
+        labels[:, n - 1:n - 1 + width] = labels[:, n - 1:n - 1 + width].masked_fill(
+            ~valid | contrast, IGNORE)
         return ids, labels, n + lens
 
     def positions_for(self, length: int, grid_thw: torch.Tensor, batch: int) -> torch.Tensor:

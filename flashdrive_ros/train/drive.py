@@ -6,7 +6,7 @@ camera and the ego history i-H+1..i by index (see dataset.TrainSet).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -24,6 +24,9 @@ class Drive:
     expert_future: float64 [S, N_wp, 3] the expert's plan (x, y, yaw) in the ego frame of
     each step; tags: S comma-joined scenario tags of each step; scene: float64 [S, 4] the
     expert's readings of each step (SCENE_COLUMNS, train/scene_readout.py).
+    Contrasts (sim/lead_stops.py), the same windows planned under another CoC:
+    contrast_step: int64 [C] the steps that have one, ascending; contrast_coc: C sentences;
+    contrast_decision: int64 [C]; contrast_future: float64 [C, N_wp, 3].
     """
 
     seed: int
@@ -38,6 +41,10 @@ class Drive:
     expert_future: np.ndarray
     tags: list[str]
     scene: np.ndarray
+    contrast_step: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
+    contrast_coc: list[str] = field(default_factory=list)
+    contrast_decision: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
+    contrast_future: np.ndarray = field(default_factory=lambda: np.zeros((0, 64, 3)))
 
     def __post_init__(self) -> None:
         s = self.frames.shape[0]
@@ -54,6 +61,14 @@ class Drive:
         if self.scene.shape != (s, len(SCENE_COLUMNS)):
             raise ValueError(f"scene must be [S, {len(SCENE_COLUMNS)}] "
                              f"({', '.join(SCENE_COLUMNS)}), got {self.scene.shape}")
+        c = self.contrast_step.shape[0]
+        if (self.contrast_step.shape != (c,) or len(self.contrast_coc) != c
+                or self.contrast_decision.shape != (c,)
+                or self.contrast_future.shape[0] != c or self.contrast_future.ndim != 3):
+            raise ValueError("one contrast CoC, decision and future per contrast step")
+        if c and (np.any(np.diff(self.contrast_step) <= 0) or self.contrast_step[0] < 0
+                  or self.contrast_step[-1] >= s):
+            raise ValueError("contrast steps must be distinct steps of the drive, ascending")
 
     @property
     def num_steps(self) -> int:

@@ -1,7 +1,9 @@
 """Generated drives on disk, so a resumed training run reads back the drives it trained on.
 
-One safetensors file per drive (frames, stamps, poses, speed, decision, expert_future, scene) and
-`index.json` (file, seed, scenario, dt, CoC sentences and tags per drive, in order).
+One safetensors file per drive (frames, stamps, poses, speed, decision, expert_future, scene
+and the contrast arrays) and `index.json` (file, seed, scenario, dt, CoC sentences, tags and
+contrast CoC sentences per drive, in order). A cache written before contrasts reads back
+without any.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ from flashdrive_ros.train.drive import Drive
 
 INDEX = "index.json"
 ARRAYS = ("frames", "stamps", "poses", "speed", "decision", "expert_future", "scene")
+CONTRAST_ARRAYS = ("contrast_step", "contrast_decision", "contrast_future")
 
 
 def save_drives(drives: list[Drive], folder: Path) -> None:
@@ -23,9 +26,11 @@ def save_drives(drives: list[Drive], folder: Path) -> None:
     entries = []
     for i, drive in enumerate(drives):
         name = f"drive_{i:04d}.safetensors"
-        save_file({key: getattr(drive, key) for key in ARRAYS}, str(folder / name))
+        save_file({key: getattr(drive, key) for key in ARRAYS + CONTRAST_ARRAYS},
+                  str(folder / name))
         entries.append({"file": name, "seed": drive.seed, "scenario": drive.scenario,
-                        "dt": drive.dt, "coc": drive.coc, "tags": drive.tags})
+                        "dt": drive.dt, "coc": drive.coc, "tags": drive.tags,
+                        "contrast_coc": drive.contrast_coc})
     (folder / INDEX).write_text(json.dumps(entries) + "\n")
 
 
@@ -39,7 +44,10 @@ def load_drives(folder: Path) -> list[Drive]:
         missing = set(ARRAYS) - set(arrays)
         if missing:
             raise ValueError(f"{entry['file']} lacks {sorted(missing)}")
+        contrast = {key: arrays[key] for key in CONTRAST_ARRAYS if key in arrays}
+        if contrast:
+            contrast["contrast_coc"] = list(entry["contrast_coc"])
         drives.append(Drive(int(entry["seed"]), entry["scenario"], float(entry["dt"]),
                             coc=list(entry["coc"]), tags=list(entry["tags"]),
-                            **{key: arrays[key] for key in ARRAYS}))
+                            **{key: arrays[key] for key in ARRAYS}, **contrast))
     return drives

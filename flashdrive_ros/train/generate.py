@@ -7,6 +7,7 @@ resize (so training pixels equal what inference feeds the vision encoder), then 
 
 from __future__ import annotations
 
+import dataclasses
 import multiprocessing as mp
 import os
 from typing import TYPE_CHECKING
@@ -18,7 +19,13 @@ from flashdrive_ros.sim.disturbance import Disturbance
 from flashdrive_ros.sim.drive import FRAME_HZ
 from flashdrive_ros.sim.lamp_pairs import LAMP_PAIR_TAG, LampPairs, pair_logs
 from flashdrive_ros.sim.lane_forks import LaneFork, LaneForks, lane_fork_log, seed_lane_forks
-from flashdrive_ros.sim.lead_stops import LeadStop, LeadStops, lead_stop_log, seed_lead_stops
+from flashdrive_ros.sim.lead_stops import (
+    Contrast,
+    LeadStop,
+    LeadStops,
+    lead_stop_log,
+    seed_lead_stops,
+)
 from flashdrive_ros.sim.light_branches import Fork, LightBranches, fork_log, seed_forks
 from flashdrive_ros.train.drive import Drive
 from flashdrive_ros.train.scene_readout import scene_readings
@@ -214,8 +221,28 @@ def _lead_stop_worker(args: LeadStopJob) -> Drive:
 
     seed, seconds, stop, image_size, noise, spec, standing_lead = args
     torch.set_num_threads(1)
-    return drive_from_log(lead_stop_log(seed, seconds, stop, spec), seed, image_size, noise,
-                          standing_lead)
+    log, contrasts = lead_stop_log(seed, seconds, stop, spec)
+    drive = drive_from_log(log, seed, image_size, noise, standing_lead)
+    return with_contrasts(drive, log, contrasts, standing_lead)
+
+
+def with_contrasts(drive: Drive, log, contrasts: dict[int, Contrast],
+                   standing_lead: bool = False) -> Drive:
+    """`drive` (made from `log`) with the contrasts of its frames, each labelled from the
+    contrast's reasoning after the log's frames before it (standing_lead as in
+    `generate_drive`)."""
+    from flashdrive_ros.sim.labels import DECISIONS, label_frame
+
+    steps = sorted(contrasts)
+    labels = [label_frame([*log.infos[:k], contrasts[k].info], k, standing_lead)
+              for k in steps]
+    return dataclasses.replace(
+        drive, contrast_step=np.asarray(steps, dtype=np.int64),
+        contrast_coc=[label.coc for label in labels],
+        contrast_decision=np.array([DECISIONS.index(label.decision) for label in labels],
+                                   dtype=np.int64),
+        contrast_future=np.stack([contrasts[k].future for k in steps]) if steps
+        else drive.contrast_future)
 
 
 def lead_stop_drives(seeds: list[int], seconds: float, cfg: ModelConfig, spec: LeadStops,

@@ -162,6 +162,10 @@ def run(out: Path, recipe: Recipe, minutes_budget: float, device: torch.device, 
                                "lamp_pair_share": drawn_share(
                                    data.lamp_pair, data.decision, data.v0, recipe.decision,
                                    brakes, data.lamp_pair),
+                               "contrast_windows": int(data.contrast.sum()),
+                               "contrast_share": drawn_share(
+                                   data.contrast, data.decision, data.v0, recipe.decision,
+                                   brakes, data.lamp_pair),
                                "decisive_tokens_mean": float(
                                    data.decisive_lens.float().mean()),
                                "side_word_windows_share": round(float(

@@ -75,6 +75,10 @@ def parse_args(argv: list[str] | None = None) -> tuple[argparse.Namespace, Recip
                              f"and green (go), the ego moved back {LampPairs.back_m[0]:g}-"
                              f"{LampPairs.back_m[1]:g} m from where the expert waits "
                              f"(default {LampPairs.per_wait}: none)")
+    add_on_off(parser, "--lead-stop-contrast", LeadStops.contrast,
+               "with --lead-stops: each fork frame with the car standing ahead of a driving "
+               "ego also trains the action expert on the expert's plan without the car, "
+               "under that plan's CoC (same pictures, other words, other future)")
     add_on_off(parser, "--standing-lead-label", Recipe.standing_lead_label,
                "label a binding lead that stands (slower than 0.5 m/s) a reason to stop: "
                "'Stop behind the car standing still in the lane ahead' instead of 'Follow ...'")
@@ -166,7 +170,9 @@ def parse_args(argv: list[str] | None = None) -> tuple[argparse.Namespace, Recip
         parser.error("--target-call-steps takes a count >= 1 and --stages target")
     disturbance = {name: value for name, value in (
         ("lead_lag_share", args.lead_lag_share),) if value is not None}
-    stops = {} if args.lead_stops is None else {"per_drive": args.lead_stops}
+    stops = {name: value for name, value in (
+        ("per_drive", args.lead_stops), ("contrast", on_off(args.lead_stop_contrast)))
+        if value is not None}
     lanes = {} if args.lane_forks is None else {"per_drive": args.lane_forks}
     pairs = {} if args.lamp_pairs is None else {"per_wait": args.lamp_pairs}
     if args.resume is not None and (overrides or focus or branches or disturbance or stops

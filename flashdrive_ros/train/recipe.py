@@ -32,7 +32,9 @@ class Recipe:
     what happened). `light_branches` adds, per red-light wait of a training seed, forks of
     its plain drive where the light turns green early or stays red (the same standing scene
     under both colours). `lead_stops` adds, per training seed, forks of its drive with a car
-    standing in the ego lane ahead and the ego reacting late. `lane_forks` adds, per training
+    standing in the ego lane ahead and the ego reacting late (with their contrasts, the same
+    windows under the CoC and future of the expert without the car, when `contrast` is on).
+    `lane_forks` adds, per training
     seed, forks of a longer drive of it with the ego drifted towards the inside of a tight
     bend or towards a parked car being passed and the expert's way back. `lamp_pairs` adds, per
     red-light wait of a training seed, pairs of one-window drives that differ only in the

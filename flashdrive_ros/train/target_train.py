@@ -216,7 +216,10 @@ class TargetTrainer:
             progress.step += 1
             if step % self.log_every == 0 or progress.done():
                 self.last = {k: float(v.detach()) for k, v in losses.items()}
-                counted = hit if trained is None else hit[trained.to(hit.device)]
+                labelled = torch.from_numpy(~self.data.contrast[rows.numpy()])  # [B] bool
+                if trained is not None:
+                    labelled &= trained.cpu()
+                counted = hit[labelled.to(hit.device)]
                 self.last["decision_acc"] = float(counted.float().mean())
                 self.first = self.first or dict(self.last)
                 self.log.write("target", step, **self.last, grad_norm=float(norm),
