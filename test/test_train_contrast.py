@@ -19,6 +19,7 @@ from flashdrive_ros.train.drive_cache import load_drives, save_drives
 from flashdrive_ros.train.generate import lead_stop_drives
 from flashdrive_ros.train.pipeline_args import parse_args
 from flashdrive_ros.train.run_data import train_tokenizer
+from flashdrive_ros.train.streaming_tune import sequence_ends
 from flashdrive_ros.train.target_losses import target_step_losses
 
 SEED, SECONDS = 3, 60.0
@@ -133,3 +134,15 @@ def test_contrast_windows_train_the_action_expert_alone(data):
     (contrast_only["coc_loss"] + contrast_only["flow_loss"]).backward()
     assert model.expert.layers[0].self_attn.q_proj.weight.grad.abs().sum() > 0
     assert model.vlm.language_model.layers[0].self_attn.k_proj.weight.grad.abs().sum() > 0
+
+
+def test_later_stages_draw_no_contrast_window(data):
+    other = np.flatnonzero(data.contrast)
+    own = data.own_rows()
+    assert len(own) + len(other) == len(data) and not data.contrast[own.numpy()].any()
+    runs = np.flatnonzero((np.diff(data.step_of[other]) == 1)
+                          & (data.drive_of[other][1:] == data.drive_of[other][:-1]))
+    assert runs.size > 0, "contrast windows of consecutive steps would pass as sequences"
+    for length in (1, 2, 3):
+        ends = sequence_ends(data, torch.arange(len(data)), length)
+        assert len(ends) > 0 and not data.contrast[ends.numpy()].any()

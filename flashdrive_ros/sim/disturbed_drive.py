@@ -180,9 +180,10 @@ def simulate_disturbed(seed: int, seconds: float, disturbance: Disturbance | Non
     it there until a time; futures_from: the first frame whose future is planned (the
     frames before it, which a caller cuts away, get NaN futures and no expert forks);
     lead_stop: a car placed standing in the ego lane ahead, the ego reacting late
-    (sim/lead_stops.py; it is shown every frame from `futures_from` on where it steers the
-    ego or holds the car); aimed_drift: a drift that takes the place of `drift_offsets` drifts
-    over its steps, towards a parked car being passed too (sim/lane_forks.py)."""
+    (sim/lead_stops.py; its `note_frame` sees every frame from `futures_from` on at which
+    it steers the ego or holds the car); aimed_drift: a drift that takes the place of
+    `drift_offsets` drifts over its steps, towards a parked car being passed too
+    (sim/lane_forks.py)."""
     if seconds <= 0:
         raise ValueError(f"seconds must be > 0, got {seconds}")
     sim = EgoWorld(seed, seconds, blocks)

@@ -107,6 +107,10 @@ class TrainSet:
     def __len__(self) -> int:
         return self.frame_index.shape[0]
 
+    def own_rows(self) -> torch.Tensor:
+        """[N_own] long: the rows that are not contrast windows (all of them come first)."""
+        return torch.as_tensor(np.flatnonzero(~self.contrast), dtype=torch.long)
+
     @property
     def prompt_len(self) -> int:
         return self.prompt_ids.shape[0]

@@ -223,7 +223,8 @@ def run(out: Path, recipe: Recipe, minutes_budget: float, device: torch.device, 
     if cfg.drafter is None:
         raise ValueError(f"preset {recipe.preset!r} has no drafter section")
     gen = torch.Generator().manual_seed(seed)
-    train_rows = torch.randperm(len(data), generator=gen)[:recipe.draft_rows]
+    own = data.own_rows()
+    train_rows = own[torch.randperm(len(own), generator=gen)[:recipe.draft_rows]]
     eval_rows = torch.randperm(len(eval_data), generator=gen)[:recipe.draft_eval_rows]
     feature_dtype = torch.bfloat16 if cuda else torch.float32
     corpus = build_draft_corpus(model, data, train_rows, cfg.drafter, device, autocast,

@@ -44,10 +44,12 @@ def window_of(data: TrainSet, row: int) -> Window:
 
 
 def sequence_ends(data: TrainSet, rows: torch.Tensor, length: int) -> torch.Tensor:
-    """Rows r of `rows` whose previous length - 1 rows are the same drive's previous steps."""
+    """Rows r of `rows` whose previous length - 1 rows are the same drive's previous steps;
+    no contrast window ends one (they all come after the other windows, so none lies in
+    one either)."""
     r = rows.numpy()
     start = r - (length - 1)
-    ok = start >= 0
+    ok = (start >= 0) & ~data.contrast[r]
     ok[ok] &= (data.drive_of[start[ok]] == data.drive_of[r[ok]])
     ok[ok] &= (data.step_of[r[ok]] - data.step_of[start[ok]] == length - 1)
     return rows[torch.from_numpy(ok)]
@@ -107,7 +109,7 @@ def streaming_tune(model: AlpamayoModel, tokenizer: TextTokenizer, data: TrainSe
         length = int(rng.integers(1, max_windows + 1))
         ends = sequence_ends(source, torch.arange(len(source)), length)
         if len(ends) == 0:
-            length, ends = 1, torch.arange(len(source))
+            length, ends = 1, source.own_rows()
         end = int(ends[int(rng.integers(len(ends)))])
         with autocast():
             prefix = stream_to(engine, source, list(range(end - length + 1, end + 1)))
