@@ -8,7 +8,6 @@ KV, cached-velocity or plain Euler, unicycle integration from v0 fitted to the h
 
 from __future__ import annotations
 
-import math
 import threading
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -48,6 +47,7 @@ from flashdrive_ros.engine.streaming import (
 )
 from flashdrive_ros.engine.timing import StageTimer
 from flashdrive_ros.engine.types import Plan, Window
+from flashdrive_ros.engine.window_shape import check_window_shape
 from flashdrive_ros.model.alpamayo import AlpamayoModel
 from flashdrive_ros.model.config import ConfigError
 from flashdrive_ros.model.drafter_file import AnyDrafter, load_drafter
@@ -59,9 +59,6 @@ from flashdrive_ros.model.prompt import PromptBuilder
 from flashdrive_ros.model.release_tokenizer import load_tokenizer
 from flashdrive_ros.model.tokenizer import TextTokenizer
 from flashdrive_ros.model.unicycle import fit_v0
-
-MAX_ASPECT_DISTORTION = 0.2
-
 
 def window_seed(seed: int, t0: float) -> int:
     """The random seed of the window at `t0` (seconds) under config seed `seed`."""
@@ -246,7 +243,7 @@ class Engine:
         decoding: `forced_decode`). With `detach` (no CUDA graphs) the action's prefix is
         copied out of the cache, so `act` may run while the next window is reasoned;
         otherwise `act` must come before the next `reason`."""
-        self.check_window(window)
+        check_window_shape(window, self.model.cfg)
         if detach and self.graphs is not None:
             raise ConfigError("a detached action reads copies of the cache; CUDA graphs read "
                               "the cache itself: set cuda_graphs false to act apart")
@@ -286,23 +283,6 @@ class Engine:
                     mode=self.cfg.mode,
                     full_prefill=reasoning.full_prefill, sequence=window.sequence,
                     prefill_reason=reasoning.prefill_reason)
-
-    def check_window(self, window: Window) -> None:
-        p, a = self.model.cfg.prompt, self.model.cfg.action
-        cams, frames, height, width, _ = window.images.shape
-        if cams != len(p.camera_names) or frames != p.num_frames:
-            raise ValueError(f"window has {cams} cameras x {frames} frames, the model takes "
-                             f"{len(p.camera_names)} cameras x {p.num_frames} frames")
-        if window.ego_history.shape[0] != a.num_history:
-            raise ValueError(f"window ego_history has {window.ego_history.shape[0]} poses, the "
-                             f"model takes {a.num_history}")
-        unit = self.model.cfg.vision.patch_size * self.model.cfg.vision.spatial_merge_size
-        distortion = abs(math.log((width / max(height, 1)) / (p.image_width / p.image_height)))
-        if height < unit or width < unit or distortion > math.log1p(MAX_ASPECT_DISTORTION):
-            raise ValueError(f"window images are {width}x{height}; the model resizes to "
-                             f"{p.image_width}x{p.image_height} and accepts images at least "
-                             f"{unit} px per side within {MAX_ASPECT_DISTORTION:.0%} of that "
-                             f"aspect ratio")
 
     def encode(self, window: Window, plan: PrefillPlan
                ) -> tuple[torch.Tensor, list[torch.Tensor]]:

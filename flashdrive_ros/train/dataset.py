@@ -136,7 +136,7 @@ class TrainSet:
             steps = drive.window_steps(p.num_frames, a.num_history)
             windows += [(d_index, int(step), None) for step in steps]
             windows += [(d_index, int(step), c) for c, step in enumerate(drive.contrast_step)
-                        if step >= steps[0]] if steps.size else []
+                        if step in steps]
         windows.sort(key=lambda w: w[2] is not None)
         for d_index, step, c in windows:
             drive = drives[d_index]

@@ -26,7 +26,7 @@ class Drive:
     expert's readings of each step (SCENE_COLUMNS, train/scene_readout.py).
     Contrasts (sim/lead_stops.py), the same windows planned under another CoC:
     contrast_step: int64 [C] the steps that have one, ascending; contrast_coc: C sentences;
-    contrast_decision: int64 [C]; contrast_future: float64 [C, N_wp, 3].
+    contrast_decision: int64 [C]; contrast_future: float64 [C, N_wp, 3] (None: no contrasts).
     """
 
     seed: int
@@ -44,7 +44,7 @@ class Drive:
     contrast_step: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
     contrast_coc: list[str] = field(default_factory=list)
     contrast_decision: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
-    contrast_future: np.ndarray = field(default_factory=lambda: np.zeros((0, 64, 3)))
+    contrast_future: np.ndarray | None = None
 
     def __post_init__(self) -> None:
         s = self.frames.shape[0]
@@ -61,6 +61,8 @@ class Drive:
         if self.scene.shape != (s, len(SCENE_COLUMNS)):
             raise ValueError(f"scene must be [S, {len(SCENE_COLUMNS)}] "
                              f"({', '.join(SCENE_COLUMNS)}), got {self.scene.shape}")
+        if self.contrast_future is None:
+            self.contrast_future = np.zeros((0, *self.expert_future.shape[1:]))
         c = self.contrast_step.shape[0]
         if (self.contrast_step.shape != (c,) or len(self.contrast_coc) != c
                 or self.contrast_decision.shape != (c,)
