@@ -3,7 +3,8 @@ while; the fork starts from the seed's own drive, its first windows hold the ego
 speed closing in on the standing car with futures that stop short of it, the expert then
 stops behind it without touching it, the car pulls away once the ego has stood behind it and
 the ego follows; the training drives of the forks are rendered and labelled, the standing car
-a stop with standing-lead labels."""
+a stop with standing-lead labels. A fork's moving twin places a slow car at the same frame and
+gap; the ego closes in on it the same way and the expert follows it."""
 
 import dataclasses
 
@@ -27,6 +28,7 @@ from flashdrive_ros.sim.lead_stops import (
 from flashdrive_ros.sim.labels import DECISIONS, STANDING_MPS, label_drive
 from flashdrive_ros.sim.vehicle import FRONT_OFFSET
 from flashdrive_ros.train.generate import lead_stop_drives
+from flashdrive_ros.train.pipeline_args import parse_args
 
 SEED, SECONDS = 3, 60.0
 SPEC = LeadStops(per_drive=1)
@@ -147,3 +149,67 @@ def test_training_drives_of_the_forks_are_rendered_and_labelled(stop):
     assert changed.size > 0
     assert {DECISIONS[d] for d in relabelled.decision[changed]} == {"stop"}
     assert all(" behind the " in relabelled.coc[k] for k in changed)
+
+
+@pytest.fixture(scope="module")
+def twin(drive, stop):
+    spec = dataclasses.replace(SPEC, moving_twin=True, contrast=True)
+    standing, moving = seed_lead_stops(SEED, SECONDS, spec, drive)
+    assert standing == stop
+    log, contrasts = lead_stop_log(SEED, SECONDS, moving, spec)
+    return moving, log, contrasts
+
+
+def test_moving_twin_settings_are_validated():
+    for bad in ({"per_drive": 0, "moving_twin": True}, {"per_drive": 1, "twin_mps": (0.5, 3.0)},
+                {"per_drive": 1, "twin_mps": (2.0, 6.5)}):
+        with pytest.raises(ValueError, match="LeadStops"):
+            LeadStops(**bad)
+    _, recipe = parse_args(["--out", "x", "--lead-stops", "2", "--lead-stop-moving-twin", "on"])
+    assert recipe.lead_stops == LeadStops(per_drive=2, moving_twin=True)
+    with pytest.raises(SystemExit):
+        parse_args(["--out", "x", "--lead-stop-moving-twin", "on"])
+
+
+def test_the_moving_twin_is_the_stop_with_a_slow_car_drawn_apart(twin, stop):
+    moving, _, _ = twin
+    spec = dataclasses.replace(SPEC, moving_twin=True)
+    assert dataclasses.replace(moving, lead_mps=0.0) == stop
+    assert spec.twin_mps[0] <= moving.lead_mps <= spec.twin_mps[1]
+    assert seed_lead_stops(SEED, SECONDS, spec) == [stop, moving]
+    assert stop.caught_up_mps == STANDING_MPS
+    assert moving.caught_up_mps == moving.lead_mps + STANDING_MPS
+
+
+def test_the_ego_closes_in_on_the_slow_car_as_on_the_standing_one_then_follows_it(
+        twin, fork, stop):
+    moving, log, contrasts = twin
+    assert contrasts == {}
+    window = HISTORY_STEPS - 1
+    gaps, standing_gaps = car_gaps(log), car_gaps(fork)
+    settled = moving.lead_mps * SETTLE_FRAMES / FRAME_HZ
+    assert abs(gaps[window] - standing_gaps[window] - settled) < 0.2
+    assert np.array_equal(log.ego[:SUBSTEPS * window], fork.ego[:SUBSTEPS * window])
+    speeds = np.array([info.v for info in log.infos[:log.frame_count]])
+    assert speeds[window] > 3.0 and speeds.min() > moving.lead_mps - 0.5
+    assert gaps[window:].min() > 1.0
+    near = [k for k in range(window, log.frame_count) if gaps[k] < 30.0]
+    assert near and all(abs(log.infos[k].lead_speed - moving.lead_mps) < 0.1
+                        for k in near[:10])
+    labels = label_drive(log.infos, log.frame_count, standing_lead=True)
+    decisions = {labels[k].decision for k in range(window, log.frame_count)}
+    assert "follow" in decisions and "stop" not in decisions
+    travel = [log.future(k)[-1, 0] for k in range(window, window + 10)]
+    standing_travel = [fork.future(k)[-1, 0] for k in range(window, window + 10)]
+    assert all(a > b + 5.0 for a, b in zip(travel, standing_travel))
+
+
+def test_the_moving_twin_ends_after_its_car_speeds_up(twin):
+    moving, log, _ = twin
+    speeds = np.array([info.lead_speed or 0.0 for info in log.infos[:log.frame_count]])
+    sped_up = np.flatnonzero(speeds > moving.lead_mps + 0.2)
+    assert sped_up.size
+    first = moving.frame + SETTLE_FRAMES - (HISTORY_STEPS - 1)
+    ends = log.frame_count - 1 - sped_up[0]
+    assert 0 < ends <= SPEC.after_s * FRAME_HZ + 1
+    assert log.frame_count < int(round(SPEC.max_s * FRAME_HZ)) + moving.frame - first

@@ -12,7 +12,11 @@ so it is the same world up to the placing), cut so that its first window's camer
 already show the car, and ending `after_s` after the ego moves on again. With `contrast`,
 every frame in which the car stands ahead of an ego still driving also gets what the expert
 would do from the same state were the car not there (`Contrast`): the same pictures and
-history with another decision and another future, so that only the words tell them apart."""
+history with another decision and another future, so that only the words tell them apart.
+With `moving_twin`, every fork also has a twin placed at the same frame and gap whose car
+drives on slowly (`LeadStop.lead_mps`, brake lights off) instead of standing: the expert
+follows it, so that standing and slow leads at the same gap and ego speed differ only in how
+the gap closes and in the brake lights."""
 
 from __future__ import annotations
 
@@ -51,6 +55,8 @@ SPEED_GAIN = 2.0  # 1/s: speed tracking gain
 PATH_AFTER_M = 150.0  # m of lane the placed car drives on after pulling away
 GAP_M = (12.0, 65.0)  # m, the range of a placed car's gap to the ego's front bumper
 CONTRAST_MIN_MPS = 1.0  # m/s: frames with the ego slower than this get no contrast
+MIN_TWIN_MPS = 1.0  # m/s: a moving twin's car drives at least this fast (a slow lead, not a
+# standing one, in every label)
 
 
 @dataclass(frozen=True)
@@ -62,8 +68,10 @@ class LeadStops:
     speed_mps, the longest the ego keeps its
     speed from lag_s, the deceleration whose need ends that earlier from decel_mps2, how long
     the ego stands behind the car before it pulls away from stand_s, and the car's speed
-    after from cruise_mps; after_s: frames kept after the ego moves on again; max_s: the
-    longest a fork runs from the placing."""
+    after from cruise_mps; after_s: frames kept after the ego moves on again (a moving twin:
+    after the car speeds up); max_s: the longest a fork runs from the placing. contrast: the
+    forks' `Contrast`s; moving_twin: each fork also comes as a twin whose car drives at a
+    speed drawn from twin_mps."""
 
     per_drive: int = 0
     reach_s: tuple[float, float] = (3.0, 7.0)
@@ -75,17 +83,24 @@ class LeadStops:
     after_s: float = 2.0
     max_s: float = 25.0
     contrast: bool = False
+    moving_twin: bool = False
+    twin_mps: tuple[float, float] = (1.5, 4.0)
 
     def __post_init__(self) -> None:
         if self.per_drive < 0:
             raise ValueError(f"LeadStops.per_drive must be >= 0, got {self.per_drive}")
-        for name in ("reach_s", "speed_mps", "lag_s", "decel_mps2", "stand_s", "cruise_mps"):
+        for name in ("reach_s", "speed_mps", "lag_s", "decel_mps2", "stand_s", "cruise_mps",
+                     "twin_mps"):
             low, high = getattr(self, name)
             if not (np.isfinite(high) and 0 < low <= high):
                 raise ValueError(f"LeadStops.{name} must be (low, high) with 0 < low <= high, "
                                  f"got {getattr(self, name)}")
-        if self.contrast and not self.enabled:
-            raise ValueError("LeadStops.contrast needs forks: per_drive must be > 0")
+        if (self.contrast or self.moving_twin) and not self.enabled:
+            raise ValueError("LeadStops.contrast and LeadStops.moving_twin need forks: "
+                             "per_drive must be > 0")
+        if self.twin_mps[0] < MIN_TWIN_MPS or self.twin_mps[1] >= self.cruise_mps[0]:
+            raise ValueError(f"LeadStops.twin_mps must lie in [{MIN_TWIN_MPS:g}, "
+                             f"cruise_mps low), got {self.twin_mps}")
         for name in ("after_s", "max_s"):
             value = getattr(self, name)
             if not (np.isfinite(value) and value > 0):
@@ -104,7 +119,9 @@ class LeadStop:
     before it the ego drives at most `speed_mps` (slowing at up to SLOW_MPS2); from the
     placing it keeps its speed for at most `lag_s`, ended earlier where stopping behind the car
     would need more than `decel_mps2` to keep `margin_m`; the car pulls away (to `cruise_mps`)
-    once the ego has stood behind it for `stand_s`."""
+    once the ego has stood behind it for `stand_s`. A moving twin (`lead_mps` > 0) places the
+    car driving at `lead_mps` instead, and it speeds up once the ego has come down to its
+    speed for `stand_s`."""
 
     frame: int
     reach_s: float
@@ -116,6 +133,13 @@ class LeadStop:
     size: tuple[float, float, float]
     color: tuple[int, int, int]
     margin_m: float = 2.0
+    lead_mps: float = 0.0
+
+    @property
+    def caught_up_mps(self) -> float:
+        """The ego counts as standing behind the car (or as having come down to its speed)
+        below this speed."""
+        return self.lead_mps + STANDING_MPS
 
     @property
     def place_step(self) -> int:
@@ -147,14 +171,16 @@ class Contrast:
 class LeadStopRun:
     """A `LeadStop` in one simulation: the placed car (None before its frame), the speed the
     ego keeps through the lag (None once it has ended), how long the ego has stood behind the
-    car; with `contrast`, the copies of the world without the car kept per 10 Hz frame
-    (`note_frame`)."""
+    car (a moving twin: driven at its speed), the 50 Hz step the car was released at (None
+    before); with `contrast`, the copies of the world without the standing car kept per
+    10 Hz frame (`note_frame`)."""
 
     stop: LeadStop
     contrast: bool = False
     car: Vehicle | None = None
     keep_mps: float | None = None
     standing_steps: int = 0
+    released_step: int | None = None
     without_car: dict[int, EgoWorld] = field(default_factory=dict)
 
     def note_frame(self, frame: int, sim: EgoWorld, held_lights: tuple[str, ...] | None
@@ -163,8 +189,8 @@ class LeadStopRun:
         drives CONTRAST_MIN_MPS or more, keeps a fork of the world (lights held as
         `held_lights`) with the car taken out."""
         car = self.car
-        if (not self.contrast or car is None or car.brake_until <= sim.t
-                or sim.ego.v < CONTRAST_MIN_MPS):
+        if (not self.contrast or self.stop.lead_mps > 0.0 or car is None
+                or car.brake_until <= sim.t or sim.ego.v < CONTRAST_MIN_MPS):
             return
         fork = sim.fork(held_lights)
         index = next(i for i, veh in enumerate(sim.world.vehicles) if veh is car)
@@ -196,12 +222,14 @@ class LeadStopRun:
                 i >= place + int(round(stop.lag_s * SIM_HZ))
                 or not keeps_speed(sim, route_s, self.car, stop.decel_mps2, stop.margin_m)):
             self.keep_mps = None
-        standing = self.car.brake_until > sim.t
-        if standing:
-            self.standing_steps = self.standing_steps + 1 if sim.ego.v < STANDING_MPS else 0
+        held = self.car.brake_until > sim.t
+        if held:
+            caught_up = sim.ego.v < stop.caught_up_mps
+            self.standing_steps = self.standing_steps + 1 if caught_up else 0
             if self.standing_steps >= int(round(stop.stand_s * SIM_HZ)):
                 self.car.brake_until = sim.t
-        return self.keep_mps is not None or standing
+                self.released_step = i
+        return self.keep_mps is not None or held
 
     def accel(self, i: int, v: float, expert_accel: float) -> float | None:
         """The ego's acceleration at step i and speed v in place of the expert's
@@ -221,9 +249,10 @@ def _track(target_mps: float, v: float) -> float:
 
 
 def place_car(sim: EgoWorld, route_s: float, stop: LeadStop) -> Vehicle:
-    """The stop's car, added standing to the world of `sim` in the ego lane, its rear
-    `stop.gap_m` of the ego's speed ahead of the ego's front bumper (base_link at route arc
-    length route_s); it stands until its `brake_until` is set."""
+    """The stop's car, added to the world of `sim` in the ego lane standing (a moving twin:
+    driving at `stop.lead_mps`), its rear `stop.gap_m` of the ego's speed ahead of the ego's
+    front bumper (base_link at route arc length route_s); it keeps that speed until its
+    `brake_until` is set."""
     route = sim.world.route
     length, width, height = stop.size
     center_s = route_s + FRONT_OFFSET + stop.gap_m(sim.ego.v) + length / 2
@@ -233,7 +262,8 @@ def place_car(sim: EgoWorld, route_s: float, stop: LeadStop) -> Vehicle:
                   v_cruise=stop.cruise_mps)
     car.s = path.project(route.offset_point(center_s, EGO_LANE_D))[0]
     car.sync_pose()
-    car.brake, car.brake_until = (car.s, 0.0, 0.0), float("inf")
+    car.v = stop.lead_mps
+    car.brake, car.brake_until = (car.s, stop.lead_mps, 0.0), float("inf")
     sim.world.vehicles.append(car)
     return car
 
@@ -283,7 +313,7 @@ def seed_lead_stops(seed: int, seconds: float, spec: LeadStops,
                     log: DriveLog | None = None) -> list[LeadStop]:
     """The lead stops drawn for the seed's `seconds` drive (`log`: that drive with the lights
     held, when already simulated): per_drive at placing frames at least max_s apart, fewer
-    where the drive has fewer."""
+    where the drive has fewer; with `spec.moving_twin`, each followed by its moving twin."""
     if not spec.enabled:
         return []
     rng = np.random.default_rng([seed, 43])
@@ -301,13 +331,19 @@ def seed_lead_stops(seed: int, seconds: float, spec: LeadStops,
                   if all(abs(k - other.frame) > spec.max_s * FRAME_HZ for other in stops)]
         if frames:
             stops.append(dataclasses.replace(drawn, frame=int(rng.choice(frames))))
-    return stops
+    if not spec.moving_twin:
+        return stops
+    twin_rng = np.random.default_rng([seed, 44])
+    return [made for stop in stops for made in (
+        stop, dataclasses.replace(stop, lead_mps=float(twin_rng.uniform(*spec.twin_mps))))]
 
 
 def lead_stop_log(seed: int, seconds: float, stop: LeadStop, spec: LeadStops
                   ) -> tuple[DriveLog, dict[int, Contrast]]:
-    """The fork of the seed's `seconds` drive with `stop`, cut to its window frames, and the
-    `Contrast` of its frames by cut frame index (none without `spec.contrast`)."""
+    """The fork of the seed's `seconds` drive with `stop`, cut to its window frames (ending
+    `spec.after_s` after the ego moves on from behind the standing car, or after the moving
+    twin's car speeds up), and the `Contrast` of its frames by cut frame index (none without
+    `spec.contrast` or on a moving twin)."""
     first = stop.frame + SETTLE_FRAMES - (HISTORY_STEPS - 1)
     end_frame = stop.frame + int(round(spec.max_s * FRAME_HZ))
     run = LeadStopRun(stop, contrast=spec.contrast)
@@ -317,11 +353,14 @@ def lead_stop_log(seed: int, seconds: float, stop: LeadStop, spec: LeadStops
     last = log.frame_count - 1
     speeds = np.array([info.v for info in log.infos[:log.frame_count]])
     standing = np.flatnonzero(speeds[start:] < STANDING_MPS)
-    if standing.size:
+    after = int(round(spec.after_s * FRAME_HZ))
+    if stop.lead_mps > 0.0:
+        if run.released_step is not None:
+            last = min(last, run.released_step // SUBSTEPS + after)
+    elif standing.size:
         moving = np.flatnonzero(speeds[start + standing[0]:] > MOVING_ON_MPS)
         if moving.size:
-            last = min(last, start + int(standing[0] + moving[0])
-                       + int(round(spec.after_s * FRAME_HZ)))
+            last = min(last, start + int(standing[0] + moving[0]) + after)
     contrasts = {frame - first: contrast for frame, contrast in run.contrasts().items()
                  if frame <= last}
     return log.cut(first, last - first + 1), contrasts

@@ -79,6 +79,10 @@ def parse_args(argv: list[str] | None = None) -> tuple[argparse.Namespace, Recip
                "with --lead-stops: each fork frame with the car standing ahead of a driving "
                "ego also trains the action expert on the expert's plan without the car, "
                "under that plan's CoC (same pictures, other words, other future)")
+    add_on_off(parser, "--lead-stop-moving-twin", LeadStops.moving_twin,
+               f"with --lead-stops: each fork also comes as a twin placed at the same frame "
+               f"and gap whose car drives on at {LeadStops.twin_mps[0]:g}-"
+               f"{LeadStops.twin_mps[1]:g} m/s instead of standing (the expert follows it)")
     add_on_off(parser, "--standing-lead-label", Recipe.standing_lead_label,
                "label a binding lead that stands (slower than 0.5 m/s) a reason to stop: "
                "'Stop behind the car standing still in the lane ahead' instead of 'Follow ...'")
@@ -171,7 +175,8 @@ def parse_args(argv: list[str] | None = None) -> tuple[argparse.Namespace, Recip
     disturbance = {name: value for name, value in (
         ("lead_lag_share", args.lead_lag_share),) if value is not None}
     stops = {name: value for name, value in (
-        ("per_drive", args.lead_stops), ("contrast", on_off(args.lead_stop_contrast)))
+        ("per_drive", args.lead_stops), ("contrast", on_off(args.lead_stop_contrast)),
+        ("moving_twin", on_off(args.lead_stop_moving_twin)))
         if value is not None}
     lanes = {} if args.lane_forks is None else {"per_drive": args.lane_forks}
     pairs = {} if args.lamp_pairs is None else {"per_wait": args.lamp_pairs}
