@@ -8,8 +8,6 @@ resize (so training pixels equal what inference feeds the vision encoder), then 
 from __future__ import annotations
 
 import dataclasses
-import multiprocessing as mp
-import os
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -28,6 +26,7 @@ from flashdrive_ros.sim.lead_stops import (
 )
 from flashdrive_ros.sim.light_branches import Fork, LightBranches, fork_log, seed_forks
 from flashdrive_ros.train.drive import Drive
+from flashdrive_ros.train.job_graph import Plan, run_plans
 from flashdrive_ros.train.scene_readout import scene_readings
 from flashdrive_ros.train.sensor_noise import NO_NOISE, SensorNoise, camera_effects, measured_poses
 
@@ -115,11 +114,14 @@ def _worker(args: DriveJob) -> Drive:
     return generate_drive(*args)
 
 
-def _job_cost(job: DriveJob) -> int:
-    """Rank of a job's simulation time: policy drives (a model plans every frame), then
-    disturbed drives (a fork of the world per disturbed frame), then plain ones."""
-    _, _, _, _, disturbance, policy, plan_futures, _ = job
-    return 3 if policy is not None else 2 if disturbance is not None else int(plan_futures)
+def _job_cost(job: DriveJob) -> float:
+    """Relative cost of a drive job: policy drives (a model plans every frame), then
+    disturbed drives (a fork of the world per disturbed frame), then drives with plan
+    futures, then plain ones, each by its length."""
+    _, seconds, _, _, disturbance, policy, plan_futures, _ = job
+    per_s = 8.0 if policy is not None else 2.0 if disturbance is not None else (
+        1.5 if plan_futures else 1.0)
+    return per_s * seconds
 
 
 def drive_jobs(seeds: list[int], seconds: float, cfg: ModelConfig,
@@ -140,30 +142,19 @@ def drive_jobs(seeds: list[int], seconds: float, cfg: ModelConfig,
             for seed in seeds]
 
 
-def _pool_map(function, jobs: list, workers: int | None) -> list:
-    """[function(job) for job in jobs] on `workers` spawned processes (default: all cores)."""
-    workers = min(workers or os.cpu_count() or 1, len(jobs))
-    if workers <= 1:
-        return [function(job) for job in jobs]
-    with mp.get_context("spawn").Pool(workers) as pool:
-        return pool.map(function, jobs, chunksize=1)
+def drive_plan(jobs: list[DriveJob]) -> Plan:
+    """The `Plan` of `jobs`: one drive each."""
+    return Plan("drives", jobs, _worker, cost=_job_cost)
 
 
-def _pool_map_slowest_first(function, jobs: list, cost, workers: int | None) -> list:
-    """`_pool_map` with the jobs of the highest `cost(job)` handed out first, so that no long
-    job starts last; results in job order."""
-    order = sorted(range(len(jobs)), key=lambda i: cost(jobs[i]), reverse=True)
-    made = _pool_map(function, [jobs[i] for i in order], workers)
-    results: list = [None] * len(jobs)
-    for i, result in zip(order, made):
-        results[i] = result
-    return results
+def _run_one(plan: Plan, workers: int | None) -> list:
+    return run_plans([plan], workers)[0][0]
 
 
 def run_drive_jobs(jobs: list[DriveJob], workers: int | None = None) -> list[Drive]:
     """The drives of `jobs` in job order, made by `workers` processes (default: all cores);
     the slowest kinds are handed out first so that no long drive starts last."""
-    return _pool_map_slowest_first(_worker, jobs, _job_cost, workers)
+    return _run_one(drive_plan(jobs), workers)
 
 
 def _forks_worker(args: tuple[int, float, LightBranches]) -> tuple[float, int, list[Fork]]:
@@ -184,10 +175,23 @@ def _fork_worker(args: ForkJob) -> Drive | None:
     return None if log is None else drive_from_log(log, seed, image_size, noise, standing_lead)
 
 
-def _fork_cost(job: ForkJob) -> tuple[bool, float]:
-    """Stand-back forks first (an expert plan per standing frame), then the longest holds."""
+def _fork_cost(job: ForkJob) -> float:
+    """Relative cost of a light fork: stand-back forks (an expert plan per standing frame)
+    above the others, then the longest holds."""
     fork = job[3]
-    return fork.rest_s is not None, fork.hold_at - fork.frame / FRAME_HZ
+    return (30.0 if fork.rest_s is not None else 10.0) + fork.hold_at - fork.frame / FRAME_HZ
+
+
+def light_branch_plan(seeds: list[int], seconds: float, cfg: ModelConfig,
+                      spec: LightBranches, noise: SensorNoise = NO_NOISE,
+                      standing_lead: bool = False) -> Plan:
+    """The `Plan` of `light_branch_drives` (a fork with nothing to branch makes None)."""
+    size = (cfg.prompt.image_height, cfg.prompt.image_width)
+    return Plan("light_branches", [(int(seed), float(seconds), spec) for seed in seeds],
+                _fork_worker, find=_forks_worker,
+                jobs=lambda arg, found: [(arg[0], found[0], found[1], fork, size, noise, spec,
+                                          standing_lead) for fork in found[2]],
+                cost=_fork_cost)
 
 
 def light_branch_drives(seeds: list[int], seconds: float, cfg: ModelConfig,
@@ -200,12 +204,8 @@ def light_branch_drives(seeds: list[int], seconds: float, cfg: ModelConfig,
     forks are drawn first, then every fork is one job, the slowest handed out first."""
     if not spec.enabled or not seeds:
         return []
-    size = (cfg.prompt.image_height, cfg.prompt.image_width)
-    found = _pool_map(_forks_worker, [(int(seed), float(seconds), spec) for seed in seeds],
-                      workers)
-    jobs = [(int(seed), log_seconds, frame_count, fork, size, noise, spec, standing_lead)
-            for seed, (log_seconds, frame_count, forks) in zip(seeds, found) for fork in forks]
-    made = _pool_map_slowest_first(_fork_worker, jobs, _fork_cost, workers)
+    made = _run_one(light_branch_plan(seeds, seconds, cfg, spec, noise, standing_lead),
+                    workers)
     return [drive for drive in made if drive is not None]
 
 
@@ -245,6 +245,17 @@ def with_contrasts(drive: Drive, log, contrasts: dict[int, Contrast],
         else drive.contrast_future)
 
 
+def lead_stop_plan(seeds: list[int], seconds: float, cfg: ModelConfig, spec: LeadStops,
+                   noise: SensorNoise = NO_NOISE, standing_lead: bool = False) -> Plan:
+    """The `Plan` of `lead_stop_drives`."""
+    size = (cfg.prompt.image_height, cfg.prompt.image_width)
+    return Plan("lead_stops", [(int(seed), float(seconds), spec) for seed in seeds],
+                _lead_stop_worker, find=_lead_stops_worker,
+                jobs=lambda arg, found: [(arg[0], arg[1], stop, size, noise, spec,
+                                          standing_lead) for stop in found],
+                cost=lambda job: 60.0 if job[5].contrast and job[2].lead_mps == 0.0 else 30.0)
+
+
 def lead_stop_drives(seeds: list[int], seconds: float, cfg: ModelConfig, spec: LeadStops,
                      noise: SensorNoise = NO_NOISE, workers: int | None = None,
                      standing_lead: bool = False) -> list[Drive]:
@@ -254,12 +265,7 @@ def lead_stop_drives(seeds: list[int], seconds: float, cfg: ModelConfig, spec: L
     are drawn first, then every stop is one job."""
     if not spec.enabled or not seeds:
         return []
-    size = (cfg.prompt.image_height, cfg.prompt.image_width)
-    found = _pool_map(_lead_stops_worker, [(int(seed), float(seconds), spec) for seed in seeds],
-                      workers)
-    jobs = [(int(seed), float(seconds), stop, size, noise, spec, standing_lead)
-            for seed, stops in zip(seeds, found) for stop in stops]
-    return _pool_map(_lead_stop_worker, jobs, workers)
+    return _run_one(lead_stop_plan(seeds, seconds, cfg, spec, noise, standing_lead), workers)
 
 
 def _lane_forks_worker(args: tuple[int, LaneForks]) -> list[LaneFork]:
@@ -278,6 +284,17 @@ def _lane_fork_worker(args: LaneForkJob) -> Drive:
                           standing_lead)
 
 
+def lane_fork_plan(seeds: list[int], cfg: ModelConfig, spec: LaneForks,
+                   noise: SensorNoise = NO_NOISE, standing_lead: bool = False) -> Plan:
+    """The `Plan` of `lane_fork_drives`."""
+    size = (cfg.prompt.image_height, cfg.prompt.image_width)
+    return Plan("lane_forks", [(int(seed), spec) for seed in seeds], _lane_fork_worker,
+                find=_lane_forks_worker,
+                jobs=lambda arg, found: [(arg[0], fork, size, noise, spec, standing_lead)
+                                         for fork in found],
+                cost=lambda job: 40.0)
+
+
 def lane_fork_drives(seeds: list[int], cfg: ModelConfig, spec: LaneForks,
                      noise: SensorNoise = NO_NOISE, workers: int | None = None,
                      standing_lead: bool = False) -> list[Drive]:
@@ -287,11 +304,7 @@ def lane_fork_drives(seeds: list[int], cfg: ModelConfig, spec: LaneForks,
     first, then every fork is one job."""
     if not spec.enabled or not seeds:
         return []
-    size = (cfg.prompt.image_height, cfg.prompt.image_width)
-    found = _pool_map(_lane_forks_worker, [(int(seed), spec) for seed in seeds], workers)
-    jobs = [(int(seed), fork, size, noise, spec, standing_lead)
-            for seed, forks in zip(seeds, found) for fork in forks]
-    return _pool_map(_lane_fork_worker, jobs, workers)
+    return _run_one(lane_fork_plan(seeds, cfg, spec, noise, standing_lead), workers)
 
 
 def _lamp_pairs_worker(args: tuple[int, float, tuple[int, int], SensorNoise, LampPairs, bool]
@@ -309,6 +322,15 @@ def _lamp_pairs_worker(args: tuple[int, float, tuple[int, int], SensorNoise, Lam
     return drives
 
 
+def lamp_pair_plan(seeds: list[int], seconds: float, cfg: ModelConfig, spec: LampPairs,
+                   noise: SensorNoise = NO_NOISE, standing_lead: bool = False) -> Plan:
+    """The `Plan` of `lamp_pair_drives` (a list of drives per seed)."""
+    size = (cfg.prompt.image_height, cfg.prompt.image_width)
+    return Plan("lamp_pairs", [(int(seed), float(seconds), size, noise, spec, standing_lead)
+                               for seed in seeds], _lamp_pairs_worker,
+                cost=lambda job: job[1])
+
+
 def lamp_pair_drives(seeds: list[int], seconds: float, cfg: ModelConfig, spec: LampPairs,
                      noise: SensorNoise = NO_NOISE, workers: int | None = None,
                      standing_lead: bool = False) -> list[Drive]:
@@ -317,9 +339,7 @@ def lamp_pair_drives(seeds: list[int], seconds: float, cfg: ModelConfig, spec: L
     LAMP_PAIR_TAG, in seed order, red before green."""
     if not spec.enabled or not seeds:
         return []
-    size = (cfg.prompt.image_height, cfg.prompt.image_width)
-    made = _pool_map(_lamp_pairs_worker, [(int(seed), float(seconds), size, noise, spec,
-                                           standing_lead) for seed in seeds], workers)
+    made = _run_one(lamp_pair_plan(seeds, seconds, cfg, spec, noise, standing_lead), workers)
     return [drive for drives in made for drive in drives]
 
 

@@ -22,13 +22,14 @@ from flashdrive_ros.train.drive import Drive
 from flashdrive_ros.train.drive_cache import load_drives, save_drives
 from flashdrive_ros.train.generate import (
     drive_jobs,
+    drive_plan,
     is_disturbed,
-    lamp_pair_drives,
-    lane_fork_drives,
-    lead_stop_drives,
-    light_branch_drives,
-    run_drive_jobs,
+    lamp_pair_plan,
+    lane_fork_plan,
+    lead_stop_plan,
+    light_branch_plan,
 )
+from flashdrive_ros.train.job_graph import run_plans
 from flashdrive_ros.train.log import TrainLog
 from flashdrive_ros.train.recipe import Recipe
 
@@ -74,17 +75,30 @@ def fresh_data(out: Path, recipe: Recipe, workers: int | None, log: TrainLog, st
     train_jobs = drive_jobs(train_list, recipe.drive_seconds, probe, recipe.noise,
                             recipe.disturbance, recipe.disturbed_share,
                             plan_futures=recipe.plan_futures, standing_lead=standing)
-    made = run_drive_jobs(train_jobs + drive_jobs(eval_list, recipe.drive_seconds, probe,
-                                                  standing_lead=standing), workers)
-    train_drives, eval_drives = made[:len(train_jobs)], made[len(train_jobs):]
-    branches = light_branch_drives(train_list, recipe.drive_seconds, probe,
-                                   recipe.light_branches, recipe.noise, workers, standing)
-    stops = lead_stop_drives(train_list, recipe.drive_seconds, probe, recipe.lead_stops,
-                             recipe.noise, workers, standing)
-    lanes = lane_fork_drives(train_list, probe, recipe.lane_forks, recipe.noise, workers,
-                             standing)
-    pairs = lamp_pair_drives(train_list, recipe.drive_seconds, probe, recipe.lamp_pairs,
-                             recipe.noise, workers, standing)
+    seconds, noise = recipe.drive_seconds, recipe.noise
+    plans = [drive_plan(train_jobs + drive_jobs(eval_list, seconds, probe,
+                                                standing_lead=standing))]
+    if recipe.light_branches.enabled:
+        plans.append(light_branch_plan(train_list, seconds, probe, recipe.light_branches, noise,
+                                       standing))
+    if recipe.lead_stops.enabled:
+        plans.append(lead_stop_plan(train_list, seconds, probe, recipe.lead_stops, noise,
+                                    standing))
+    if recipe.lane_forks.enabled:
+        plans.append(lane_fork_plan(train_list, probe, recipe.lane_forks, noise, standing))
+    if recipe.lamp_pairs.enabled:
+        plans.append(lamp_pair_plan(train_list, seconds, probe, recipe.lamp_pairs, noise,
+                                    standing))
+    results, times = run_plans(plans, workers)
+    made = dict(zip((plan.name for plan in plans), results))
+    for name, done in times.items():
+        log.write("data_plan", 0, plan=name, found_s=round(done.found_s, 1),
+                  made_s=round(done.made_s, 1), results=len(made[name]))
+    train_drives, eval_drives = made["drives"][:len(train_jobs)], made["drives"][len(train_jobs):]
+    branches = [drive for drive in made.get("light_branches", []) if drive is not None]
+    stops = made.get("lead_stops", [])
+    lanes = made.get("lane_forks", [])
+    pairs = [drive for drives in made.get("lamp_pairs", []) for drive in drives]
     extra = [] if recipe.extra_drives is None else load_extra_drives(Path(recipe.extra_drives),
                                                                       probe)
     train_drives += branches + stops + lanes + pairs + extra

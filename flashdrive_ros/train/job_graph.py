@@ -1,0 +1,103 @@
+"""Data jobs of every kind on one pool of worker processes. A kind of training drive is a
+`Plan`: per seed, a search (`find`) whose result gives the jobs that make its drives (`make`),
+or the make jobs alone. Every plan's searches go out first, then the make jobs whose search is
+done, the costliest first, so that no core waits for one kind of drive to be finished before
+the next kind starts, and no long job starts last."""
+
+from __future__ import annotations
+
+import heapq
+import multiprocessing as mp
+import os
+import time
+from collections.abc import Callable
+from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
+from dataclasses import dataclass, field
+from typing import Any
+
+
+@dataclass(frozen=True)
+class Plan:
+    """`args`: one per seed. Without `find`, each arg is a job of `make`; with it,
+    `jobs(arg, find(arg))` lists the jobs of `make` for that seed. `cost(job)`: the make
+    job's expected seconds (higher goes out first). `find` and `make` run in worker
+    processes (module-level functions); `jobs` and `cost` in this one."""
+
+    name: str
+    args: list
+    make: Callable[[Any], Any]
+    find: Callable[[Any], Any] | None = None
+    jobs: Callable[[Any, Any], list] | None = None
+    cost: Callable[[Any], float] = field(default=lambda job: 0.0)
+
+    def __post_init__(self) -> None:
+        if (self.find is None) != (self.jobs is None):
+            raise ValueError(f"plan {self.name}: find and jobs come together")
+
+
+@dataclass
+class PlanTimes:
+    """Seconds from the start until a plan's last search and last make job were done."""
+
+    found_s: float = 0.0
+    made_s: float = 0.0
+
+
+def run_plans(plans: list[Plan], workers: int | None = None
+              ) -> tuple[list[list], dict[str, PlanTimes]]:
+    """Every plan's make results in seed order, then job order within a seed, and when each
+    plan was done; on `workers` spawned processes (default all cores; 1: in this process)."""
+    start = time.monotonic()
+    ready: list[tuple] = []  # heap of (is_make, -cost, order, plan, seed, job index, job)
+    made: list[dict] = [{} for _ in plans]
+    times = {plan.name: PlanTimes() for plan in plans}
+    order = 0
+
+    def push(is_make: bool, cost: float, p: int, seed: int, index: int, job) -> None:
+        nonlocal order
+        heapq.heappush(ready, (is_make, -cost, order, p, seed, index, job))
+        order += 1
+
+    def add_jobs(p: int, seed: int, jobs: list) -> None:
+        for index, job in enumerate(jobs):
+            push(True, float(plans[p].cost(job)), p, seed, index, job)
+
+    for p, plan in enumerate(plans):
+        for seed, arg in enumerate(plan.args):
+            if plan.find is None:
+                add_jobs(p, seed, [arg])
+            else:
+                push(False, 0.0, p, seed, 0, arg)
+
+    def done(task: tuple, result) -> None:
+        is_make, _, _, p, seed, index, job = task
+        now = time.monotonic() - start
+        plan = plans[p]
+        if is_make:
+            made[p][(seed, index)] = result
+            times[plan.name].made_s = now
+        else:
+            times[plan.name].found_s = now
+            add_jobs(p, seed, plan.jobs(job, result))
+
+    def function(task: tuple) -> Callable:
+        plan = plans[task[3]]
+        return plan.make if task[0] else plan.find
+
+    count = sum(len(plan.args) for plan in plans)
+    workers = min(workers or os.cpu_count() or 1, max(count, 1))
+    if workers <= 1:
+        while ready:
+            task = heapq.heappop(ready)
+            done(task, function(task)(task[6]))
+    else:
+        with ProcessPoolExecutor(workers, mp_context=mp.get_context("spawn")) as pool:
+            running: dict[Future, tuple] = {}
+            while ready or running:
+                while ready and len(running) < workers:
+                    task = heapq.heappop(ready)
+                    running[pool.submit(function(task), task[6])] = task
+                finished, _ = wait(running, return_when=FIRST_COMPLETED)
+                for future in finished:
+                    done(running.pop(future), future.result())
+    return [[results[key] for key in sorted(results)] for results in made], times
