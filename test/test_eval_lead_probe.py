@@ -41,11 +41,13 @@ def test_a_lead_on_a_straight_road_is_found_in_the_ego_lane(drive):
     assert abs(lead.lead_d - lead.ego_d) < 0.5
 
 
-@pytest.mark.parametrize("moving", [False, True])
-def test_the_approach_ends_at_the_gap_behind_a_standing_or_moving_lead(drive, moving):
+@pytest.mark.parametrize("moving, moving_mps", [(False, None), (True, None), (False, 2.0),
+                                                (True, 2.0)])
+def test_the_approach_ends_at_the_gap_behind_a_standing_or_moving_lead(drive, moving,
+                                                                      moving_mps):
     log, (lead, *_) = drive
     gap, speed, dt = 10.0, 5.0, 0.1
-    scenes = approach_scenes(log.world.route, lead, gap, speed, moving, 4, dt)
+    scenes = approach_scenes(log.world.route, lead, gap, speed, moving, 4, dt, moving_mps)
     box = lead.scene.boxes[lead.lead_index]
 
     def lead_box(scene):
@@ -61,7 +63,8 @@ def test_the_approach_ends_at_the_gap_behind_a_standing_or_moving_lead(drive, mo
     lead_steps = [np.hypot(lead_box(b).x - lead_box(a).x, lead_box(b).y - lead_box(a).y)
                   for a, b in zip(scenes, scenes[1:])]
     assert ego_steps == pytest.approx([speed * dt] * 3, abs=1e-3)
-    assert lead_steps == pytest.approx([speed * dt if moving else 0.0] * 3, abs=1e-3)
+    lead_mps = (speed if moving_mps is None else moving_mps) if moving else 0.0
+    assert lead_steps == pytest.approx([lead_mps * dt] * 3, abs=1e-3)
     assert all(lead_box(s).braking is not moving for s in scenes)
     assert all(s.ego.v == speed for s in scenes)
     others = [i for i in range(len(lead.scene.boxes)) if i != lead.lead_index]
@@ -136,6 +139,13 @@ def test_the_command_plans_each_lead_standing_and_moving(tmp_path, capsys):
     assert all(r["coc_forced"] and r["decision"] == "stop" for r in rows)
     assert not any(r["coc_forced"] for r in report["rows"])
     assert f'under the CoC "{sentence}"' in (forced / "lead_probe.md").read_text()
-    for bad in (["--gaps-m", "1"], ["--speeds", "x"], ["--first-seed", "5"]):
+    slow = tmp_path / "slow"
+    assert main(["--model-dir", str(model), "--out", str(slow), "--drives", "1",
+                 "--first-seed", str(SEED), "--seconds", str(SECONDS), "--gaps-m", "10",
+                 "--speeds", "5", "--moving-mps", "2"]) == 0
+    assert "driving at 2 m/s." in (slow / "lead_probe.md").read_text()
+    assert "driving at the ego's speed." in text
+    for bad in (["--gaps-m", "1"], ["--speeds", "x"], ["--first-seed", "5"],
+                ["--moving-mps", "2,3"], ["--moving-mps", "0"]):
         with pytest.raises(SystemExit):
             main(["--model-dir", str(model), "--out", str(out), *bad])

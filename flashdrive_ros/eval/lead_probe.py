@@ -1,19 +1,20 @@
-"""Does the model plan a stop for a car standing in its lane? At the first frame of every lead
-the expert follows on a straight road in held-out drives (no light or pedestrian ahead), the
-rest of the world is frozen and the ego comes up behind the lead at `speed` in its lane, its
-front bumper `gap` metres short of the lead's rear at t0; the four frames of that approach
-are rendered and planned on, once with the lead standing (brake lights on) and once with it
-driving ahead at the ego's speed (brake lights off). A plan stops short when its path ends
-before the lead stands (`clearance` = gap less the plan's travel, >= 0). Stopping takes
-speed^2 / (2 gap) m/s^2, inside the expert's braking on the default grid. A model that reads
-the lead stops short behind the standing one and follows the moving one (`read`); one that
-does not answers both alike. Per speed, the slope of the standing plans' travel against the
-gap tells whether the plan follows the gap at all: about 1 for a plan that ends a fixed
-margin behind the car, about 0 for one that ignores where it stands. Writes lead_probe.json
-and lead_probe.md in OUT.
+"""Does the model plan a stop for a car standing in its lane? At the first frame of every lead the
+expert follows on a straight road in held-out drives (no light or pedestrian ahead), the rest
+of the world is frozen and the ego comes up behind the lead at `speed` in its lane, its front
+bumper `gap` metres short of the lead's rear at t0; the four frames of that approach are
+rendered and planned on, once with the lead standing (brake lights on) and once with it driving
+ahead at the ego's speed, or at `--moving-mps` (a slow lead), with them off. A plan stops short
+when its path ends before the lead stands (`clearance` = gap less the plan's travel, >= 0).
+Stopping takes speed^2 / (2 gap) m/s^2, inside the expert's braking on the default grid. A
+model that reads the lead stops short behind the standing one and follows the moving one
+(`read`); one that does not answers both alike. Per speed, the slope of the standing plans'
+travel against the gap tells whether the plan follows the gap at all: about 1 for a plan that
+ends a fixed margin behind the car, about 0 for one that ignores where it stands. Writes
+lead_probe.json and lead_probe.md in OUT.
 
 `python -m flashdrive_ros.eval.lead_probe --model-dir DIR --out DIR [--drives N]
-[--first-seed N] [--seconds S] [--gaps-m 8,15,25] [--speeds 4,8] [--device cpu|cuda]`
+[--first-seed N] [--seconds S] [--gaps-m 8,15,25] [--speeds 4,8] [--moving-mps V]
+[--device cpu|cuda]`
 """
 
 from __future__ import annotations
@@ -93,18 +94,21 @@ def _lead_box(scene: SceneSnapshot, route, ego_s: float, ego_d: float
 
 
 def approach_scenes(route, lead: LeadScene, gap: float, speed: float, moving: bool,
-                    num_frames: int, frame_dt: float) -> list[SceneSnapshot]:
+                    num_frames: int, frame_dt: float, moving_mps: float | None = None
+                    ) -> list[SceneSnapshot]:
     """The frames (oldest first) of the ego coming up in its lane at `speed` with its front
     bumper `gap` short of the lead's rear at the last, the lead standing with its brake
-    lights on or (`moving`) driving ahead at the same speed with them off."""
+    lights on or (`moving`) driving ahead at `moving_mps` (None: the ego's speed) with them
+    off."""
+    lead_mps = (speed if moving_mps is None else moving_mps) if moving else 0.0
     box = lead.scene.boxes[lead.lead_index]
     s0 = lead.lead_s - box.length / 2 - FRONT_OFFSET - gap
     scenes = []
     for i in range(num_frames):
         back = speed * (num_frames - 1 - i) * frame_dt
         x, y, yaw = lane_pose(route, s0 - back, lead.ego_d)
-        lead_x, lead_y, lead_yaw = lane_pose(route, lead.lead_s - (back if moving else 0.0),
-                                             lead.lead_d)
+        lead_back = lead_mps * (num_frames - 1 - i) * frame_dt
+        lead_x, lead_y, lead_yaw = lane_pose(route, lead.lead_s - lead_back, lead.lead_d)
         shown = dataclasses.replace(box, x=lead_x, y=lead_y, yaw=lead_yaw, braking=not moving)
         boxes = tuple(shown if j == lead.lead_index else b
                       for j, b in enumerate(lead.scene.boxes))
@@ -121,10 +125,11 @@ def lane_pose(route, s: float, d: float) -> tuple[float, float, float]:
 
 def approach_window(renderer: Renderer, route, lead: LeadScene, gap: float, speed: float,
                     moving: bool, num_frames: int, frame_dt: float, num_history: int,
-                    history_dt: float) -> Window:
+                    history_dt: float, moving_mps: float | None = None) -> Window:
     """`approach_scenes` rendered, with the straight constant-speed history that leads to
     the last."""
-    scenes = approach_scenes(route, lead, gap, speed, moving, num_frames, frame_dt)
+    scenes = approach_scenes(route, lead, gap, speed, moving, num_frames, frame_dt,
+                             moving_mps)
     images = np.stack([np.stack(renderer.render(scene)) for scene in scenes],
                       axis=1)  # images: [N_cam, F, H, W, 3]
     stamps = np.tile(np.arange(num_frames) * frame_dt, (images.shape[0], 1))
@@ -139,9 +144,11 @@ def approach_window(renderer: Renderer, route, lead: LeadScene, gap: float, spee
 
 
 def probe_seed(engine, seed: int, seconds: float, gaps: tuple[float, ...],
-               speeds: tuple[float, ...], coc_ids: list[int] | None = None) -> list[dict]:
-    """One row per (lead scene, speed, gap, standing or moving): the plan's CoC, decision,
-    travel and clearance; with `coc_ids` every plan is made under that CoC (`Engine.step`)."""
+               speeds: tuple[float, ...], coc_ids: list[int] | None = None,
+               moving_mps: float | None = None) -> list[dict]:
+    """One row per (lead scene, speed, gap, standing or moving at `moving_mps`, None: the
+    ego's speed): the plan's CoC, decision, travel and clearance; with `coc_ids` every plan
+    is made under that CoC (`Engine.step`)."""
     cfg = engine.model.cfg
     log = simulate(seed, seconds)
     renderer = Renderer(log.world)
@@ -153,7 +160,7 @@ def probe_seed(engine, seed: int, seconds: float, gaps: tuple[float, ...],
                     window = approach_window(renderer, log.world.route, lead, gap, speed,
                                              kind == "moving", cfg.prompt.num_frames,
                                              cfg.prompt.frame_dt, cfg.action.num_history,
-                                             cfg.action.history_dt)
+                                             cfg.action.history_dt, moving_mps)
                     engine.reset()
                     plan = engine.step(window, coc_ids)
                     travel = float(np.max(plan.trajectories[0, :, 0]))
@@ -214,11 +221,12 @@ def summarize(rows: list[dict]) -> list[dict]:
 
 
 def markdown(summary: list[dict], model_dir: str, seeds: list[int],
-             forced_coc: str | None = None) -> str:
+             forced_coc: str | None = None, moving_mps: float | None = None) -> str:
+    moving = "the ego's speed" if moving_mps is None else f"{moving_mps:g} m/s"
     lines = [f"# Lead probe: {model_dir}", "",
              f"Held-out seeds {seeds[0]} .. {seeds[-1]}; the first frame of each lead on a "
              f"straight road, the ego coming up at the speed shown, the lead standing or "
-             f"driving at the ego's speed.", ""]
+             f"driving at {moving}.", ""]
     if forced_coc is not None:
         lines += [f"Every plan is made under the CoC \"{forced_coc}\" (written to the cache in "
                   f"place of the model's own).", ""]
@@ -254,11 +262,18 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--coc", default=None,
                    help="plan every approach under this CoC instead of the model's own, "
                         "which shows whether the action expert follows the words")
+    p.add_argument("--moving-mps", type=float_values("--moving-mps", 0.5, 15.0), default=None,
+                   help="the moving lead's speed (m/s; default: the ego's, so that the gap "
+                        "holds); a slow one closes the gap as a standing one does, only slower")
     args = p.parse_args(argv)
+    if args.moving_mps is not None and len(args.moving_mps) != 1:
+        p.error("--moving-mps takes one speed")
+    moving_mps = None if args.moving_mps is None else args.moving_mps[0]
     return run_probe(p, args, lambda engine, seed: probe_seed(
         engine, seed, args.seconds, args.gaps_m, args.speeds,
-        engine.tokenizer.encode(args.coc) if args.coc else None), summarize,
-        lambda summary, model_dir, seeds: markdown(summary, model_dir, seeds, args.coc),
+        engine.tokenizer.encode(args.coc) if args.coc else None, moving_mps), summarize,
+        lambda summary, model_dir, seeds: markdown(summary, model_dir, seeds, args.coc,
+                                                   moving_mps),
         JSON_FILE, MARKDOWN_FILE)
 
 
