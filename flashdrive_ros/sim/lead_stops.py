@@ -179,7 +179,7 @@ class LeadStopRun:
     contrast: bool = False
     car: Vehicle | None = None
     keep_mps: float | None = None
-    standing_steps: int = 0
+    caught_up_steps: int = 0
     released_step: int | None = None
     without_car: dict[int, EgoWorld] = field(default_factory=dict)
 
@@ -225,8 +225,8 @@ class LeadStopRun:
         held = self.car.brake_until > sim.t
         if held:
             caught_up = sim.ego.v < stop.caught_up_mps
-            self.standing_steps = self.standing_steps + 1 if caught_up else 0
-            if self.standing_steps >= int(round(stop.stand_s * SIM_HZ)):
+            self.caught_up_steps = self.caught_up_steps + 1 if caught_up else 0
+            if self.caught_up_steps >= int(round(stop.stand_s * SIM_HZ)):
                 self.car.brake_until = sim.t
                 self.released_step = i
         return self.keep_mps is not None or held
@@ -349,18 +349,24 @@ def lead_stop_log(seed: int, seconds: float, stop: LeadStop, spec: LeadStops
     run = LeadStopRun(stop, contrast=spec.contrast)
     log = simulate_disturbed(seed, seconds, None, lead_stop=run,
                              end_s=min(end_frame / FRAME_HZ, seconds), futures_from=first)
-    start = stop.frame + SETTLE_FRAMES
     last = log.frame_count - 1
-    speeds = np.array([info.v for info in log.infos[:log.frame_count]])
-    standing = np.flatnonzero(speeds[start:] < STANDING_MPS)
-    after = int(round(spec.after_s * FRAME_HZ))
     if stop.lead_mps > 0.0:
-        if run.released_step is not None:
-            last = min(last, run.released_step // SUBSTEPS + after)
-    elif standing.size:
-        moving = np.flatnonzero(speeds[start + standing[0]:] > MOVING_ON_MPS)
-        if moving.size:
-            last = min(last, start + int(standing[0] + moving[0]) + after)
+        moved_on = None if run.released_step is None else run.released_step // SUBSTEPS
+    else:
+        moved_on = _moved_on_frame(log, stop.frame + SETTLE_FRAMES)
+    if moved_on is not None:
+        last = min(last, moved_on + int(round(spec.after_s * FRAME_HZ)))
     contrasts = {frame - first: contrast for frame, contrast in run.contrasts().items()
                  if frame <= last}
     return log.cut(first, last - first + 1), contrasts
+
+
+def _moved_on_frame(log: DriveLog, start: int) -> int | None:
+    """The first frame of `log` from `start` on at which the ego, having stood, drives faster
+    than MOVING_ON_MPS again (None where it does not)."""
+    speeds = np.array([info.v for info in log.infos[start:log.frame_count]])
+    standing = np.flatnonzero(speeds < STANDING_MPS)
+    if not standing.size:
+        return None
+    moving = np.flatnonzero(speeds[standing[0]:] > MOVING_ON_MPS)
+    return start + int(standing[0] + moving[0]) if moving.size else None

@@ -185,13 +185,14 @@ def _fork_cost(job: ForkJob) -> float:
 def light_branch_plan(seeds: list[int], seconds: float, cfg: ModelConfig,
                       spec: LightBranches, noise: SensorNoise = NO_NOISE,
                       standing_lead: bool = False) -> Plan:
-    """The `Plan` of `light_branch_drives` (a fork with nothing to branch makes None)."""
+    """The `Plan` of `light_branch_drives`."""
     size = (cfg.prompt.image_height, cfg.prompt.image_width)
     return Plan("light_branches", [(int(seed), float(seconds), spec) for seed in seeds],
                 _fork_worker, find=_forks_worker,
                 jobs=lambda arg, found: [(arg[0], found[0], found[1], fork, size, noise, spec,
                                           standing_lead) for fork in found[2]],
-                cost=_fork_cost)
+                cost=_fork_cost,
+                finish=lambda made: [drive for drive in made if drive is not None])
 
 
 def light_branch_drives(seeds: list[int], seconds: float, cfg: ModelConfig,
@@ -204,9 +205,8 @@ def light_branch_drives(seeds: list[int], seconds: float, cfg: ModelConfig,
     forks are drawn first, then every fork is one job, the slowest handed out first."""
     if not spec.enabled or not seeds:
         return []
-    made = _run_one(light_branch_plan(seeds, seconds, cfg, spec, noise, standing_lead),
+    return _run_one(light_branch_plan(seeds, seconds, cfg, spec, noise, standing_lead),
                     workers)
-    return [drive for drive in made if drive is not None]
 
 
 def _lead_stops_worker(args: tuple[int, float, LeadStops]) -> list[LeadStop]:
@@ -324,11 +324,12 @@ def _lamp_pairs_worker(args: tuple[int, float, tuple[int, int], SensorNoise, Lam
 
 def lamp_pair_plan(seeds: list[int], seconds: float, cfg: ModelConfig, spec: LampPairs,
                    noise: SensorNoise = NO_NOISE, standing_lead: bool = False) -> Plan:
-    """The `Plan` of `lamp_pair_drives` (a list of drives per seed)."""
+    """The `Plan` of `lamp_pair_drives`."""
     size = (cfg.prompt.image_height, cfg.prompt.image_width)
     return Plan("lamp_pairs", [(int(seed), float(seconds), size, noise, spec, standing_lead)
                                for seed in seeds], _lamp_pairs_worker,
-                cost=lambda job: job[1])
+                cost=lambda job: job[1],
+                finish=lambda made: [drive for drives in made for drive in drives])
 
 
 def lamp_pair_drives(seeds: list[int], seconds: float, cfg: ModelConfig, spec: LampPairs,
@@ -339,8 +340,7 @@ def lamp_pair_drives(seeds: list[int], seconds: float, cfg: ModelConfig, spec: L
     LAMP_PAIR_TAG, in seed order, red before green."""
     if not spec.enabled or not seeds:
         return []
-    made = _run_one(lamp_pair_plan(seeds, seconds, cfg, spec, noise, standing_lead), workers)
-    return [drive for drives in made for drive in drives]
+    return _run_one(lamp_pair_plan(seeds, seconds, cfg, spec, noise, standing_lead), workers)
 
 
 def generate_drives(seeds: list[int], seconds: float, cfg: ModelConfig,

@@ -20,8 +20,9 @@ from typing import Any
 class Plan:
     """`args`: one per seed. Without `find`, each arg is a job of `make`; with it,
     `jobs(arg, find(arg))` lists the jobs of `make` for that seed. `cost(job)`: the make
-    job's expected seconds (higher goes out first). `find` and `make` run in worker
-    processes (module-level functions); `jobs` and `cost` in this one."""
+    job's expected seconds (higher goes out first). `finish(results)`: the plan's results
+    from its make results in order (default: those). `find` and `make` run in worker
+    processes (module-level functions); `jobs`, `cost` and `finish` in this one."""
 
     name: str
     args: list
@@ -29,6 +30,7 @@ class Plan:
     find: Callable[[Any], Any] | None = None
     jobs: Callable[[Any, Any], list] | None = None
     cost: Callable[[Any], float] = field(default=lambda job: 0.0)
+    finish: Callable[[list], list] = field(default=lambda results: results)
 
     def __post_init__(self) -> None:
         if (self.find is None) != (self.jobs is None):
@@ -45,8 +47,9 @@ class PlanTimes:
 
 def run_plans(plans: list[Plan], workers: int | None = None
               ) -> tuple[list[list], dict[str, PlanTimes]]:
-    """Every plan's make results in seed order, then job order within a seed, and when each
-    plan was done; on `workers` spawned processes (default all cores; 1: in this process)."""
+    """Every plan's results (`finish` of its make results in seed order, then job order
+    within a seed), and when each plan was done; on `workers` spawned processes (default all
+    cores; 1: in this process)."""
     start = time.monotonic()
     ready: list[tuple] = []  # heap of (is_make, -cost, order, plan, seed, job index, job)
     made: list[dict] = [{} for _ in plans]
@@ -100,4 +103,5 @@ def run_plans(plans: list[Plan], workers: int | None = None
                 finished, _ = wait(running, return_when=FIRST_COMPLETED)
                 for future in finished:
                     done(running.pop(future), future.result())
-    return [[results[key] for key in sorted(results)] for results in made], times
+    return [plan.finish([results[key] for key in sorted(results)])
+            for plan, results in zip(plans, made)], times

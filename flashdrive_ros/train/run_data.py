@@ -95,10 +95,8 @@ def fresh_data(out: Path, recipe: Recipe, workers: int | None, log: TrainLog, st
         log.write("data_plan", 0, plan=name, found_s=round(done.found_s, 1),
                   made_s=round(done.made_s, 1), results=len(made[name]))
     train_drives, eval_drives = made["drives"][:len(train_jobs)], made["drives"][len(train_jobs):]
-    branches = [drive for drive in made.get("light_branches", []) if drive is not None]
-    stops = made.get("lead_stops", [])
-    lanes = made.get("lane_forks", [])
-    pairs = [drive for drives in made.get("lamp_pairs", []) for drive in drives]
+    branches, stops, lanes, pairs = (made.get(name, []) for name in (
+        "light_branches", "lead_stops", "lane_forks", "lamp_pairs"))
     extra = [] if recipe.extra_drives is None else load_extra_drives(Path(recipe.extra_drives),
                                                                       probe)
     train_drives += branches + stops + lanes + pairs + extra
