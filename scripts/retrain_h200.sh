@@ -47,7 +47,9 @@
 #        on that model side by side (eval/lamp_probe.py: the red-light waits of DRIVES
 #        held-out drives from 1000100 planned standing under red and under green;
 #        eval/lead_probe.py: their leads, the ego coming up behind them standing and
-#        moving). MODEL_DIR as for eval.
+#        moving), and beside them the fork probe on the GPU (eval/fork_probe.py: the
+#        lead-stop forks of FORK_DRIVES (8) held-out drives from 1000100 planned under the
+#        expert's CoC: does the plan end behind the standing car). MODEL_DIR as for eval.
 # The run directories (out/retrain, out/retrain_target) are ignored by git, so they stay on
 # the machine between calls while it is held; a machine given back between `target` and
 # `resume` takes the checkpoint with it (~100 MB with the optimizer state, and the drive
@@ -169,6 +171,17 @@ scene_probe() {
     return "${status}"
 }
 
+fork_probe() {
+    have_model || return 2
+    run_module "${logs}/fork_probe.log" 15 flashdrive_ros.eval.fork_probe \
+        --model-dir "${model_dir}" --out "${run_dir}/fork_probe" --drives "${FORK_DRIVES:-8}" \
+        --device "${device}"
+    local status=$?
+    tail -n 20 "${logs}/fork_probe.log"
+    echo "fork_probe exit ${status} after $(( $(date +%s) - start )) s"
+    return "${status}"
+}
+
 policy_drives() {
     mkdir -p "${logs}"
     rm -rf out/policy_drives
@@ -189,6 +202,7 @@ pack() {
                            held_out/held_out.md closed_loop/report.json closed_loop/report.md
                            lamp_probe/lamp_probe.json lamp_probe/lamp_probe.md
                            lead_probe/lead_probe.json lead_probe/lead_probe.md
+                           fork_probe/fork_probe.json fork_probe/fork_probe.md
                            policy_coverage.md closed_loop_finetune/report.json
                            closed_loop_finetune/report.md closed_loop_soup/report.json
                            closed_loop_soup/report.md logs/closed_loop_finetune.log
@@ -201,6 +215,7 @@ pack() {
                 held_out/held_out.md closed_loop/report.json closed_loop/report.md
                 lamp_probe/lamp_probe.json lamp_probe/lamp_probe.md
                 lead_probe/lead_probe.json lead_probe/lead_probe.md
+                fork_probe/fork_probe.json fork_probe/fork_probe.md
                 closed_loop_finetune/report.json closed_loop_finetune/report.md
                 closed_loop_soup/report.json closed_loop_soup/report.md
                 logs/closed_loop_finetune.log logs/closed_loop_soup.log)
@@ -255,8 +270,11 @@ case "${phase}" in
     probe)
         scene_probe lamp_probe &
         lamp=$!
+        fork_probe &
+        forks=$!
         scene_probe lead_probe || status=$?
         wait "${lamp}" || status=$?
+        wait "${forks}" || status=$?
         ;;
     dagger)
         rm -rf "${run_dir}"

@@ -26,9 +26,11 @@ from flashdrive_ros.sim.lead_stops import (
     seed_lead_stops,
 )
 from flashdrive_ros.sim.labels import DECISIONS, STANDING_MPS, label_drive
+from flashdrive_ros.sim.seeds import train_seeds
 from flashdrive_ros.sim.vehicle import FRONT_OFFSET
 from flashdrive_ros.train.generate import lead_stop_drives
 from flashdrive_ros.train.pipeline_args import parse_args
+from flashdrive_ros.train.run_data import lead_stop_seeds
 
 SEED, SECONDS = 3, 60.0
 SPEC = LeadStops(per_drive=1)
@@ -169,6 +171,21 @@ def test_moving_twin_settings_are_validated():
     assert recipe.lead_stops == LeadStops(per_drive=2, moving_twin=True)
     with pytest.raises(SystemExit):
         parse_args(["--out", "x", "--lead-stop-moving-twin", "on"])
+
+
+def test_the_forked_seeds_are_the_training_drives_or_as_many_as_asked():
+    for bad in ({"per_drive": 1, "seeds": -1}, {"per_drive": 0, "seeds": 4}):
+        with pytest.raises(ValueError, match="LeadStops"):
+            LeadStops(**bad)
+    _, plain = parse_args(["--out", "x", "--train-drives", "3", "--train-seed-offset", "40",
+                           "--lead-stops", "2"])
+    assert lead_stop_seeds(plain) == train_seeds(3, 40)
+    _, many = parse_args(["--out", "x", "--train-drives", "3", "--train-seed-offset", "40",
+                          "--lead-stops", "2", "--lead-stop-seeds", "9"])
+    assert many.lead_stops == LeadStops(per_drive=2, seeds=9)
+    assert lead_stop_seeds(many) == train_seeds(9, 40)
+    with pytest.raises(SystemExit):
+        parse_args(["--out", "x", "--lead-stop-seeds", "9"])
 
 
 def test_the_moving_twin_is_the_stop_with_a_slow_car_drawn_apart(twin, stop):

@@ -61,7 +61,7 @@ MIN_TWIN_MPS = 1.0  # m/s: a moving twin's car drives at least this fast (a slow
 
 @dataclass(frozen=True)
 class LeadStops:
-    """per_drive: forks per training drive (0: none), placed at distinct frames drawn among
+    """per_drive: forks per drive (0: none), placed at distinct frames drawn among
     those where the ego drives at MIN_SPEED_MPS or more on a clear straight stretch; each
     draws the time the ego would take to reach the placed car at its speed from reach_s
     (the gap kept within GAP_M), the most the ego drives in the APPROACH_S before from
@@ -71,9 +71,13 @@ class LeadStops:
     after from cruise_mps; after_s: frames kept after the ego moves on again (a moving twin:
     after the car speeds up); max_s: the longest a fork runs from the placing. contrast: the
     forks' `Contrast`s; moving_twin: each fork also comes as a twin whose car drives at a
-    speed drawn from twin_mps."""
+    speed drawn from twin_mps. seeds: the training seeds whose drives are forked, from the
+    run's seed offset on (0: the seeds of the run's training drives); forks are cheap next to
+    rendered 60 s drives, and the action expert needs many of them to learn where the car
+    stands (docs/MODEL.md, "The fork probe")."""
 
     per_drive: int = 0
+    seeds: int = 0
     reach_s: tuple[float, float] = (3.0, 7.0)
     speed_mps: tuple[float, float] = (4.0, 12.0)
     lag_s: tuple[float, float] = (5.0, 12.0)
@@ -87,17 +91,18 @@ class LeadStops:
     twin_mps: tuple[float, float] = (1.5, 4.0)
 
     def __post_init__(self) -> None:
-        if self.per_drive < 0:
-            raise ValueError(f"LeadStops.per_drive must be >= 0, got {self.per_drive}")
+        if self.per_drive < 0 or self.seeds < 0:
+            raise ValueError(f"LeadStops.per_drive and LeadStops.seeds must be >= 0, got "
+                             f"{self.per_drive} and {self.seeds}")
         for name in ("reach_s", "speed_mps", "lag_s", "decel_mps2", "stand_s", "cruise_mps",
                      "twin_mps"):
             low, high = getattr(self, name)
             if not (np.isfinite(high) and 0 < low <= high):
                 raise ValueError(f"LeadStops.{name} must be (low, high) with 0 < low <= high, "
                                  f"got {getattr(self, name)}")
-        if (self.contrast or self.moving_twin) and not self.enabled:
-            raise ValueError("LeadStops.contrast and LeadStops.moving_twin need forks: "
-                             "per_drive must be > 0")
+        if (self.contrast or self.moving_twin or self.seeds) and not self.enabled:
+            raise ValueError("LeadStops.contrast, LeadStops.moving_twin and LeadStops.seeds "
+                             "need forks: per_drive must be > 0")
         if self.twin_mps[0] < MIN_TWIN_MPS or self.twin_mps[1] >= self.cruise_mps[0]:
             raise ValueError(f"LeadStops.twin_mps must lie in [{MIN_TWIN_MPS:g}, "
                              f"cruise_mps low), got {self.twin_mps}")

@@ -64,6 +64,11 @@ def parse_args(argv: list[str] | None = None) -> tuple[argparse.Namespace, Recip
                         help=f"forks per training drive with a car standing in the ego lane "
                              f"ahead that the ego comes up to at speed and reacts to late "
                              f"(default {LeadStops.per_drive}: none)")
+    parser.add_argument("--lead-stop-seeds", type=int, default=None,
+                        help="with --lead-stops: fork the drives of this many training seeds "
+                             "from the seed offset on instead of those of the training drives "
+                             "(default: the training drives'); a later call of a chain "
+                             "starts its offset past them")
     parser.add_argument("--lane-forks", type=int, default=None,
                         help=f"forks per training seed of a {LaneForks.drive_s:g} s drive of it "
                              f"with the ego drifted towards the inside of a tight bend or "
@@ -175,7 +180,8 @@ def parse_args(argv: list[str] | None = None) -> tuple[argparse.Namespace, Recip
     disturbance = {name: value for name, value in (
         ("lead_lag_share", args.lead_lag_share),) if value is not None}
     stops = {name: value for name, value in (
-        ("per_drive", args.lead_stops), ("contrast", on_off(args.lead_stop_contrast)),
+        ("per_drive", args.lead_stops), ("seeds", args.lead_stop_seeds),
+        ("contrast", on_off(args.lead_stop_contrast)),
         ("moving_twin", on_off(args.lead_stop_moving_twin)))
         if value is not None}
     lanes = {} if args.lane_forks is None else {"per_drive": args.lane_forks}

@@ -63,6 +63,12 @@ def load_extra_drives(folder: Path, cfg: ModelConfig) -> list[Drive]:
     return drives
 
 
+def lead_stop_seeds(recipe: Recipe) -> list[int]:
+    """The training seeds whose drives the run's lead stops fork."""
+    count = recipe.lead_stops.seeds or recipe.train_drives
+    return train_seeds(count, recipe.train_seed_offset)
+
+
 def fresh_data(out: Path, recipe: Recipe, workers: int | None, log: TrainLog, start: float,
                 cache: Path | None, tokenizer: TextTokenizer | None = None):
     """Drives, coverage and tokenizer of a new run -> (tokenizer, train drives, eval drives,
@@ -82,8 +88,8 @@ def fresh_data(out: Path, recipe: Recipe, workers: int | None, log: TrainLog, st
         plans.append(light_branch_plan(train_list, seconds, probe, recipe.light_branches, noise,
                                        standing))
     if recipe.lead_stops.enabled:
-        plans.append(lead_stop_plan(train_list, seconds, probe, recipe.lead_stops, noise,
-                                    standing))
+        plans.append(lead_stop_plan(lead_stop_seeds(recipe), seconds, probe,
+                                    recipe.lead_stops, noise, standing))
     if recipe.lane_forks.enabled:
         plans.append(lane_fork_plan(train_list, probe, recipe.lane_forks, noise, standing))
     if recipe.lamp_pairs.enabled:

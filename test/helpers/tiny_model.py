@@ -65,10 +65,11 @@ def make_tiny_model_dir(path, max_coc_tokens: int = MAX_COC_TOKENS, manifest: bo
     return path
 
 
-def make_sim_sized_model_dir(path) -> Path:
+def make_sim_sized_model_dir(path, max_coc_tokens: int = MAX_COC_TOKENS) -> Path:
     """A tiny model directory at 64x32 (the sim bag's aspect), with a tokenizer made as
     training makes one (1000 trajectory tokens) and a manifest."""
     from flashdrive_ros.train.run_data import train_tokenizer
 
     tokenizer = train_tokenizer(SIM_CORPUS * 10, 120, 1000)
-    return make_tiny_model_dir(path, manifest=True, tokenizer=tokenizer, image_size=(64, 32))
+    return make_tiny_model_dir(path, max_coc_tokens, manifest=True, tokenizer=tokenizer,
+                               image_size=(64, 32))
