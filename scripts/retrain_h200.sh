@@ -157,28 +157,18 @@ soup_drives() {
     return "${status}"
 }
 
-# scene_probe NAME: flashdrive_ros.eval.NAME (lamp_probe, lead_probe) on the phase's model
-# into ${run_dir}/NAME
+# scene_probe NAME [DRIVES DEVICE]: flashdrive_ros.eval.NAME (lamp_probe, lead_probe,
+# fork_probe) on the phase's model over DRIVES (default ${drives}) held-out drives on DEVICE
+# (default cpu) into ${run_dir}/NAME
 scene_probe() {
-    local name="$1"
+    local name="$1" count="${2:-${drives}}" on="${3:-cpu}"
     have_model || return 2
     run_module "${logs}/${name}.log" 15 "flashdrive_ros.eval.${name}" \
-        --model-dir "${model_dir}" --out "${run_dir}/${name}" --drives "${drives}" \
-        --seconds "${seconds}" --device cpu
+        --model-dir "${model_dir}" --out "${run_dir}/${name}" --drives "${count}" \
+        --seconds "${seconds}" --device "${on}"
     local status=$?
     tail -n 20 "${logs}/${name}.log"
     echo "${name} exit ${status} after $(( $(date +%s) - start )) s"
-    return "${status}"
-}
-
-fork_probe() {
-    have_model || return 2
-    run_module "${logs}/fork_probe.log" 15 flashdrive_ros.eval.fork_probe \
-        --model-dir "${model_dir}" --out "${run_dir}/fork_probe" --drives "${FORK_DRIVES:-8}" \
-        --device "${device}"
-    local status=$?
-    tail -n 20 "${logs}/fork_probe.log"
-    echo "fork_probe exit ${status} after $(( $(date +%s) - start )) s"
     return "${status}"
 }
 
@@ -270,7 +260,7 @@ case "${phase}" in
     probe)
         scene_probe lamp_probe &
         lamp=$!
-        fork_probe &
+        scene_probe fork_probe "${FORK_DRIVES:-8}" "${device}" &
         forks=$!
         scene_probe lead_probe || status=$?
         wait "${lamp}" || status=$?

@@ -24,7 +24,7 @@ from collections.abc import Iterator
 import numpy as np
 
 from flashdrive_ros.engine.types import Window
-from flashdrive_ros.eval.scene_probe import add_probe_arguments, run_probe
+from flashdrive_ros.eval.scene_probe import add_probe_arguments, run_probe, table_cell
 from flashdrive_ros.sim.drive import FRAME_HZ, HISTORY_STEPS, SUBSTEPS
 from flashdrive_ros.sim.labels import STANDING_MPS, label_drive
 from flashdrive_ros.sim.lead_stops import LeadStops, lead_stop_log, seed_lead_stops
@@ -34,13 +34,12 @@ JSON_FILE, MARKDOWN_FILE = "fork_probe.json", "fork_probe.md"
 NEAR_M = 40.0  # m, front bumper to the standing car's rear: windows with the car nearer
 MIN_MPS = 1.0  # m/s: windows with the ego slower than this are left out
 GAP_BANDS_M = (0.0, 6.0, 12.0, 20.0, NEAR_M)  # m, the summary's gap bands
-TRAVELS = ("expert", "plan")
 
 
 @dataclasses.dataclass(frozen=True)
 class ForkWindow:
-    """One probed frame of a fork: the window, the expert's CoC and travel, the gap to the
-    standing car and the ego's speed."""
+    """One probed frame of a fork: the window, the expert's CoC and travel and the gap to the
+    standing car."""
 
     fork: int
     frame: int
@@ -48,7 +47,6 @@ class ForkWindow:
     coc: str
     expert_travel: float
     gap: float
-    speed: float
 
 
 def fork_windows(seed: int, seconds: float, spec: LeadStops, num_frames: int,
@@ -76,8 +74,7 @@ def fork_windows(seed: int, seconds: float, spec: LeadStops, num_frames: int,
             window = Window(t0=k / FRAME_HZ, images=images, image_stamps=stamps,
                             ego_history=log.history(k), speed=float(log.ego[k * SUBSTEPS, 4]))
             yield ForkWindow(fork, k, window, labels[k].coc,
-                             float(np.max(log.future(k)[:, 0])), float(info.vehicle_gap),
-                             window.speed)
+                             float(np.max(log.future(k)[:, 0])), float(info.vehicle_gap))
 
 
 def probe_seed(engine, seed: int, seconds: float, spec: LeadStops, every: int) -> list[dict]:
@@ -91,7 +88,7 @@ def probe_seed(engine, seed: int, seconds: float, spec: LeadStops, every: int) -
         plan = engine.step(item.window, engine.tokenizer.encode(item.coc))
         travel = float(np.max(plan.trajectories[0, :, 0]))
         rows.append({"seed": seed, "fork": item.fork, "frame": item.frame,
-                     "speed": round(item.speed, 3), "gap_m": round(item.gap, 3),
+                     "speed": round(item.window.speed, 3), "gap_m": round(item.gap, 3),
                      "coc": item.coc, "expert_travel_m": round(item.expert_travel, 3),
                      "travel_m": round(travel, 3), "overrun": travel > item.gap})
     return rows
@@ -114,10 +111,9 @@ def summarize(rows: list[dict]) -> list[dict]:
     speed = np.array([r["speed"] for r in rows], dtype=float)
     gap = np.array([r["gap_m"] for r in rows], dtype=float)
     expert = np.array([r["expert_travel_m"] for r in rows], dtype=float)
+    plan = np.array([r["travel_m"] for r in rows], dtype=float)
     out = []
-    for name in TRAVELS:
-        travel = expert if name == "expert" else np.array([r["travel_m"] for r in rows],
-                                                           dtype=float)
+    for name, travel in (("expert", expert), ("plan", plan)):
         bands = []
         for low, high in zip(GAP_BANDS_M, GAP_BANDS_M[1:]):
             inside = (gap >= low) & (gap < high)
@@ -140,24 +136,19 @@ def markdown(summary: list[dict], model_dir: str, seeds: list[int]) -> str:
              "| travel of | a (m) | b (s) | c (m per m of gap) | mean abs. from expert (m) "
              "| ends past the car |", "|---|---|---|---|---|---|"]
     for s in summary:
-        fit = s["fit"]
-        coefs = ("- | - | -" if fit is None
-                 else f"{fit['a_m']:.2f} | {fit['b_s']:.2f} | {fit['c']:.2f}")
-        error = s["mean_abs_from_expert_m"]
-        lines.append(f"| {s['travel']} | {coefs} | {'-' if error is None else f'{error:.2f}'} "
-                     f"| {s['overruns']} of {s['windows']} |")
+        fit = s["fit"] or {}
+        coefs = " | ".join(table_cell(fit.get(key), ".2f") for key in ("a_m", "b_s", "c"))
+        error = table_cell(s["mean_abs_from_expert_m"], ".2f")
+        lines.append(f"| {s['travel']} | {coefs} | {error} | {s['overruns']} of "
+                     f"{s['windows']} |")
     lines += ["", "| gap band (m) | windows | expert travel, median (m) | plan travel, "
               "median (m) |", "|---|---|---|---|"]
     for expert, plan in zip(summary[0]["bands"], summary[1]["bands"]):
         low, high = expert["gap_m"]
         lines.append(f"| {low:g}-{high:g} | {expert['windows']} | "
-                     f"{_median(expert['travel_m_median'])} | "
-                     f"{_median(plan['travel_m_median'])} |")
+                     f"{table_cell(expert['travel_m_median'], '.1f')} | "
+                     f"{table_cell(plan['travel_m_median'], '.1f')} |")
     return "\n".join(lines) + "\n"
-
-
-def _median(value: float | None) -> str:
-    return "-" if value is None else f"{value:.1f}"
 
 
 def main(argv: list[str] | None = None) -> int:

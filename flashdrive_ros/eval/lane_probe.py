@@ -35,6 +35,7 @@ from flashdrive_ros.engine.types import Window
 from flashdrive_ros.engine.window import WindowBuilder
 from flashdrive_ros.eval.scene_probe import (
     add_probe_arguments,
+    table_cell,
     coc_decision,
     float_values,
     run_probe,
@@ -304,14 +305,11 @@ def markdown(summary: list[dict], model_dir: str, seeds: list[int]) -> str:
         towards = s["inside_3s_median"] if s["inside_3s_median"] is not None else s[
             "towards_car_3s_median"]
         lines.append(f"| {s['kind']} | {s['offset_m']:+g} | {s['frames']} | {devs} | "
-                     f"{_number(towards, '+.2f')} | {_number(s['return_3s_median'], '.2f')} | "
-                     f"{_number(s['plan_clearance_m_median'], '.2f')} | "
-                     f"{_number(s['expert_clearance_m_median'], '.2f')} |")
+                     f"{table_cell(towards, '+.2f')} | "
+                     f"{table_cell(s['return_3s_median'], '.2f')} | "
+                     f"{table_cell(s['plan_clearance_m_median'], '.2f')} | "
+                     f"{table_cell(s['expert_clearance_m_median'], '.2f')} |")
     return "\n".join(lines) + "\n"
-
-
-def _number(value: float | None, spec: str) -> str:
-    return "-" if value is None else format(value, spec)
 
 
 def main(argv: list[str] | None = None) -> int:

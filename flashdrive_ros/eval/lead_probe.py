@@ -28,6 +28,7 @@ import numpy as np
 from flashdrive_ros.engine.types import Window
 from flashdrive_ros.eval.scene_probe import (
     add_probe_arguments,
+    table_cell,
     coc_decision,
     float_values,
     run_probe,
@@ -244,12 +245,8 @@ def markdown(summary: list[dict], model_dir: str, seeds: list[int],
                      f"{s['standing_stops_short']} | {s['moving_stops_short']} | {s['read']} | "
                      f"{s['standing_clearance_m_median']:.1f} | "
                      f"{names(s['standing_decisions'])} | {names(s['moving_decisions'])} | "
-                     f"{_slope(s['standing_travel_per_gap'])} |")
+                     f"{table_cell(s['standing_travel_per_gap'], '.2f')} |")
     return "\n".join(lines) + "\n"
-
-
-def _slope(value: float | None) -> str:
-    return "-" if value is None else f"{value:.2f}"
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -1,7 +1,8 @@
-"""What the scene probes (lamp_probe, lead_probe, lane_probe) share: their common options
-(lists of numbers in a range among them), the decision a CoC names, the held-out seeds they
-run on, the engine they plan with (one sample, no streaming, greedy decoding, so a
-plan depends on its window alone) and the report they write (`run_probe`)."""
+"""What the scene probes (lamp_probe, lead_probe, lane_probe, fork_probe) share: their common
+options (lists of numbers in a range among them), the decision a CoC names, the held-out seeds
+they run on, the engine they plan with (one sample, no streaming, greedy decoding, so a plan
+depends on its window alone), the report they write (`run_probe`) and its table cells for
+figures that may be missing (`table_cell`)."""
 
 from __future__ import annotations
 
@@ -48,6 +49,11 @@ def float_values(name: str, low: float, high: float) -> Callable[[str], tuple[fl
                                              f"got {text}")
         return values
     return parse
+
+
+def table_cell(value: float | None, spec: str) -> str:
+    """A markdown table cell: the value in `spec` format, "-" where there is none."""
+    return "-" if value is None else format(value, spec)
 
 
 def held_out_seeds(parser: argparse.ArgumentParser, args: argparse.Namespace) -> list[int]:
