@@ -2,7 +2,7 @@
 # Retrain the embedded model on one H200 (training pipeline with the recipe's decision focus)
 # and evaluate it on the 16 held-out 60 s drives 1000100..1000115 on the host's CPU cores.
 #
-#   bash scripts/retrain_h200.sh [all|train|target|resume|eval|drive|soup|policy|probe|dagger]
+#   bash scripts/retrain_h200.sh [all|train|target|resume|eval|drive|soup|policy|forks|probe|dagger]
 #
 # all    (default; one call, <= 9.5 min): pipeline with a TRAIN_MINUTES (5.5) budget, then the
 #        16 drives with streaming only (the full-prefill replay does not fit in the same call).
@@ -28,6 +28,11 @@
 #        (models/default) labelled by the expert, DRIVES of SECONDS_PER_DRIVE, written to
 #        out/policy_drives; then `TRAIN_ARGS="--extra-drives out/policy_drives" ... target`
 #        trains on them besides the recipe's drives (DAgger-style data).
+# forks  (a call before `train` or `target`, about 5 min for 120 seeds on 16 cores): the
+#        lead-stop forks of FORK_SEEDS (120) training seeds from FORK_OFFSET (1024), 3 per
+#        drive, written to out/lead_stop_drives (train/lead_stop_cache.py); then
+#        `TRAIN_ARGS="--extra-drives out/lead_stop_drives --train-seed-offset N ..." train`
+#        trains on them besides the recipe's drives, N past FORK_OFFSET + FORK_SEEDS.
 # dagger (one call, <= 9.5 min): policy drives of POLICY_MODEL (DRIVES of SECONDS_PER_DRIVE,
 #        from training seed POLICY_SEED_OFFSET, default 50000), then the pipeline on TRAIN_ARGS
 #        plus --extra-drives out/policy_drives with TRAIN_MINUTES (4) in the same call: with
@@ -186,6 +191,19 @@ policy_drives() {
     return "${status}"
 }
 
+lead_stop_forks() {
+    mkdir -p "${logs}"
+    rm -rf out/lead_stop_drives
+    run_module "${logs}/lead_stop_drives.log" 15 flashdrive_ros.train.lead_stop_cache \
+        --out out/lead_stop_drives --seeds "${FORK_SEEDS:-120}" \
+        --seed-offset "${FORK_OFFSET:-1024}" --per-drive 3 --workers "$(nproc)"
+    local status=$?
+    tail -n 30 "${logs}/lead_stop_drives.log"
+    cp out/lead_stop_drives/coverage.md "${run_dir}/lead_stop_coverage.md" 2>/dev/null
+    echo "lead-stop forks exit ${status} after $(( $(date +%s) - start )) s"
+    return "${status}"
+}
+
 pack() {
     mkdir -p "${out}"
     local files=() wanted=(summary.json coverage.md train_log.jsonl logs held_out/held_out.json
@@ -193,7 +211,8 @@ pack() {
                            lamp_probe/lamp_probe.json lamp_probe/lamp_probe.md
                            lead_probe/lead_probe.json lead_probe/lead_probe.md
                            fork_probe/fork_probe.json fork_probe/fork_probe.md
-                           policy_coverage.md closed_loop_finetune/report.json
+                           policy_coverage.md lead_stop_coverage.md
+                           logs/lead_stop_drives.log closed_loop_finetune/report.json
                            closed_loop_finetune/report.md closed_loop_soup/report.json
                            closed_loop_soup/report.md logs/closed_loop_finetune.log
                            logs/closed_loop_soup.log)
@@ -254,6 +273,10 @@ case "${phase}" in
     policy)
         policy_drives || status=$?
         ;;
+    forks)
+        rm -rf "${run_dir}"
+        lead_stop_forks || status=$?
+        ;;
     soup)
         soup_drives || status=$?
         ;;
@@ -278,7 +301,7 @@ case "${phase}" in
         cp out/policy_drives.log "${logs}/" 2>/dev/null
         ;;
     *)
-        echo "usage: $0 [all|train|target|resume|eval|drive|soup|policy|probe|dagger]"
+        echo "usage: $0 [all|train|target|resume|eval|drive|soup|policy|forks|probe|dagger]"
         exit 2
         ;;
 esac
