@@ -13,6 +13,7 @@ from pathlib import Path
 
 from safetensors.numpy import load_file, save_file
 
+from flashdrive_ros.train.coverage import coverage, markdown
 from flashdrive_ros.train.drive import Drive
 
 INDEX = "index.json"
@@ -32,6 +33,16 @@ def save_drives(drives: list[Drive], folder: Path) -> None:
                         "dt": drive.dt, "coc": drive.coc, "tags": drive.tags,
                         "contrast_coc": drive.contrast_coc})
     (folder / INDEX).write_text(json.dumps(entries) + "\n")
+
+
+def save_drives_with_coverage(drives: list[Drive], folder: Path, num_frames: int,
+                              num_history: int, heading: str = "") -> str:
+    """`save_drives`, then the drives' coverage table (markdown, returned) as
+    folder/coverage.md under `heading`."""
+    save_drives(drives, folder)
+    table = markdown(coverage(drives, num_frames, num_history))
+    (folder / "coverage.md").write_text(f"{heading}\n\n{table}" if heading else table)
+    return table
 
 
 def load_drives(folder: Path) -> list[Drive]:

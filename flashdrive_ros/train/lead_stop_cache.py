@@ -18,8 +18,7 @@ from flashdrive_ros.model.config import ModelConfig
 from flashdrive_ros.paths import default_model_dir
 from flashdrive_ros.sim.lead_stops import LeadStops
 from flashdrive_ros.sim.seeds import train_seeds
-from flashdrive_ros.train.coverage import coverage, markdown
-from flashdrive_ros.train.drive_cache import INDEX, save_drives
+from flashdrive_ros.train.drive_cache import INDEX, save_drives_with_coverage
 from flashdrive_ros.train.generate import lead_stop_drives
 from flashdrive_ros.train.recipe import Recipe
 from flashdrive_ros.train.run_options import add_on_off, on_off
@@ -69,12 +68,10 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: no lead stop found in the drives of seeds {seeds[0]}..{seeds[-1]}",
               file=sys.stderr)
         return 1
-    save_drives(drives, args.out)
-    table = coverage(drives, cfg.prompt.num_frames, cfg.action.num_history)
-    (args.out / "coverage.md").write_text(
+    print(save_drives_with_coverage(
+        drives, args.out, cfg.prompt.num_frames, cfg.action.num_history,
         f"lead stops {dataclasses.asdict(spec)}, seeds {seeds[0]}..{seeds[-1]}, standing-lead "
-        f"label {'on' if standing else 'off'}\n\n{markdown(table)}")
-    print(markdown(table))
+        f"label {'on' if standing else 'off'}"))
     print(f"{len(drives)} forks, {sum(d.num_steps for d in drives)} frames (seeds "
           f"{seeds[0]}..{seeds[-1]}) in {time.monotonic() - start:.0f} s -> {args.out}")
     return 0

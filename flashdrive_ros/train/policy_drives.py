@@ -15,8 +15,7 @@ from pathlib import Path
 from flashdrive_ros.model.config import ModelConfig
 from flashdrive_ros.paths import default_model_dir
 from flashdrive_ros.sim.seeds import train_seeds
-from flashdrive_ros.train.coverage import coverage, markdown
-from flashdrive_ros.train.drive_cache import save_drives
+from flashdrive_ros.train.drive_cache import save_drives_with_coverage
 from flashdrive_ros.train.generate import generate_drives
 from flashdrive_ros.train.policy_drive import PolicySpec
 from flashdrive_ros.train.recipe import Recipe
@@ -50,10 +49,8 @@ def main(argv: list[str] | None = None) -> int:
     start = time.monotonic()
     drives = generate_drives(seeds, args.seconds, cfg, args.workers, Recipe().noise,
                              policy=policy)
-    save_drives(drives, args.out)
-    table = coverage(drives, cfg.prompt.num_frames, cfg.action.num_history)
-    (args.out / "coverage.md").write_text(markdown(table))
-    print(markdown(table))
+    print(save_drives_with_coverage(drives, args.out, cfg.prompt.num_frames,
+                                    cfg.action.num_history))
     print(f"{len(drives)} drives (seeds {seeds[0]}..{seeds[-1]}) in "
           f"{time.monotonic() - start:.0f} s -> {args.out}")
     return 0
