@@ -11,6 +11,7 @@ import pytest
 from flashdrive_ros.closed_loop.expert_planner import ExpertPlanner
 from flashdrive_ros.model.config import ModelConfig
 from flashdrive_ros.paths import default_model_dir
+from flashdrive_ros.sim.seeds import train_seeds
 from flashdrive_ros.sim.disturbance import Disturbance
 from flashdrive_ros.sim.drive import SUBSTEPS, simulate, to_frame
 from flashdrive_ros.sim.labels import label_drive
@@ -84,3 +85,14 @@ def test_extra_drives_of_another_image_size_or_a_held_out_seed_are_refused(tmp_p
     save_drives(generate_drives([1_000_001], 1.0, cfg, workers=1), tmp_path / "held_out")
     with pytest.raises(ValueError, match="held-out seed"):
         load_extra_drives(tmp_path / "held_out", cfg)
+
+
+def test_extra_drives_that_repeat_the_runs_own_training_seeds_are_refused(tmp_path):
+    recipe = smoke()
+    (own,) = train_seeds(1, recipe.train_seed_offset)
+    save_drives(generate_drives([own], 1.0, recipe.model_config(4096), workers=1),
+                tmp_path / "own")
+    log = TrainLog(tmp_path / "log.jsonl", echo=False)
+    recipe = dataclasses.replace(recipe, extra_drives=str(tmp_path / "own"))
+    with pytest.raises(ValueError, match=f"seed {own} is also one of the run's own"):
+        fresh_data(tmp_path, recipe, 1, log, time.monotonic(), None)

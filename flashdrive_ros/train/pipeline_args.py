@@ -35,7 +35,9 @@ def parse_args(argv: list[str] | None = None) -> tuple[argparse.Namespace, Recip
                         help=f"windows per target step (default {Recipe.target_batch})")
     parser.add_argument("--extra-drives", default=None,
                         help="drive cache whose drives join the training drives (closed-loop "
-                             "drives labelled by the expert: train/policy_drives.py)")
+                             "drives labelled by the expert: train/policy_drives.py; lead-stop "
+                             "forks: train/lead_stop_cache.py); its seeds must lie outside "
+                             "the run's own training seeds")
     parser.add_argument("--disturbed-share", type=float, default=None,
                         help=f"share of training drives driven with disturbances (default "
                              f"{Recipe.disturbed_share})")

@@ -47,9 +47,10 @@ def train_tokenizer(cocs: list[str], bpe_tokens: int, num_traj_tokens: int) -> T
     return build_tokenizer(tokenizer_corpus(cocs), added + 256 + bpe_tokens, num_traj_tokens)
 
 
-def load_extra_drives(folder: Path, cfg: ModelConfig) -> list[Drive]:
-    """The drives of a drive cache, checked against the model's inputs and the training seed
-    range."""
+def load_extra_drives(folder: Path, cfg: ModelConfig,
+                      run_seeds: frozenset[int] = frozenset()) -> list[Drive]:
+    """The drives of a drive cache, checked against the model's inputs, the held-out seeds and
+    `run_seeds` (the seeds the run simulates itself, which a cache must not repeat)."""
     drives = load_drives(folder)
     size = (cfg.prompt.image_height, cfg.prompt.image_width)
     for drive in drives:
@@ -60,6 +61,9 @@ def load_extra_drives(folder: Path, cfg: ModelConfig) -> list[Drive]:
                              f"{len(cfg.prompt.camera_names)} cameras at {size}")
         if is_eval_seed(drive.seed):
             raise ValueError(f"{folder}: seed {drive.seed} is a held-out seed")
+        if drive.seed in run_seeds:
+            raise ValueError(f"{folder}: seed {drive.seed} is also one of the run's own "
+                             "training seeds; move --train-seed-offset past the cache's seeds")
     return drives
 
 
@@ -77,6 +81,8 @@ def fresh_data(out: Path, recipe: Recipe, workers: int | None, log: TrainLog, st
     probe = recipe.model_config(4096)
     train_list = train_seeds(recipe.train_drives, recipe.train_seed_offset)
     eval_list = eval_seeds(recipe.eval_drives)
+    extra = [] if recipe.extra_drives is None else load_extra_drives(
+        Path(recipe.extra_drives), probe, frozenset(train_list + lead_stop_seeds(recipe)))
     standing = recipe.standing_lead_label
     train_jobs = drive_jobs(train_list, recipe.drive_seconds, probe, recipe.noise,
                             recipe.disturbance, recipe.disturbed_share,
@@ -103,8 +109,6 @@ def fresh_data(out: Path, recipe: Recipe, workers: int | None, log: TrainLog, st
     train_drives, eval_drives = made["drives"][:len(train_jobs)], made["drives"][len(train_jobs):]
     branches, stops, lanes, pairs = (made.get(name, []) for name in (
         "light_branches", "lead_stops", "lane_forks", "lamp_pairs"))
-    extra = [] if recipe.extra_drives is None else load_extra_drives(Path(recipe.extra_drives),
-                                                                      probe)
     train_drives += branches + stops + lanes + pairs + extra
     drives = train_drives + eval_drives
     frames = sum(d.num_steps for d in drives)
