@@ -30,7 +30,8 @@
 #        trains on them besides the recipe's drives (DAgger-style data).
 # forks  (a call before `train` or `target`, about 5 min for 120 seeds on 16 cores): the
 #        lead-stop forks of FORK_SEEDS (120) training seeds from FORK_OFFSET (1024), 3 per
-#        drive, written to out/lead_stop_drives (train/lead_stop_cache.py); then
+#        drive, written to out/lead_stop_drives (train/lead_stop_cache.py; FORK_ARGS adds
+#        its options, e.g. "--moving-twin on"); then
 #        `TRAIN_ARGS="--extra-drives out/lead_stop_drives --train-seed-offset N ..." train`
 #        trains on them besides the recipe's drives, N past FORK_OFFSET + FORK_SEEDS.
 # dagger (one call, <= 9.5 min): policy drives of POLICY_MODEL (DRIVES of SECONDS_PER_DRIVE,
@@ -83,6 +84,7 @@ device="${DEVICE:-cuda}"
 drives="${DRIVES:-16}"
 seconds="${SECONDS_PER_DRIVE:-60}"
 read -r -a train_args <<< "${TRAIN_ARGS:-}"
+read -r -a fork_args <<< "${FORK_ARGS:-}"
 workers="${WORKERS:-$(( $(nproc) < drives ? $(nproc) : drives ))}"
 model_dir="${MODEL_DIR:-${run_dir}/model}"
 own_model=true
@@ -196,7 +198,7 @@ lead_stop_forks() {
     rm -rf out/lead_stop_drives
     run_module "${logs}/lead_stop_drives.log" 15 flashdrive_ros.train.lead_stop_cache \
         --out out/lead_stop_drives --seeds "${FORK_SEEDS:-120}" \
-        --seed-offset "${FORK_OFFSET:-1024}" --per-drive 3 --workers "$(nproc)"
+        --seed-offset "${FORK_OFFSET:-1024}" --per-drive 3 --workers "$(nproc)" "${fork_args[@]}"
     local status=$?
     tail -n 30 "${logs}/lead_stop_drives.log"
     cp out/lead_stop_drives/coverage.md "${run_dir}/lead_stop_coverage.md" 2>/dev/null
