@@ -11,10 +11,10 @@ import pytest
 from flashdrive_ros.closed_loop.expert_planner import ExpertPlanner
 from flashdrive_ros.model.config import ModelConfig
 from flashdrive_ros.paths import default_model_dir
-from flashdrive_ros.sim.seeds import train_seeds
 from flashdrive_ros.sim.disturbance import Disturbance
 from flashdrive_ros.sim.drive import SUBSTEPS, simulate, to_frame
 from flashdrive_ros.sim.labels import label_drive
+from flashdrive_ros.sim.seeds import train_seeds
 from flashdrive_ros.train.drive_cache import save_drives
 from flashdrive_ros.train.generate import generate_drive, generate_drives
 from flashdrive_ros.train.log import TrainLog

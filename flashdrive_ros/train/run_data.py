@@ -81,8 +81,9 @@ def fresh_data(out: Path, recipe: Recipe, workers: int | None, log: TrainLog, st
     probe = recipe.model_config(4096)
     train_list = train_seeds(recipe.train_drives, recipe.train_seed_offset)
     eval_list = eval_seeds(recipe.eval_drives)
+    stop_list = lead_stop_seeds(recipe) if recipe.lead_stops.enabled else []
     extra = [] if recipe.extra_drives is None else load_extra_drives(
-        Path(recipe.extra_drives), probe, frozenset(train_list + lead_stop_seeds(recipe)))
+        Path(recipe.extra_drives), probe, frozenset(train_list + stop_list))
     standing = recipe.standing_lead_label
     train_jobs = drive_jobs(train_list, recipe.drive_seconds, probe, recipe.noise,
                             recipe.disturbance, recipe.disturbed_share,
@@ -94,7 +95,7 @@ def fresh_data(out: Path, recipe: Recipe, workers: int | None, log: TrainLog, st
         plans.append(light_branch_plan(train_list, seconds, probe, recipe.light_branches, noise,
                                        standing))
     if recipe.lead_stops.enabled:
-        plans.append(lead_stop_plan(lead_stop_seeds(recipe), seconds, probe,
+        plans.append(lead_stop_plan(stop_list, seconds, probe,
                                     recipe.lead_stops, noise, standing))
     if recipe.lane_forks.enabled:
         plans.append(lane_fork_plan(train_list, probe, recipe.lane_forks, noise, standing))
