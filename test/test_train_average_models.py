@@ -1,6 +1,7 @@
 """Averaging fine-tuned model directories: the weighted mean of every tensor in its dtype, the
-first model's other files and summary, a manifest that verifies and a model that loads;
-refusals for models of another config, tokenizer or tensor layout and for bad weights."""
+first model's other files and summary, a manifest that verifies and a model that loads; a part's
+own weights; refusals for models of another config, tokenizer or tensor layout, for bad weights
+and for parts the models do not have."""
 
 import json
 import shutil
@@ -13,7 +14,13 @@ from flashdrive_ros.engine.config import EngineConfig
 from flashdrive_ros.engine.engine import Engine
 from flashdrive_ros.model.manifest import verify_manifest
 from flashdrive_ros.paths import default_model_dir
-from flashdrive_ros.train.average_models import main, parse_weights, write_average
+from flashdrive_ros.train.average_models import (
+    main,
+    parse_part_weights,
+    parse_weights,
+    part_of,
+    write_average,
+)
 
 
 @pytest.fixture()
@@ -79,3 +86,36 @@ def test_bad_weights_are_refused(text):
 def test_weights_are_normalised_and_default_to_equal():
     assert parse_weights("3,1", 2) == [0.75, 0.25]
     assert parse_weights("", 4) == [0.25] * 4
+
+
+def test_a_part_takes_its_own_weights(two_models, tmp_path):
+    first, second = two_models
+    main(["--model-dir", str(first), "--model-dir", str(second), "--weights", "1,1",
+          "--part-weights", "vlm=3,1", "--out", str(tmp_path / "soup")])
+    model = tmp_path / "soup" / "model"
+    got, base = load_file(model / "model.safetensors"), load_file(first / "model.safetensors")
+    parts = {part_of(key) for key in base}
+    assert {"vlm", "expert"} <= parts
+    for key, tensor in base.items():
+        if tensor.dtype != torch.float32:
+            continue
+        shift = 0.25 if part_of(key) == "vlm" else 0.5
+        torch.testing.assert_close(got[key], tensor + shift, atol=1e-4, rtol=1e-6)
+    summary = json.loads((tmp_path / "soup" / "summary.json").read_text())
+    assert summary["averaged"]["part_weights"] == {"vlm": [0.75, 0.25]}
+    assert verify_manifest(model, required=True)
+
+
+def test_parts_the_models_do_not_have_are_refused(two_models, tmp_path):
+    first, second = two_models
+    with pytest.raises(ValueError, match="no part 'vision'"):
+        write_average([first, second], [0.5, 0.5], tmp_path / "a", {"vision": [0.5, 0.5]})
+    with pytest.raises(SystemExit):
+        main(["--model-dir", str(first), "--model-dir", str(second), "--part-weights",
+              "vlm.layers=1,1", "--out", str(tmp_path / "b")])
+
+
+@pytest.mark.parametrize("items", [["vlm"], ["=1,1"], ["vlm=1"], ["vlm=1,1", "vlm=1,2"]])
+def test_bad_part_weights_are_refused(items):
+    with pytest.raises(ValueError):
+        parse_part_weights(items, 2)

@@ -1,9 +1,11 @@
 """A weighted average of the weights of model directories fine-tuned from one model (a model
 soup), written as a run directory that `train/ship_model.py` ships: the same config and
-tokenizer are required, the drafters and the summary come from the first model.
+tokenizer are required, the drafters and the summary come from the first model. A part of the
+model (the tensors under one top-level name: vlm, expert, action_in_proj, ...) may take weights
+of its own.
 
     python -m flashdrive_ros.train.average_models --model-dir models/default \\
-        --model-dir out/c7/model --weights 0.5,0.5 --out out/soup
+        --model-dir out/c7/model --weights 0.5,0.5 --part-weights vlm=0.75,0.25 --out out/soup
 """
 
 from __future__ import annotations
@@ -35,6 +37,22 @@ def parse_weights(text: str, count: int) -> list[float]:
     return [w / total for w in weights]
 
 
+def parse_part_weights(items: list[str], count: int) -> dict[str, list[float]]:
+    """['vlm=0.75,0.25'] -> {'vlm': [0.75, 0.25]}: weights of the tensors under one part."""
+    parts: dict[str, list[float]] = {}
+    for item in items:
+        part, sep, text = item.partition("=")
+        if not sep or not part or "." in part or part in parts:
+            raise ValueError(f"--part-weights takes PART=W1,W2,... once per part, got {item!r}")
+        parts[part] = parse_weights(text, count)
+    return parts
+
+
+def part_of(key: str) -> str:
+    """The part a tensor belongs to: its top-level module name."""
+    return key.split(".", 1)[0]
+
+
 def _first_summary(model_dir: Path) -> dict:
     for path in (model_dir / SHIPPED_SUMMARY, model_dir.parent / RUN_SUMMARY):
         if path.is_file():
@@ -42,9 +60,12 @@ def _first_summary(model_dir: Path) -> dict:
     return {}
 
 
-def average_state(model_dirs: list[Path], weights: list[float]) -> dict[str, torch.Tensor]:
-    """The weighted average of the models' tensors, each in its own dtype; refuses models whose
-    config, tokenizer or tensor names, shapes and dtypes differ."""
+def average_state(model_dirs: list[Path], weights: list[float],
+                  part_weights: dict[str, list[float]] | None = None) -> dict[str, torch.Tensor]:
+    """The weighted average of the models' tensors, each in its own dtype, a part's tensors with
+    its `part_weights`; refuses models whose config, tokenizer or tensor names, shapes and
+    dtypes differ, and parts the models do not have."""
+    part_weights = part_weights or {}
     if len(model_dirs) != len(weights) or len(model_dirs) < 2:
         raise ValueError("give two or more models, one weight each")
     for name in (*SHARED_FILES, MODEL_FILE):
@@ -65,17 +86,26 @@ def average_state(model_dirs: list[Path], weights: list[float]) -> dict[str, tor
             names = sorted(set(other.items()) ^ set(layout.items()))[:3]
             raise ValueError(f"{model_dir / MODEL_FILE} holds other tensors than "
                              f"{model_dirs[0] / MODEL_FILE}: {names}")
+    parts = sorted({part_of(key) for key in layout})
+    for part, part_list in part_weights.items():
+        if part not in parts:
+            raise ValueError(f"no part {part!r} in {model_dirs[0] / MODEL_FILE}; parts: {parts}")
+        if len(part_list) != len(model_dirs):
+            raise ValueError(f"part {part!r} needs {len(model_dirs)} weights")
     averaged = {}
     for key, (_, dtype) in layout.items():
-        total = sum(w * s[key].double() for w, s in zip(weights, states, strict=True))
+        key_weights = part_weights.get(part_of(key), weights)
+        total = sum(w * s[key].double() for w, s in zip(key_weights, states, strict=True))
         averaged[key] = total.to(dtype).contiguous()
     return averaged
 
 
-def write_average(model_dirs: list[Path], weights: list[float], out: Path) -> dict:
+def write_average(model_dirs: list[Path], weights: list[float], out: Path,
+                  part_weights: dict[str, list[float]] | None = None) -> dict:
     """out/model: the averaged weights with the first model's other files; out/summary.json:
     the first model's training summary with the average's sources. Returns the manifest."""
-    averaged = average_state(model_dirs, weights)
+    part_weights = part_weights or {}
+    averaged = average_state(model_dirs, weights, part_weights)
     model_out = out / "model"
     if model_out.exists():
         raise FileExistsError(f"{model_out} exists")
@@ -86,6 +116,7 @@ def write_average(model_dirs: list[Path], weights: list[float], out: Path) -> di
     save_file(averaged, model_out / MODEL_FILE, metadata={"format": "pt"})
     summary = _first_summary(model_dirs[0])
     summary["averaged"] = {"models": [str(d) for d in model_dirs], "weights": weights,
+                           "part_weights": part_weights,
                            "sha256": [sha256_of(d / MODEL_FILE) for d in model_dirs],
                            "drafters_from": str(model_dirs[0])}
     (out / RUN_SUMMARY).write_text(json.dumps(summary, indent=2) + "\n")
@@ -98,17 +129,23 @@ def main(argv: list[str] | None = None) -> int:
                    help="a model directory (give two or more; the first gives the drafters)")
     p.add_argument("--weights", default="",
                    help="comma-separated weights, one per model (default: equal)")
+    p.add_argument("--part-weights", action="append", default=[], metavar="PART=W1,W2,...",
+                   help="weights of the tensors under one top-level name (vlm, expert, "
+                        "action_in_proj, ...) instead of --weights; repeat for more parts")
     p.add_argument("--out", type=Path, required=True, help="run directory to write")
     args = p.parse_args(argv)
     try:
         if len(args.model_dir) < 2:
             raise ValueError("give --model-dir two or more times")
         weights = parse_weights(args.weights, len(args.model_dir))
-        manifest = write_average(args.model_dir, weights, args.out)
+        part_weights = parse_part_weights(args.part_weights, len(args.model_dir))
+        manifest = write_average(args.model_dir, weights, args.out, part_weights)
     except (FileNotFoundError, FileExistsError, ValueError) as exc:
         p.error(str(exc))
-    print(f"averaged {len(args.model_dir)} models ({', '.join(f'{w:.3f}' for w in weights)}) "
-          f"-> {args.out / 'model'} ({len(manifest['files'])} files)")
+    print(f"averaged {len(args.model_dir)} models ({', '.join(f'{w:.3f}' for w in weights)})"
+          + "".join(f", {part} ({', '.join(f'{w:.3f}' for w in ws)})"
+                    for part, ws in part_weights.items())
+          + f" -> {args.out / 'model'} ({len(manifest['files'])} files)")
     return 0
 
 
