@@ -123,6 +123,10 @@ def write_average(model_dirs: list[Path], weights: list[float], out: Path,
     return write_manifest(model_out)
 
 
+def _weights_text(weights: list[float]) -> str:
+    return ", ".join(f"{w:.3f}" for w in weights)
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--model-dir", action="append", type=Path, required=True,
@@ -142,10 +146,9 @@ def main(argv: list[str] | None = None) -> int:
         manifest = write_average(args.model_dir, weights, args.out, part_weights)
     except (FileNotFoundError, FileExistsError, ValueError) as exc:
         p.error(str(exc))
-    print(f"averaged {len(args.model_dir)} models ({', '.join(f'{w:.3f}' for w in weights)})"
-          + "".join(f", {part} ({', '.join(f'{w:.3f}' for w in ws)})"
-                    for part, ws in part_weights.items())
-          + f" -> {args.out / 'model'} ({len(manifest['files'])} files)")
+    parts = "".join(f", {part} ({_weights_text(ws)})" for part, ws in part_weights.items())
+    print(f"averaged {len(args.model_dir)} models ({_weights_text(weights)}){parts} "
+          f"-> {args.out / 'model'} ({len(manifest['files'])} files)")
     return 0
 
 
