@@ -3,7 +3,8 @@ deactivate / cleanup again and again with a drive flowing in while it is active:
 activation plans, after each cleanup the process has the same threads, and from the third
 cleanup on its resident memory does not trend upwards (the first cycles also hold torch's
 one-time initialisation; an engine kept alive per cycle adds about 9 MB a cycle, while the
-samples of a sound node wander by +-6 MB about a flat line)."""
+samples of a sound node wander by +-5 MB about a flat line, now and then one by +20 MB, so the
+trend is the median of the pairwise slopes)."""
 
 import os
 import threading
@@ -23,16 +24,16 @@ from flashdrive_ros.ros.harness.stream_player import StreamPlayer
 from flashdrive_ros.ros.params import DriveParams
 from flashdrive_ros.sim.bag import write_bag
 
-pytestmark = [pytest.mark.ros, pytest.mark.timeout(400)]
+pytestmark = [pytest.mark.ros, pytest.mark.timeout(600)]
 
 PARAMS = DriveParams()
 TOPICS = {**{t: "sensor_msgs/msg/CompressedImage" for t in PARAMS.camera_topics},
           PARAMS.odom_topic: "nav_msgs/msg/Odometry"}
-CYCLES = 8
+CYCLES = 12
 TRANSITION_TIMEOUT_S = 120.0
 PLAN_TIMEOUT_S = 90.0
 SETTLE_S = 1.0
-RSS_SLOPE_LIMIT_MB = 4.0  # least-squares growth per cycle of the samples from the third on
+RSS_SLOPE_LIMIT_MB = 4.0  # median pairwise growth per cycle of the samples from the third on
 
 
 @pytest.fixture(scope="module")
@@ -92,5 +93,6 @@ def test_repeated_lifecycle_cycles_leak_no_threads_or_memory(drive, client_node,
     print([(round(s.rss_mb, 1), s.threads) for s in samples])
     assert all(s.threads == samples[0].threads for s in samples), samples
     rss = np.array([s.rss_mb for s in samples[2:]])  # rss: [CYCLES - 2] MB
-    slope = np.polyfit(np.arange(len(rss)), rss, 1)[0]
+    later, earlier = np.triu_indices(len(rss), k=1)[::-1]
+    slope = np.median((rss[later] - rss[earlier]) / (later - earlier))
     assert slope < RSS_SLOPE_LIMIT_MB, (slope, samples)

@@ -15,8 +15,10 @@ hold between their tensor operations, so the callbacks would fall behind the 50 
 from __future__ import annotations
 
 import argparse
+import ctypes
 import gc
 import os
+import platform
 import sys
 import time
 from functools import partial
@@ -82,12 +84,15 @@ def set_torch_threads(count: int) -> dict[str, object]:
     return {"cpu_threads": torch.get_num_threads()}
 
 
-def free_device_memory() -> None:
-    """Return the freed engine's cached CUDA memory to the device."""
+def free_engine_memory() -> None:
+    """Return the freed engine's cached CUDA memory to the device and, under glibc, the
+    freed heap to the system."""
     gc.collect()
     torch = sys.modules.get("torch")
     if torch is not None and torch.cuda.is_initialized():
         torch.cuda.empty_cache()
+    if sys.platform == "linux" and platform.libc_ver()[0] == "glibc":
+        ctypes.CDLL(None).malloc_trim(0)
 
 
 def window_builder(cfg: ModelConfig, camera_count: int,
@@ -150,7 +155,7 @@ class DriveNode(LifecycleNode):
                                     f"configured, the model takes {len(model_cameras)} "
                                     f"({model_cameras})")
             engine = None
-            free_device_memory()
+            free_engine_memory()
             return TransitionCallbackReturn.FAILURE
         if model_cameras != params.camera_names:
             self.get_logger().warning(f"camera_names {params.camera_names} differ from the "
@@ -249,7 +254,7 @@ class DriveNode(LifecycleNode):
             self.outputs = None
         if self.engine is not None:
             self.engine = None
-            free_device_memory()
+            free_engine_memory()
 
     def _tick(self) -> None:
         outputs, loop, inputs = self.outputs, self.loop, self.inputs
