@@ -29,7 +29,7 @@ demo: venv
 	$(PY) -m flashdrive_ros.demo
 
 test: venv
-	$(PY) -m pytest -q test
+	$(PY) -m pytest -q --durations=25 test
 	$(MAKE) --no-print-directory test-numerics
 
 test-numerics: venv
