@@ -16,6 +16,7 @@ from flashdrive_ros.closed_loop.collision_context import collision_context
 from flashdrive_ros.closed_loop.controller import TrackingConfig, TrajectoryTracker, WorldPlan
 from flashdrive_ros.closed_loop.expert_planner import ExpertPlanner
 from flashdrive_ros.sim.rectangles import overlap, rectangle
+from flashdrive_ros.sim.scenarios import build_world
 from flashdrive_ros.closed_loop.bend_approach import BANDS
 from flashdrive_ros.closed_loop.plan_trace import FIELDS, plan_trace
 from flashdrive_ros.closed_loop.report import markdown
@@ -256,6 +257,36 @@ def test_the_lane_offset_shows_a_plan_that_keeps_beside_the_lane_centre():
     assert -1.1 < right["lane_offset_m"]["mean"] < -0.6
     assert 0.8 < right["lane_offset_m"]["abs_p95"] < 1.3
     assert right["off_road_s"] == 0 and right["lane_departure_s"] > 1.0
+
+
+def road_users(world) -> list[tuple]:
+    return [(v.kind, v.color, round(float(v.s), 3)) for v in world.vehicles] + [
+        (p.speed, round(float(p.trigger_s), 3)) for p in world.pedestrians]
+
+
+def test_a_short_drive_in_a_longer_drives_world_is_the_start_of_that_drive(tmp_path):
+    long = build_world(SEED, 60.0)
+    assert build_world(SEED, 2.0).style != long.style
+    settings = DriveSettings(2.0, latency_ms=100.0, width=32, height=24, world_seconds=60.0)
+    drive = ClosedLoopDrive(SEED, lambda sim: ExpertPlanner(sim, EXPERT_WAYPOINTS), MODEL,
+                            settings, "test")
+    assert drive.sim.world.style == long.style
+    assert drive.sim.world.route.length == long.route.length
+    assert road_users(drive.sim.world) == road_users(long)
+    with pytest.raises(ValueError, match="world_seconds must be >= seconds"):
+        DriveSettings(5.0, world_seconds=4.0)
+
+    out = tmp_path / "out"
+    assert main(["--model-dir", str(make_tiny_model_dir(tmp_path / "model")), "--seconds",
+                 "2", "--world-seconds", "60", "--seed", str(SEED), "--out", str(out),
+                 "--variants", "expert", "--latency-ms", "100", "--width", "32", "--height",
+                 "24", "--no-pictures", "--quiet"]) == 0
+    report = json.loads((out / "report.json").read_text())
+    d = report["drives"][0]
+    assert report["world_seconds"] == d["world_seconds"] == 60.0 and d["seconds"] == 2.0
+    assert d["collisions"] == 0 and d["route_completion"] > 0.95
+    assert "1 seeds x 2 s (the start of each seed's 60 s drive)" in (
+        out / "report.md").read_text()
 
 
 def test_cli_compares_baseline_and_flashdrive_on_the_tiny_model(tmp_path, one_thread):

@@ -25,6 +25,10 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--model-dir", default=None,
                    help="model directory (default: the embedded model)")
     p.add_argument("--seconds", type=float, required=True, help="length of each drive")
+    p.add_argument("--world-seconds", type=float, default=None,
+                   help="drive in each seed's world of a drive this long (>= --seconds), so "
+                        "that a short drive is the start of that longer one (default: "
+                        "--seconds; a seed's world depends on the drive's length)")
     p.add_argument("--seed", type=int, required=True, help="first simulator seed")
     p.add_argument("--drives", type=int, default=1, help="drives on seeds seed, seed+1, ...")
     p.add_argument("--out", required=True, help="output directory (report.json, report.md, "
@@ -92,7 +96,7 @@ def options_from_args(args: argparse.Namespace) -> RunOptions:
                 from None
     latency_ms, variant_latency_ms = parse_latency(args.latency_ms)
     drive = DriveSettings(seconds=args.seconds, latency_ms=latency_ms, width=args.width,
-                          height=args.height,
+                          height=args.height, world_seconds=args.world_seconds,
                           tracking=TrackingConfig(max_plan_age_s=args.max_plan_age))
     return RunOptions(model_dir=args.model_dir, out_dir=args.out,
                       seeds=tuple(range(args.seed, args.seed + args.drives)),

@@ -34,11 +34,18 @@ def _text(value) -> str:
     return "-" if value is None or value == "" else str(value)
 
 
+def _world(report: dict) -> str:
+    world_s = report.get("world_seconds", report["seconds"])
+    if world_s == report["seconds"]:
+        return ""
+    return f" (the start of each seed's {world_s:g} s drive)"
+
+
 def markdown(report: dict) -> str:
     variants = report["variants"]
     lines = [f"# Closed-loop drives ({'through ROS' if report['through_ros'] else 'in process'})",
              "",
-             f"{len(report['seeds'])} seeds x {report['seconds']:g} s, latency "
+             f"{len(report['seeds'])} seeds x {report['seconds']:g} s{_world(report)}, latency "
              f"{report['latency']}, model {report['model_dir']}; mean ± std over seeds.", "",
              "| metric | " + " | ".join(variants) + " |",
              "|---" * (len(variants) + 1) + "|"]

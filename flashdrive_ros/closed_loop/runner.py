@@ -38,7 +38,9 @@ class DriveSettings:
     """latency_ms: a plan reaches the controller this long after the planner started on it
     (None: each plan's measured total latency); the planner is busy meanwhile, then takes
     the window of the newest camera frame. blocks: scenario blocks to start the route with
-    (None: the simulator's default order). width / height: rendered camera size."""
+    (None: the simulator's default order). width / height: rendered camera size.
+    world_seconds: the drive runs in the seed's world of a drive this long (None: `seconds`),
+    so that it is the start of that longer drive (a seed's world depends on its length)."""
 
     seconds: float
     latency_ms: float | None = None
@@ -46,14 +48,28 @@ class DriveSettings:
     height: int = DEFAULT_HEIGHT
     blocks: tuple[str, ...] | None = None
     tracking: TrackingConfig = field(default_factory=TrackingConfig)
+    world_seconds: float | None = None
 
     def __post_init__(self) -> None:
         if not (math.isfinite(self.seconds) and self.seconds > 0):
             raise ValueError(f"seconds must be > 0, got {self.seconds}")
+        if self.world_seconds is not None and not (math.isfinite(self.world_seconds)
+                                                   and self.world_seconds >= self.seconds):
+            raise ValueError(f"world_seconds must be >= seconds ({self.seconds}) or None, "
+                             f"got {self.world_seconds}")
         if self.latency_ms is not None and not (math.isfinite(self.latency_ms)
                                                 and self.latency_ms >= 0):
             raise ValueError(f"latency_ms must be >= 0 or None, got {self.latency_ms}")
         Renderer.check_size(self.width, self.height)
+
+    @property
+    def world_length_s(self) -> float:
+        """The drive length the seed's world is built for."""
+        return self.seconds if self.world_seconds is None else self.world_seconds
+
+    def ego_world(self, seed: int) -> EgoWorld:
+        """The simulator of this drive on `seed`."""
+        return EgoWorld(seed, self.world_length_s, self.blocks)
 
 
 @dataclass
@@ -69,12 +85,11 @@ class DriveResult:
     world: object
 
 
-def reference_progress(seed: int, seconds: float, blocks: tuple[str, ...] | None
-                       ) -> tuple[float, float]:
-    """(route distance, final route arc length) of the rule-based expert over `seconds`."""
-    sim = EgoWorld(seed, seconds, blocks)
+def reference_progress(seed: int, settings: DriveSettings) -> tuple[float, float]:
+    """(route distance, final route arc length) of the rule-based expert over the drive."""
+    sim = settings.ego_world(seed)
     start = sim.route_position()[0]
-    for _ in range(int(round(seconds * FRAME_HZ * SUBSTEPS))):
+    for _ in range(int(round(settings.seconds * FRAME_HZ * SUBSTEPS))):
         accel, steer, _ = sim.expert_control()
         sim.step(accel, steer)
     end = sim.route_position()[0]
@@ -103,7 +118,7 @@ class ClosedLoopDrive:
                  ) -> None:
         self.seed, self.settings, self.variant = seed, settings, variant
         self.on_step = on_step
-        self.sim = EgoWorld(seed, settings.seconds, settings.blocks)
+        self.sim = settings.ego_world(seed)
         self.planner = make_planner(self.sim)
         prompt, action = model.prompt, model.action
         self.renderer = Renderer(self.sim.world, settings.width, settings.height,
@@ -178,12 +193,12 @@ class ClosedLoopDrive:
                                         now + latency_ms / 1000.0, plan.coc_text)
 
     def _result(self) -> DriveResult:
-        progress, end_s = reference_progress(self.seed, self.settings.seconds,
-                                             self.settings.blocks)
+        progress, end_s = reference_progress(self.seed, self.settings)
         metrics = self.monitor.summary(self.handover, progress, end_s)
         latencies = np.asarray(self.latencies_ms)
         metrics.update({
             "seed": self.seed, "variant": self.variant, "seconds": self.settings.seconds,
+            "world_seconds": self.settings.world_length_s,
             "engaged_at_s": round(self.handover, 3),
             "plans": len(self.latencies_ms),
             "latency_ms": {"p50": float(np.percentile(latencies, 50)) if len(latencies) else None,

@@ -19,7 +19,6 @@ from flashdrive_ros.ros.params import DriveParams
 from flashdrive_ros.sim.cameras import rig
 from flashdrive_ros.sim.clock import SIM_EPOCH_NS, stamp_ns
 from flashdrive_ros.sim.drive import FRAME_HZ, SUBSTEPS
-from flashdrive_ros.sim.ego_world import EgoWorld
 from flashdrive_ros.sim.frames import encode_jpeg
 from flashdrive_ros.sim.messages import TYPESTORE, compressed_image, odometry
 from flashdrive_ros.sim.render import Renderer
@@ -75,7 +74,7 @@ def drive_through_ros(options, model: ModelConfig, variant: str, seed: int) -> D
     specs = rig(tuple(names))
     topics = {camera_image_topic(n): IMAGE_TYPE for n in names}
     topics[ODOMETRY_TOPIC] = ODOMETRY_TYPE
-    sim = EgoWorld(seed, settings.seconds, settings.blocks)
+    sim = settings.ego_world(seed)
     renderer = Renderer(sim.world, settings.width, settings.height, specs)
     tracker = TrajectoryTracker(settings.tracking)
     monitor = DriveMonitor(sim.world, sim.dt)
@@ -138,11 +137,12 @@ def drive_through_ros(options, model: ModelConfig, variant: str, seed: int) -> D
             if i < steps:
                 sim.step(accel, steer)
         wall_s = time.monotonic() - wall_start
-    progress, end_s = reference_progress(seed, settings.seconds, settings.blocks)
+    progress, end_s = reference_progress(seed, settings)
     metrics = monitor.summary(handover, progress, end_s)
     latencies = np.asarray(latencies_ms)
     metrics.update({
         "seed": seed, "variant": variant, "seconds": settings.seconds,
+        "world_seconds": settings.world_length_s,
         "engaged_at_s": handover, "plans": len(applied),
         "latency_ms": {"p50": float(np.percentile(latencies, 50)) if len(latencies) else None,
                        "p90": float(np.percentile(latencies, 90)) if len(latencies) else None,
