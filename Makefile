@@ -7,6 +7,8 @@ VENV_PYTHON := $(VENV)/bin/python
 # on the venv's wheels alone, a sourced ROS install left out (scripts/venv_run)
 PY := scripts/venv_run $(VENV_PYTHON)
 export ROS_AUTOMATIC_DISCOVERY_RANGE ?= LOCALHOST
+# test processes (pytest-xdist); each test module runs whole in one of them
+TEST_WORKERS ?= 2
 
 # Tests comparing two float32 paths; `make test` runs them once more under other MKL and
 # ATen kernels, as another CPU would pick.
@@ -29,7 +31,7 @@ demo: venv
 	$(PY) -m flashdrive_ros.demo
 
 test: venv
-	$(PY) -m pytest -q --durations=25 test
+	$(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadfile --durations=25 test
 	$(MAKE) --no-print-directory test-numerics
 
 test-numerics: venv

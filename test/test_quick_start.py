@@ -65,7 +65,8 @@ def test_make_targets_build_the_pinned_venv_then_run():
     assert re.search(r"^test: venv$", makefile, re.M)
     assert re.search(r"^PY := scripts/venv_run \$\(VENV_PYTHON\)$", makefile, re.M)
     assert make_recipe("demo") == ["$(PY) -m flashdrive_ros.demo"]
-    assert make_recipe("test") == ["$(PY) -m pytest -q --durations=25 test",
+    assert make_recipe("test") == ["$(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadfile "
+                                   "--durations=25 test",
                                    "$(MAKE) --no-print-directory test-numerics"]
     install = " ".join(make_recipe("$(VENV)/.installed"))
     assert "-r requirements-test.txt" in install and "-e ." in install
