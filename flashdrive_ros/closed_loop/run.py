@@ -160,8 +160,7 @@ def run(options: RunOptions) -> dict:
                               options.workers, options.threads_per_worker)
     report = {
         "model_dir": str(options.model_dir), "through_ros": options.through_ros,
-        "seconds": options.drive.seconds, "world_seconds": options.drive.world_length_s,
-        "seeds": list(options.seeds),
+        **options.drive.lengths(), "seeds": list(options.seeds),
         "variants_run": list(options.variants), "latency": options.latency,
         "num_samples": options.num_samples, "device": options.device,
         "forward_only": options.forward_only,

@@ -67,6 +67,10 @@ class DriveSettings:
         """The drive length the seed's world is built for."""
         return self.seconds if self.world_seconds is None else self.world_seconds
 
+    def lengths(self) -> dict[str, float]:
+        """The drive's length and that of the world it runs in, as a report records them."""
+        return {"seconds": self.seconds, "world_seconds": self.world_length_s}
+
     def ego_world(self, seed: int) -> EgoWorld:
         """The simulator of this drive on `seed`."""
         return EgoWorld(seed, self.world_length_s, self.blocks)
@@ -197,8 +201,7 @@ class ClosedLoopDrive:
         metrics = self.monitor.summary(self.handover, progress, end_s)
         latencies = np.asarray(self.latencies_ms)
         metrics.update({
-            "seed": self.seed, "variant": self.variant, "seconds": self.settings.seconds,
-            "world_seconds": self.settings.world_length_s,
+            "seed": self.seed, "variant": self.variant, **self.settings.lengths(),
             "engaged_at_s": round(self.handover, 3),
             "plans": len(self.latencies_ms),
             "latency_ms": {"p50": float(np.percentile(latencies, 50)) if len(latencies) else None,

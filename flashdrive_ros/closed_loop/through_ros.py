@@ -141,8 +141,7 @@ def drive_through_ros(options, model: ModelConfig, variant: str, seed: int) -> D
     metrics = monitor.summary(handover, progress, end_s)
     latencies = np.asarray(latencies_ms)
     metrics.update({
-        "seed": seed, "variant": variant, "seconds": settings.seconds,
-        "world_seconds": settings.world_length_s,
+        "seed": seed, "variant": variant, **settings.lengths(),
         "engaged_at_s": handover, "plans": len(applied),
         "latency_ms": {"p50": float(np.percentile(latencies, 50)) if len(latencies) else None,
                        "p90": float(np.percentile(latencies, 90)) if len(latencies) else None,

@@ -18,10 +18,9 @@ import argparse
 import ctypes
 import gc
 import os
-import platform
 import sys
 import time
-from functools import partial
+from functools import cache, partial
 from pathlib import Path
 
 import rclpy
@@ -91,8 +90,17 @@ def free_engine_memory() -> None:
     torch = sys.modules.get("torch")
     if torch is not None and torch.cuda.is_initialized():
         torch.cuda.empty_cache()
-    if sys.platform == "linux" and platform.libc_ver()[0] == "glibc":
-        ctypes.CDLL(None).malloc_trim(0)
+    trim = heap_trim()
+    if trim is not None:
+        trim(0)
+
+
+@cache
+def heap_trim():
+    """glibc's malloc_trim, or None where the C library has none (musl, macOS, Windows)."""
+    if sys.platform != "linux":
+        return None
+    return getattr(ctypes.CDLL(None), "malloc_trim", None)
 
 
 def window_builder(cfg: ModelConfig, camera_count: int,
