@@ -19,6 +19,7 @@ from flashdrive_ros.closed_loop.controller import TrackingConfig, TrajectoryTrac
 from flashdrive_ros.closed_loop.metrics import DriveMonitor
 from flashdrive_ros.engine.types import Plan, Window
 from flashdrive_ros.engine.window import WindowBuilder
+from flashdrive_ros.eval.metrics import percentiles
 from flashdrive_ros.model.config import ModelConfig
 from flashdrive_ros.sim.cameras import DEFAULT_HEIGHT, DEFAULT_WIDTH, rig
 from flashdrive_ros.sim.drive import FRAME_HZ, SUBSTEPS, SceneSnapshot
@@ -87,6 +88,13 @@ class DriveResult:
     rows: np.ndarray
     plans: list[WorldPlan]
     world: object
+
+
+def latency_summary(latencies_ms: list[float], source: str) -> dict:
+    """A drive's plan latencies as its report records them: p50, p90 (None without plans)
+    and where they come from."""
+    stats = percentiles(latencies_ms)
+    return {"p50": stats["p50"], "p90": stats["p90"], "source": source}
 
 
 def reference_progress(seed: int, settings: DriveSettings) -> tuple[float, float]:
@@ -199,15 +207,12 @@ class ClosedLoopDrive:
     def _result(self) -> DriveResult:
         progress, end_s = reference_progress(self.seed, self.settings)
         metrics = self.monitor.summary(self.handover, progress, end_s)
-        latencies = np.asarray(self.latencies_ms)
         metrics.update({
             "seed": self.seed, "variant": self.variant, **self.settings.lengths(),
             "engaged_at_s": round(self.handover, 3),
             "plans": len(self.latencies_ms),
-            "latency_ms": {"p50": float(np.percentile(latencies, 50)) if len(latencies) else None,
-                           "p90": float(np.percentile(latencies, 90)) if len(latencies) else None,
-                           "source": "measured" if self.settings.latency_ms is None
-                           else "fixed"},
+            "latency_ms": latency_summary(self.latencies_ms, "measured"
+                                          if self.settings.latency_ms is None else "fixed"),
             "window_rejections": dict(self.rejections)})
         return DriveResult(self.seed, self.variant, metrics, self.monitor.rows(), self.applied,
                            self.sim.world)

@@ -8,11 +8,10 @@ from __future__ import annotations
 import os
 import time
 
-import numpy as np
-
 from flashdrive_ros.closed_loop.controller import TrajectoryTracker, WorldPlan
 from flashdrive_ros.closed_loop.metrics import DriveMonitor
-from flashdrive_ros.closed_loop.runner import DriveResult, handover_time, reference_progress
+from flashdrive_ros.closed_loop.runner import (DriveResult, handover_time, latency_summary,
+                                               reference_progress)
 from flashdrive_ros.closed_loop.variants import ENGINE_VARIANTS
 from flashdrive_ros.model.config import ModelConfig
 from flashdrive_ros.ros.params import DriveParams
@@ -139,13 +138,11 @@ def drive_through_ros(options, model: ModelConfig, variant: str, seed: int) -> D
         wall_s = time.monotonic() - wall_start
     progress, end_s = reference_progress(seed, settings)
     metrics = monitor.summary(handover, progress, end_s)
-    latencies = np.asarray(latencies_ms)
     metrics.update({
         "seed": seed, "variant": variant, **settings.lengths(),
         "engaged_at_s": handover, "plans": len(applied),
-        "latency_ms": {"p50": float(np.percentile(latencies, 50)) if len(latencies) else None,
-                       "p90": float(np.percentile(latencies, 90)) if len(latencies) else None,
-                       "source": "first receipt of each new ~/trajectory, sim time"},
+        "latency_ms": latency_summary(latencies_ms,
+                                      "first receipt of each new ~/trajectory, sim time"),
         "trajectories_received": listener.received,
         "wall_s": round(wall_s, 2),
         "sim_seconds_per_wall_second": round(settings.seconds / max(wall_s, 1e-9), 3),
