@@ -31,6 +31,16 @@ def test_a_braking_lead_is_a_slow_down_and_a_slower_one_is_followed():
     assert "follow_lead" in slow.tags and "follow_lead" in follow.tags
 
 
+def test_only_a_lead_with_brake_lights_lit_is_said_to_slow_down():
+    for v in (3.0, 6.0, 11.0):
+        lit = _label(reason="lead", lead_speed=2.0, accel=-2.0, v=v, lead_brake_lights=True)
+        dark = _label(reason="lead", lead_speed=2.0, accel=-2.0, v=v)
+        assert lit.decision == dark.decision == "slow"
+        assert any(word in lit.coc for word in ("braking", "slows down", "slowing"))
+        assert not any(word in dark.coc for word in ("braking", "slows down", "slowing"))
+        assert "slower" in dark.coc and lit.tags == dark.tags
+
+
 def test_a_standing_lead_is_a_stop_only_with_standing_lead_labels():
     fields = {"reason": "lead", "accel": -0.5}
     for v in (0.0, 5.0):

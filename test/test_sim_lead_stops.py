@@ -17,14 +17,13 @@ from flashdrive_ros.sim.drive import FRAME_HZ, HISTORY_STEPS, SUBSTEPS
 from flashdrive_ros.sim.lead_stops import (
     APPROACH_S,
     GAP_M,
-    SETTLE_FRAMES,
     LeadStop,
     LeadStopRun,
     LeadStops,
     lead_stop_log,
-    placing_frames,
     seed_lead_stops,
 )
+from flashdrive_ros.sim.lead_stop_frames import SETTLE_FRAMES, placing_frames
 from flashdrive_ros.sim.labels import DECISIONS, STANDING_MPS, label_drive
 from flashdrive_ros.sim.seeds import train_seeds
 from flashdrive_ros.sim.vehicle import FRONT_OFFSET
@@ -171,6 +170,14 @@ def test_moving_twin_settings_are_validated():
     assert recipe.lead_stops == LeadStops(per_drive=2, moving_twin=True)
     with pytest.raises(SystemExit):
         parse_args(["--out", "x", "--lead-stop-moving-twin", "on"])
+    for bad in ({"per_drive": 0, "matched_twin": True},
+                {"per_drive": 1, "matched_share": (0.8, 1.2)},
+                {"per_drive": 1, "matched_share": (0.0, 0.9)}):
+        with pytest.raises(ValueError, match="LeadStops"):
+            LeadStops(**bad)
+    _, matched = parse_args(["--out", "x", "--lead-stops", "2",
+                             "--lead-stop-matched-twin", "on"])
+    assert matched.lead_stops == LeadStops(per_drive=2, matched_twin=True)
 
 
 def test_the_forked_seeds_are_the_training_drives_or_as_many_as_asked():
@@ -194,8 +201,8 @@ def test_the_moving_twin_is_the_stop_with_a_slow_car_drawn_apart(twin, stop):
     assert dataclasses.replace(moving, lead_mps=0.0) == stop
     assert spec.twin_mps[0] <= moving.lead_mps <= spec.twin_mps[1]
     assert seed_lead_stops(SEED, SECONDS, spec) == [stop, moving]
-    assert stop.caught_up_mps == STANDING_MPS
-    assert moving.caught_up_mps == moving.lead_mps + STANDING_MPS
+    assert stop.caught_up_mps(stop.placed_mps(10.0)) == STANDING_MPS
+    assert moving.placed_mps(10.0) == moving.lead_mps and moving.moving and not stop.moving
 
 
 def test_the_ego_closes_in_on_the_slow_car_as_on_the_standing_one_then_follows_it(
@@ -216,6 +223,9 @@ def test_the_ego_closes_in_on_the_slow_car_as_on_the_standing_one_then_follows_i
     labels = label_drive(log.infos, log.frame_count, standing_lead=True)
     decisions = {labels[k].decision for k in range(window, log.frame_count)}
     assert "follow" in decisions and "stop" not in decisions
+    slow = [labels[k].coc for k in range(window, log.frame_count)
+            if labels[k].decision == "slow"]
+    assert slow and all("slower" in coc for coc in slow)
     travel = [log.future(k)[-1, 0] for k in range(window, window + 10)]
     standing_travel = [fork.future(k)[-1, 0] for k in range(window, window + 10)]
     assert all(a > b + 5.0 for a, b in zip(travel, standing_travel))
@@ -230,3 +240,24 @@ def test_the_moving_twin_ends_after_its_car_speeds_up(twin):
     ends = log.frame_count - 1 - sped_up[0]
     assert 0 < ends <= SPEC.after_s * FRAME_HZ + 1
     assert log.frame_count < int(round(SPEC.max_s * FRAME_HZ)) + moving.frame - first
+
+
+def test_the_matched_twin_follows_a_car_at_nearly_its_speed_from_the_placing(drive, stop, twin):
+    moving, slow_log, _ = twin
+    spec = dataclasses.replace(SPEC, moving_twin=True, matched_twin=True)
+    made = seed_lead_stops(SEED, SECONDS, spec, drive)
+    assert made[:2] == [stop, moving]
+    matched = made[2]
+    assert dataclasses.replace(matched, lead_share=0.0, lag_s=stop.lag_s) == stop
+    assert spec.matched_share[0] <= matched.lead_share <= spec.matched_share[1]
+    log, contrasts = lead_stop_log(SEED, SECONDS, matched, spec)
+    assert contrasts == {}
+    window = HISTORY_STEPS - 1
+    placed_v = log.infos[matched.frame - (matched.frame + SETTLE_FRAMES - window)].v
+    first = log.infos[window]
+    assert first.lead_speed == pytest.approx(matched.lead_share * placed_v, abs=0.1)
+    accels = np.array([info.accel for info in log.infos[window:window + 30]])
+    assert accels.min() > -1.0
+    travel = [log.future(k)[-1, 0] for k in range(window, window + 10)]
+    slow_travel = [slow_log.future(k)[-1, 0] for k in range(window, window + 10)]
+    assert all(a > b + 5.0 for a, b in zip(travel, slow_travel))

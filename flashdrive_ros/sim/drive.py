@@ -115,8 +115,7 @@ def _snapshot(world: World, t: float, ego: EgoState, route_s: float) -> SceneSna
     for veh, n in zip(world.vehicles, near):
         if veh.active and n:
             boxes.append(BoxSnapshot(veh.x, veh.y, veh.yaw, veh.length, veh.width, veh.height,
-                                     veh.color, veh.kind, braking=veh.accel < -0.8 or
-                                     (veh.kind != "parked" and veh.v < 0.3)))
+                                     veh.color, veh.kind, braking=veh.brake_lights))
     for ped in world.pedestrians:
         x, y = ped.position()
         boxes.append(BoxSnapshot(float(x), float(y), ped.yaw, 0.35, 0.5, ped.height - 0.3,

@@ -13,6 +13,8 @@ from flashdrive_ros.sim.path import Path
 LIGHT_MODES = ("stop", "go", "green")
 LIGHT_STATES = ("green", "yellow", "red")
 VEHICLE_KINDS = ("lead", "oncoming", "cross", "parked")
+BRAKE_LIGHT_MPS2 = -0.8  # m/s^2: a car braking harder than this lights its tail lights
+BRAKE_LIGHT_STANDING_MPS = 0.3  # m/s: a driving car slower than this stands, lights lit
 
 
 @dataclass
@@ -187,6 +189,13 @@ class Vehicle:
             raise ValueError(f"a {self.kind} vehicle needs a path")
         if self.path is not None:
             self.sync_pose()
+
+    @property
+    def brake_lights(self) -> bool:
+        """Whether the tail lights are lit: braking harder than BRAKE_LIGHT_MPS2, or a driving
+        car standing."""
+        return self.accel < BRAKE_LIGHT_MPS2 or (self.kind != "parked"
+                                                 and self.v < BRAKE_LIGHT_STANDING_MPS)
 
     def sync_pose(self) -> None:
         x, y, yaw = self.path.pose_at(self.s)

@@ -32,7 +32,8 @@ class ExpertInfo:
 
     reason: free | curve | lead | vehicle | red_light | yellow_light | pedestrian.
     light_state / light_gap: nearest light ahead of the front bumper (None when none in range).
-    lead_speed / lead_accel: the binding lead vehicle's speed and the sign of its braking.
+    lead_speed / lead_brake_lights: the binding lead vehicle's speed and whether its brake
+    lights are lit (None / False when no lead binds).
     vehicle_gap / vehicle_speed: bumper gap to the nearest vehicle in the ego's path ahead
     (within the sensing range, binding or not) and its speed; None when there is none.
     """
@@ -57,6 +58,7 @@ class ExpertInfo:
     oncoming_near: bool
     vehicle_gap: float | None = None
     vehicle_speed: float | None = None
+    lead_brake_lights: bool = False
 
 
 def lane_gap(s: float, s_o: float, d_o: float, veh, d_self: float) -> float | None:
@@ -116,7 +118,7 @@ class Expert:
         front_s = s + ego.front_offset
         v_des = curve_speed_limit(route, s, world.v_cruise, p)
         obstacles: list[Obstacle] = []
-        lead_speed, oncoming_near = None, False
+        lead_speed, lead_brake_lights, oncoming_near = None, False, False
         near = world.distances_to(ego.x, ego.y) <= SENSE_RANGE
         for k in np.flatnonzero(near):
             veh = world.vehicles[k]
@@ -163,7 +165,7 @@ class Expert:
         if binding is not None and free - accel > HOLDS_BACK:
             reason = binding.reason
             if reason == "lead":
-                lead_speed = binding.ref.v
+                lead_speed, lead_brake_lights = binding.ref.v, binding.ref.brake_lights
         elif v_des < world.v_cruise - 0.5 and ego.v > v_des - 1.0:
             reason = "curve"
         else:
@@ -182,7 +184,8 @@ class Expert:
             heading_change_ahead=float(yaw_ahead - yaw_now), curvature_ahead=kappa_ahead,
             oncoming_near=oncoming_near,
             vehicle_gap=None if nearest is None else float(nearest.gap),
-            vehicle_speed=None if nearest is None else float(nearest.speed))
+            vehicle_speed=None if nearest is None else float(nearest.speed),
+            lead_brake_lights=lead_brake_lights)
         return accel, steer, info
 
     def _pure_pursuit(self, ego: EgoState, s: float, lateral_offset: float) -> float:

@@ -57,6 +57,10 @@ _TEMPLATES: dict[str, tuple[str, ...]] = {
         "Slow down because the {obj} ahead is braking and the gap is closing",
         "Slow down to keep a safe distance since the lead {obj} slows down",
         "Slow down and brake gently because the {obj} in front is slowing"),
+    "lead_slower": (
+        "Slow down because the {obj} ahead drives slower and the gap is closing",
+        "Slow down to the speed of the slower {obj} ahead before the gap gets small",
+        "Slow down early since the {obj} in front moves much slower in the lane"),
     "nudge": (
         "Nudge slightly to the left to pass the parked {obj} intruding into the lane",
         "Nudge a little left within the lane to keep clear of the parked {obj}",
@@ -81,9 +85,9 @@ _TEMPLATES: dict[str, tuple[str, ...]] = {
 
 TEMPLATE_DECISIONS = {"red_approach": "stop", "red_wait": "stop", "green_go": "keep_lane",
                       "green_restart": "keep_lane", "ped": "stop", "follow": "follow",
-                      "lead_standing": "stop", "lead_brake": "slow", "nudge": "nudge",
-                      "curve_slow": "slow", "turn": "turn", "keep": "keep_lane",
-                      "keep_curve": "keep_lane"}
+                      "lead_standing": "stop", "lead_brake": "slow", "lead_slower": "slow",
+                      "nudge": "nudge", "curve_slow": "slow", "turn": "turn",
+                      "keep": "keep_lane", "keep_curve": "keep_lane"}
 FILLS = {"obj": ("car", "vehicle"), "side": ("left", "right"), "color": ("red", "yellow")}
 
 
@@ -135,7 +139,9 @@ def _situation(infos: list[ExpertInfo], k: int, standing_lead: bool = False
                 and info.lead_speed < STANDING_LEAD_MPS):
             return "lead_standing", ["follow_lead"]
         braking = info.accel < -1.0 and info.lead_speed is not None and info.lead_speed < info.v
-        return ("lead_brake" if braking else "follow"), ["follow_lead"]
+        if not braking:
+            return "follow", ["follow_lead"]
+        return ("lead_brake" if info.lead_brake_lights else "lead_slower"), ["follow_lead"]
     if max(info.nudge_now, info.nudge_ahead) > 0.15:
         return "nudge", ["nudge_parked"]
     if abs(info.curvature_ahead) >= SHARP_CURVATURE:

@@ -16,7 +16,9 @@ history with another decision and another future, so that only the words tell th
 With `moving_twin`, every fork also has a twin placed at the same frame and gap whose car
 drives on slowly (`LeadStop.lead_mps`, brake lights off) instead of standing: the expert
 follows it, so that standing and slow leads at the same gap and ego speed differ only in how
-the gap closes and in the brake lights."""
+the gap closes and in the brake lights. With `matched_twin`, every fork also has a twin whose
+car drives at nearly the ego's speed (`LeadStop.lead_share`): the expert follows it gently, so
+that the same gap and ego speed also come with a lead that closes slowly."""
 
 from __future__ import annotations
 
@@ -40,14 +42,10 @@ from flashdrive_ros.sim.expert import ExpertInfo
 from flashdrive_ros.sim.labels import STANDING_MPS
 from flashdrive_ros.sim.scenery import random_car
 from flashdrive_ros.sim.vehicle import FRONT_OFFSET
-from flashdrive_ros.sim.world import EGO_LANE_D, LANE_WIDTH
+from flashdrive_ros.sim.lead_stop_frames import SETTLE_FRAMES, placing_frames
+from flashdrive_ros.sim.world import EGO_LANE_D
 
 MOVING_ON_MPS = 1.0  # m/s: the ego moves on again once above it after standing
-SETTLE_FRAMES = 5  # frames from the placing to the first window (no window sees it appear)
-STRAIGHT_CURVATURE = 1.0 / 400.0  # 1/m: the stretch up to the car is straighter than this
-CLEAR_BEYOND_M = 40.0  # m past the car kept free of lights, crosswalks and other traffic
-MIN_SPEED_MPS = 4.0  # m/s: the ego drives at least this fast where a car is placed
-MIN_FORK_S = 12.0  # s of drive left after a placing frame
 APPROACH_S = 5.0  # s before the placing in which the ego is held to the stop's speed
 SLOW_MPS2 = 3.0  # m/s^2: the most the ego brakes to come down to that speed
 SPEED_UP_MPS2 = 1.5  # m/s^2: the most it speeds up to keep a speed
@@ -57,24 +55,27 @@ GAP_M = (12.0, 65.0)  # m, the range of a placed car's gap to the ego's front bu
 CONTRAST_MIN_MPS = 1.0  # m/s: frames with the ego slower than this get no contrast
 MIN_TWIN_MPS = 1.0  # m/s: a moving twin's car drives at least this fast (a slow lead, not a
 # standing one, in every label)
+TWIN_SPEED_UP_MPS = 1.5  # m/s: a released twin's car speeds up to at least this above its speed
 
 
 @dataclass(frozen=True)
 class LeadStops:
-    """per_drive: forks per drive (0: none), placed at distinct frames drawn among
-    those where the ego drives at MIN_SPEED_MPS or more on a clear straight stretch; each
-    draws the time the ego would take to reach the placed car at its speed from reach_s
-    (the gap kept within GAP_M), the most the ego drives in the APPROACH_S before from
-    speed_mps, the longest the ego keeps its
-    speed from lag_s, the deceleration whose need ends that earlier from decel_mps2, how long
-    the ego stands behind the car before it pulls away from stand_s, and the car's speed
-    after from cruise_mps; after_s: frames kept after the ego moves on again (a moving twin:
-    after the car speeds up); max_s: the longest a fork runs from the placing. contrast: the
-    forks' `Contrast`s; moving_twin: each fork also comes as a twin whose car drives at a
-    speed drawn from twin_mps. seeds: the training seeds whose drives are forked, from the
-    run's seed offset on (0: the seeds of the run's training drives); forks are cheap next to
-    rendered 60 s drives, and the action expert needs many of them to learn where the car
-    stands (docs/MODEL.md, "The fork probe")."""
+    """per_drive: forks per drive (0: none), placed at distinct frames drawn among those where
+    the ego drives at MIN_SPEED_MPS or more on a clear straight stretch; each draws the time
+    the ego would take to reach the placed car at its speed from reach_s (the gap kept within
+    GAP_M), the most the ego drives in the APPROACH_S before from speed_mps, the longest the
+    ego keeps its speed from lag_s, the deceleration whose need ends that earlier from
+    decel_mps2, how long the ego stands behind the car before it pulls away from stand_s, and
+    the car's speed after from cruise_mps; after_s: frames kept after the ego moves on again (a
+    moving twin: after the car speeds up); max_s: the longest a fork runs from the placing.
+    contrast: the forks' `Contrast`s; moving_twin: each fork also comes as a twin whose car
+    drives at a speed drawn from twin_mps; matched_twin: each fork also comes as a twin whose
+    car drives at a share of the ego's speed at the placing drawn from matched_share, and
+    whose ego reacts at once (no lag). seeds:
+    the training seeds whose drives are forked, from the run's seed offset on (0: the seeds of
+    the run's training drives); forks are cheap next to rendered 60 s drives, and the action
+    expert needs many of them to learn where the car stands (docs/MODEL.md, "The fork
+    probe")."""
 
     per_drive: int = 0
     seeds: int = 0
@@ -89,20 +90,27 @@ class LeadStops:
     contrast: bool = False
     moving_twin: bool = False
     twin_mps: tuple[float, float] = (1.5, 4.0)
+    matched_twin: bool = False
+    matched_share: tuple[float, float] = (0.75, 1.0)
 
     def __post_init__(self) -> None:
         if self.per_drive < 0 or self.seeds < 0:
             raise ValueError(f"LeadStops.per_drive and LeadStops.seeds must be >= 0, got "
                              f"{self.per_drive} and {self.seeds}")
         for name in ("reach_s", "speed_mps", "lag_s", "decel_mps2", "stand_s", "cruise_mps",
-                     "twin_mps"):
+                     "twin_mps", "matched_share"):
             low, high = getattr(self, name)
             if not (np.isfinite(high) and 0 < low <= high):
                 raise ValueError(f"LeadStops.{name} must be (low, high) with 0 < low <= high, "
                                  f"got {getattr(self, name)}")
-        if (self.contrast or self.moving_twin or self.seeds) and not self.enabled:
-            raise ValueError("LeadStops.contrast, LeadStops.moving_twin and LeadStops.seeds "
-                             "need forks: per_drive must be > 0")
+        if ((self.contrast or self.moving_twin or self.matched_twin or self.seeds)
+                and not self.enabled):
+            raise ValueError("LeadStops.contrast, LeadStops.moving_twin, "
+                             "LeadStops.matched_twin and LeadStops.seeds need forks: "
+                             "per_drive must be > 0")
+        if self.matched_share[1] > 1.0:
+            raise ValueError(f"LeadStops.matched_share must lie in (0, 1], got "
+                             f"{self.matched_share}")
         if self.twin_mps[0] < MIN_TWIN_MPS or self.twin_mps[1] >= self.cruise_mps[0]:
             raise ValueError(f"LeadStops.twin_mps must lie in [{MIN_TWIN_MPS:g}, "
                              f"cruise_mps low), got {self.twin_mps}")
@@ -120,13 +128,13 @@ class LeadStops:
 class LeadStop:
     """A car of `size` (length, width, height) and `color` placed standing in the ego lane at
     10 Hz frame `frame`, its rear `gap_m(v)` ahead of the ego's front bumper (v: the ego's
-    speed then). For APPROACH_S
-    before it the ego drives at most `speed_mps` (slowing at up to SLOW_MPS2); from the
-    placing it keeps its speed for at most `lag_s`, ended earlier where stopping behind the car
-    would need more than `decel_mps2` to keep `margin_m`; the car pulls away (to `cruise_mps`)
-    once the ego has stood behind it for `stand_s`. A moving twin (`lead_mps` > 0) places the
-    car driving at `lead_mps` instead, and it speeds up once the ego has come down to its
-    speed for `stand_s`."""
+    speed then). For APPROACH_S before it the ego drives at most `speed_mps` (slowing at up to
+    SLOW_MPS2); from the placing it keeps its speed for at most `lag_s`, ended earlier where
+    stopping behind the car would need more than `decel_mps2` to keep `margin_m`; the car pulls
+    away (to `cruise_mps`) once the ego has stood behind it for `stand_s`. A moving twin
+    (`lead_mps` > 0) places the car driving at `lead_mps` instead (a matched twin, `lead_share`
+    > 0: at that share of the ego's speed then), and it speeds up once the ego has come down to
+    its speed for `stand_s`."""
 
     frame: int
     reach_s: float
@@ -139,12 +147,21 @@ class LeadStop:
     color: tuple[int, int, int]
     margin_m: float = 2.0
     lead_mps: float = 0.0
+    lead_share: float = 0.0
 
     @property
-    def caught_up_mps(self) -> float:
-        """The ego counts as standing behind the car (or as having come down to its speed)
-        below this speed."""
-        return self.lead_mps + STANDING_MPS
+    def moving(self) -> bool:
+        """Whether the placed car drives (a twin) rather than stands."""
+        return self.lead_mps > 0.0 or self.lead_share > 0.0
+
+    def placed_mps(self, v: float) -> float:
+        """The placed car's speed for an ego at speed v then."""
+        return self.lead_share * v if self.lead_share > 0.0 else self.lead_mps
+
+    def caught_up_mps(self, lead_mps: float) -> float:
+        """The ego counts as standing behind the car (or as having come down to its speed
+        lead_mps) below this speed."""
+        return lead_mps + STANDING_MPS
 
     @property
     def place_step(self) -> int:
@@ -176,15 +193,16 @@ class Contrast:
 class LeadStopRun:
     """A `LeadStop` in one simulation: the placed car (None before its frame), the speed the
     ego keeps through the lag (None once it has ended), how long the ego has stood behind the
-    car (a moving twin: driven at its speed), the 50 Hz step the car was released at (None
-    before); with `contrast`, the copies of the world without the standing car kept per
-    10 Hz frame (`note_frame`)."""
+    car (a twin: driven at its speed), the car's speed at the placing, the 50 Hz step the car
+    was released at (None before); with `contrast`, the copies of the world without the
+    standing car kept per 10 Hz frame (`note_frame`)."""
 
     stop: LeadStop
     contrast: bool = False
     car: Vehicle | None = None
     keep_mps: float | None = None
     caught_up_steps: int = 0
+    lead_mps: float = 0.0
     released_step: int | None = None
     without_car: dict[int, EgoWorld] = field(default_factory=dict)
 
@@ -194,7 +212,7 @@ class LeadStopRun:
         drives CONTRAST_MIN_MPS or more, keeps a fork of the world (lights held as
         `held_lights`) with the car taken out."""
         car = self.car
-        if (not self.contrast or self.stop.lead_mps > 0.0 or car is None
+        if (not self.contrast or self.stop.moving or car is None
                 or car.brake_until <= sim.t or sim.ego.v < CONTRAST_MIN_MPS):
             return
         fork = sim.fork(held_lights)
@@ -222,14 +240,14 @@ class LeadStopRun:
             return i >= stop.approach_step
         if self.car is None:
             self.car = place_car(sim, route_s, stop)
-            self.keep_mps = sim.ego.v
+            self.keep_mps, self.lead_mps = sim.ego.v, self.car.v
         if self.keep_mps is not None and (
                 i >= place + int(round(stop.lag_s * SIM_HZ))
                 or not keeps_speed(sim, route_s, self.car, stop.decel_mps2, stop.margin_m)):
             self.keep_mps = None
         held = self.car.brake_until > sim.t
         if held:
-            caught_up = sim.ego.v < stop.caught_up_mps
+            caught_up = sim.ego.v < stop.caught_up_mps(self.lead_mps)
             self.caught_up_steps = self.caught_up_steps + 1 if caught_up else 0
             if self.caught_up_steps >= int(round(stop.stand_s * SIM_HZ)):
                 self.car.brake_until = sim.t
@@ -254,8 +272,8 @@ def _track(target_mps: float, v: float) -> float:
 
 
 def place_car(sim: EgoWorld, route_s: float, stop: LeadStop) -> Vehicle:
-    """The stop's car, added to the world of `sim` in the ego lane standing (a moving twin:
-    driving at `stop.lead_mps`), its rear `stop.gap_m` of the ego's speed ahead of the ego's
+    """The stop's car, added to the world of `sim` in the ego lane standing (a twin: driving at
+    `stop.placed_mps`), its rear `stop.gap_m` of the ego's speed ahead of the ego's
     front bumper (base_link at route arc length route_s); it keeps that speed until its
     `brake_until` is set."""
     route = sim.world.route
@@ -263,62 +281,24 @@ def place_car(sim: EgoWorld, route_s: float, stop: LeadStop) -> Vehicle:
     center_s = route_s + FRONT_OFFSET + stop.gap_m(sim.ego.v) + length / 2
     path = route.offset_path(EGO_LANE_D, center_s - length,
                              min(center_s + PATH_AFTER_M, route.length))
+    speed = stop.placed_mps(sim.ego.v)
     car = Vehicle("lead", length, width, height, stop.color, path=path,
-                  v_cruise=stop.cruise_mps)
+                  v_cruise=max(stop.cruise_mps, speed + TWIN_SPEED_UP_MPS) if stop.moving
+                  else stop.cruise_mps)
     car.s = path.project(route.offset_point(center_s, EGO_LANE_D))[0]
     car.sync_pose()
-    car.v = stop.lead_mps
-    car.brake, car.brake_until = (car.s, stop.lead_mps, 0.0), float("inf")
+    car.v = speed
+    car.brake, car.brake_until = (car.s, speed, 0.0), float("inf")
     sim.world.vehicles.append(car)
     return car
-
-
-def placing_frames(log: DriveLog, stop: LeadStop) -> list[int]:
-    """Frames of a drive where the stop's car may be placed (its frame aside): the ego drives
-    at
-    MIN_SPEED_MPS or more, the first window would come after HISTORY_STEPS frames, and the
-    lane up to CLEAR_BEYOND_M past the car is straight and clear of lights, crosswalks,
-    parked cars to pass and other traffic."""
-    world = log.world
-    stops = np.array([lt.stop_s for lt in world.lights()] + [c.s for c in world.crosswalks])
-    frames = []
-    first = max(HISTORY_STEPS - 1 - SETTLE_FRAMES, 0)
-    for k in range(first, log.frame_count - int(round(MIN_FORK_S * FRAME_HZ))):
-        info = log.infos[k]
-        if info.v < MIN_SPEED_MPS or info.reason != "free":
-            continue
-        gap = stop.gap_m(min(info.v, stop.speed_mps))
-        near, far = info.front_s, info.front_s + gap + CLEAR_BEYOND_M
-        if far > world.route.length or (stops.size and np.any((stops > near - 5.0)
-                                                             & (stops < far))):
-            continue
-        ahead = np.linspace(near, far, 24)
-        if np.abs(world.route.curvature_at(ahead)).max() > STRAIGHT_CURVATURE:
-            continue
-        if info.nudge_now > 0.0 or info.nudge_ahead > 0.0 or _traffic_ahead(log, k, near, far):
-            continue
-        frames.append(k)
-    return frames
-
-
-def _traffic_ahead(log: DriveLog, k: int, near: float, far: float) -> bool:
-    """Whether a moving vehicle is in or near the ego lane between route arc lengths near and
-    far at frame k."""
-    route = log.world.route
-    for box in log.scenes[k].boxes:
-        if box.kind in ("parked", "pedestrian"):
-            continue
-        s, d = route.project((box.x, box.y), hint=near, window=far - near + 20.0)
-        if near - 10.0 < s < far + 10.0 and abs(d - EGO_LANE_D) < LANE_WIDTH:
-            return True
-    return False
 
 
 def seed_lead_stops(seed: int, seconds: float, spec: LeadStops,
                     log: DriveLog | None = None) -> list[LeadStop]:
     """The lead stops drawn for the seed's `seconds` drive (`log`: that drive with the lights
     held, when already simulated): per_drive at placing frames at least max_s apart, fewer
-    where the drive has fewer; with `spec.moving_twin`, each followed by its moving twin."""
+    where the drive has fewer; each followed by its moving twin (`spec.moving_twin`), then by
+    its matched twin (`spec.matched_twin`)."""
     if not spec.enabled:
         return []
     rng = np.random.default_rng([seed, 43])
@@ -336,11 +316,18 @@ def seed_lead_stops(seed: int, seconds: float, spec: LeadStops,
                   if all(abs(k - other.frame) > spec.max_s * FRAME_HZ for other in stops)]
         if frames:
             stops.append(dataclasses.replace(drawn, frame=int(rng.choice(frames))))
-    if not spec.moving_twin:
-        return stops
     twin_rng = np.random.default_rng([seed, 44])
-    return [made for stop in stops for made in (
-        stop, dataclasses.replace(stop, lead_mps=float(twin_rng.uniform(*spec.twin_mps))))]
+    matched_rng = np.random.default_rng([seed, 45])
+    made = []
+    for stop in stops:
+        made.append(stop)
+        if spec.moving_twin:
+            made.append(dataclasses.replace(stop,
+                                            lead_mps=float(twin_rng.uniform(*spec.twin_mps))))
+        if spec.matched_twin:
+            made.append(dataclasses.replace(
+                stop, lead_share=float(matched_rng.uniform(*spec.matched_share)), lag_s=0.0))
+    return made
 
 
 def lead_stop_log(seed: int, seconds: float, stop: LeadStop, spec: LeadStops
@@ -348,14 +335,14 @@ def lead_stop_log(seed: int, seconds: float, stop: LeadStop, spec: LeadStops
     """The fork of the seed's `seconds` drive with `stop`, cut to its window frames (ending
     `spec.after_s` after the ego moves on from behind the standing car, or after the moving
     twin's car speeds up), and the `Contrast` of its frames by cut frame index (none without
-    `spec.contrast` or on a moving twin)."""
+    `spec.contrast` or on a twin)."""
     first = stop.frame + SETTLE_FRAMES - (HISTORY_STEPS - 1)
     end_frame = stop.frame + int(round(spec.max_s * FRAME_HZ))
     run = LeadStopRun(stop, contrast=spec.contrast)
     log = simulate_disturbed(seed, seconds, None, lead_stop=run,
                              end_s=min(end_frame / FRAME_HZ, seconds), futures_from=first)
     last = log.frame_count - 1
-    if stop.lead_mps > 0.0:
+    if stop.moving:
         moved_on = None if run.released_step is None else run.released_step // SUBSTEPS
     else:
         moved_on = _moved_on_frame(log, stop.frame + SETTLE_FRAMES)

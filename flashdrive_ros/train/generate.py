@@ -253,7 +253,7 @@ def lead_stop_plan(seeds: list[int], seconds: float, cfg: ModelConfig, spec: Lea
                 _lead_stop_worker, find=_lead_stops_worker,
                 jobs=lambda arg, found: [(arg[0], arg[1], stop, size, noise, spec,
                                           standing_lead) for stop in found],
-                cost=lambda job: 60.0 if job[5].contrast and job[2].lead_mps == 0.0 else 30.0)
+                cost=lambda job: 60.0 if job[5].contrast and not job[2].moving else 30.0)
 
 
 def lead_stop_drives(seeds: list[int], seconds: float, cfg: ModelConfig, spec: LeadStops,

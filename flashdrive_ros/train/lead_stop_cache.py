@@ -41,6 +41,8 @@ def main(argv: list[str] | None = None) -> int:
     add_on_off(p, "--contrast", LeadStops.contrast, "the forks' contrasts (LeadStops.contrast)")
     add_on_off(p, "--moving-twin", LeadStops.moving_twin,
                "each fork also as its moving twin (LeadStops.moving_twin)")
+    add_on_off(p, "--matched-twin", LeadStops.matched_twin,
+               "each fork also as its matched twin (LeadStops.matched_twin)")
     add_on_off(p, "--standing-lead-label", True,
                "label a standing binding lead a reason to stop (Recipe.standing_lead_label)")
     p.add_argument("--workers", type=int, default=None, help="processes (default: all cores)")
@@ -50,7 +52,8 @@ def main(argv: list[str] | None = None) -> int:
         if args.seeds < 1 or args.seconds <= 0:
             raise ValueError("--seeds must be >= 1 and --seconds > 0")
         spec = LeadStops(per_drive=args.per_drive, **{name: value for name, value in (
-            ("contrast", on_off(args.contrast)), ("moving_twin", on_off(args.moving_twin)))
+            ("contrast", on_off(args.contrast)), ("moving_twin", on_off(args.moving_twin)),
+            ("matched_twin", on_off(args.matched_twin)))
             if value is not None})
         if not spec.enabled:
             raise ValueError("--per-drive must be >= 1")

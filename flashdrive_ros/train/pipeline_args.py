@@ -90,6 +90,10 @@ def parse_args(argv: list[str] | None = None) -> tuple[argparse.Namespace, Recip
                f"with --lead-stops: each fork also comes as a twin placed at the same frame "
                f"and gap whose car drives on at {LeadStops.twin_mps[0]:g}-"
                f"{LeadStops.twin_mps[1]:g} m/s instead of standing (the expert follows it)")
+    add_on_off(parser, "--lead-stop-matched-twin", LeadStops.matched_twin,
+               f"with --lead-stops: each fork also comes as a twin whose car drives at "
+               f"{LeadStops.matched_share[0]:g}-{LeadStops.matched_share[1]:g} of the ego's "
+               f"speed (the expert follows it gently)")
     add_on_off(parser, "--standing-lead-label", Recipe.standing_lead_label,
                "label a binding lead that stands (slower than 0.5 m/s) a reason to stop: "
                "'Stop behind the car standing still in the lane ahead' instead of 'Follow ...'")
@@ -184,7 +188,8 @@ def parse_args(argv: list[str] | None = None) -> tuple[argparse.Namespace, Recip
     stops = {name: value for name, value in (
         ("per_drive", args.lead_stops), ("seeds", args.lead_stop_seeds),
         ("contrast", on_off(args.lead_stop_contrast)),
-        ("moving_twin", on_off(args.lead_stop_moving_twin)))
+        ("moving_twin", on_off(args.lead_stop_moving_twin)),
+        ("matched_twin", on_off(args.lead_stop_matched_twin)))
         if value is not None}
     lanes = {} if args.lane_forks is None else {"per_drive": args.lane_forks}
     pairs = {} if args.lamp_pairs is None else {"per_wait": args.lamp_pairs}
