@@ -40,9 +40,9 @@ from flashdrive_ros.sim.ego_world import EgoWorld
 from flashdrive_ros.sim.entities import Vehicle
 from flashdrive_ros.sim.expert import ExpertInfo
 from flashdrive_ros.sim.labels import STANDING_MPS
+from flashdrive_ros.sim.lead_stop_frames import SETTLE_FRAMES, placing_frames
 from flashdrive_ros.sim.scenery import random_car
 from flashdrive_ros.sim.vehicle import FRONT_OFFSET
-from flashdrive_ros.sim.lead_stop_frames import SETTLE_FRAMES, placing_frames
 from flashdrive_ros.sim.world import EGO_LANE_D
 
 MOVING_ON_MPS = 1.0  # m/s: the ego moves on again once above it after standing
@@ -71,11 +71,10 @@ class LeadStops:
     contrast: the forks' `Contrast`s; moving_twin: each fork also comes as a twin whose car
     drives at a speed drawn from twin_mps; matched_twin: each fork also comes as a twin whose
     car drives at a share of the ego's speed at the placing drawn from matched_share, and
-    whose ego reacts at once (no lag). seeds:
-    the training seeds whose drives are forked, from the run's seed offset on (0: the seeds of
-    the run's training drives); forks are cheap next to rendered 60 s drives, and the action
-    expert needs many of them to learn where the car stands (docs/MODEL.md, "The fork
-    probe")."""
+    whose ego reacts at once (no lag). seeds: the training seeds whose drives are forked, from
+    the run's seed offset on (0: the seeds of the run's training drives); forks are cheap next
+    to rendered 60 s drives, and the action expert needs many of them to learn where the car
+    stands (docs/MODEL.md, "The fork probe")."""
 
     per_drive: int = 0
     seeds: int = 0
