@@ -253,7 +253,7 @@ def test_the_matched_twin_follows_a_car_at_nearly_its_speed_from_the_placing(dri
     log, contrasts = lead_stop_log(SEED, SECONDS, matched, dataclasses.replace(spec, max_s=6.0))
     assert contrasts == {}
     window = HISTORY_STEPS - 1
-    placed_v = log.infos[matched.frame - (matched.frame + SETTLE_FRAMES - window)].v
+    placed_v = log.infos[window - SETTLE_FRAMES].v
     first = log.infos[window]
     assert first.lead_speed == pytest.approx(matched.lead_share * placed_v, abs=0.1)
     accels = np.array([info.accel for info in log.infos[window:window + 30]])
