@@ -15,7 +15,13 @@ from flashdrive_ros.sim.disturbance import (
     pulse_schedule,
     start_hold_steps,
 )
-from flashdrive_ros.sim.disturbed_drive import HORIZON_STEPS, RestHold, simulate_disturbed
+from flashdrive_ros.sim.disturbed_drive import (
+    HORIZON_STEPS,
+    RestHold,
+    expert_poses,
+    held_pedestrian_poses,
+    simulate_disturbed,
+)
 from flashdrive_ros.sim.drive import SUBSTEPS, simulate
 from flashdrive_ros.sim.ego_world import EgoWorld
 from flashdrive_ros.sim.entities import TrafficLight
@@ -78,6 +84,44 @@ def test_a_fork_holds_the_light_states_it_is_given_and_the_world_keeps_its_own()
         sim.fork(("red",) * (len(states) + 1))
     with pytest.raises(ValueError, match="held light state"):
         TrafficLight(10.0, 30.0, "stop", held="blue")
+
+
+def test_with_a_pedestrian_in_the_way_the_future_waits_until_the_frame_shows_the_way_clear():
+    plain = simulate(5, 15.0, blocks=("pedestrian",))
+    log = simulate_disturbed(5, 15.0, None, blocks=("pedestrian",))
+    assert np.array_equal(log.ego, plain.ego)
+    moved = {name: np.array([np.hypot(*drive.future(k)[-1, :2])
+                             for k in range(log.frame_count)])
+             for name, drive in (("held", log), ("plain", plain))}
+    blocked = [k for k in range(log.frame_count) if log.infos[k].ped_gap is not None]
+    waiting = [k for k in blocked if log.infos[k].v < 0.05]
+    assert len(waiting) >= 3, "the expert never waited for the pedestrian"
+    for k in waiting:
+        assert moved["plain"][k] > 3.0, f"frame {k}: the drive did not go on"
+        assert moved["held"][k] < 0.3, f"frame {k}: the plan leaves with the pedestrian in the way"
+    released = [k for k in range(1, log.frame_count)
+                if log.infos[k].ped_gap is None and k - 1 in blocked]
+    assert released
+    for k in range(log.frame_count):
+        if k not in blocked:
+            assert np.array_equal(log.future(k), plain.future(k)), k
+    assert all(moved["held"][k] > 3.0 for k in released)
+
+
+def test_a_fork_holds_its_pedestrians_where_they_stand_and_the_world_walks_on():
+    sim = EgoWorld(5, 15.0, ("pedestrian",))
+    while sim.expert_control()[2].ped_gap is None:
+        sim.step(*sim.expert_control()[:2])
+    fork = sim.fork(hold_pedestrians=True)
+    before = [ped.position() for ped in fork.world.pedestrians]
+    while sim.ego.v > 0.05:
+        for world in (sim, fork):
+            world.step(*world.expert_control()[:2])
+    assert np.array_equal([ped.position() for ped in fork.world.pedestrians], before)
+    assert not np.array_equal([ped.position() for ped in sim.world.pedestrians], before)
+    rest = held_pedestrian_poses(fork.fork())
+    assert np.abs(rest - expert_poses(fork)).max() < 0.005
+    assert np.hypot(*(rest[-1, :2] - rest[0, :2])) < 0.3
 
 
 def test_a_fork_continues_the_drive_through_a_red_light_exactly():

@@ -58,6 +58,7 @@ START_ACCEL = 0.3  # m/s^2: an expert acceleration above it while the ego stands
 MOVING_SPEED = 1.0  # m/s: above it, the next standstill's start is drawn afresh
 HOLD_BRAKE = 3.0  # m/s^2 offset that keeps a standing ego at rest against the expert's start
 STOPPED_MPS = 0.05  # m/s: below it a rest hold keeps the ego standing
+HELD_REST_MPS = 0.01  # m/s: below it, braking behind a held pedestrian, the ego stands
 REST_TOLERANCE_M = 0.05  # m: a rest hold past its point brakes as if this far before it
 
 
@@ -173,7 +174,10 @@ def simulate_disturbed(seed: int, seconds: float, disturbance: Disturbance | Non
     when `disturbance` is None) and `DriveLog.planned` holding each frame's undisturbed
     expert future. With `hold_lights`, that future is the expert's plan from what a frame
     shows: the lights keep the states they have at the frame's time through its horizon (a
-    light that turns green 4 s later is red for the whole future of a car waiting at it).
+    light that turns green 4 s later is red for the whole future of a car waiting at it),
+    and at a frame where a pedestrian blocks the ego, the pedestrians stand where they are
+    through its horizon (a car waiting for a pedestrian who clears its path 1 s later waits
+    through the whole future).
     light_edits and end_s as in `drive.simulate`; brake_holds: (t, seconds) spans in which
     the ego is held at rest against the expert (a driver's reaction time); rest_holds:
     (rest_s, until) of `RestHold`s, each stopping the ego at a route arc length and keeping
@@ -217,7 +221,8 @@ def simulate_disturbed(seed: int, seconds: float, disturbance: Disturbance | Non
     first_step = futures_from * SUBSTEPS
     rests = [RestHold(rest_s, until) for rest_s, until in rest_holds]
     marked = np.zeros(n_steps, dtype=bool)  # marked: [n_steps] the step is disturbed
-    rows, scenes, infos, forks, light_changes = [], [], [], {}, {}
+    blocked = np.zeros(n_steps, dtype=bool)  # blocked: [n_steps] a pedestrian blocks the ego
+    rows, scenes, infos, forks, light_changes, ped_holds = [], [], [], {}, {}, {}
     expert_accel = 0.0
     lights_now = sim.light_states() if hold_lights else None
     for i in range(n_steps):
@@ -253,6 +258,9 @@ def simulate_disturbed(seed: int, seconds: float, disturbance: Disturbance | Non
             lead_stop.note_frame(i // SUBSTEPS, sim, lights_now)
         accel, steer, info = sim.expert_control(float(drifts[i]))
         expert_accel = accel
+        blocked[i] = info.ped_gap is not None
+        if hold_lights and blocked[i] and on_frame and i >= first_step:
+            ped_holds[i] = sim.fork(lights_now, hold_pedestrians=True)
         if lagging:
             offsets[i, 0] = max(offsets[i, 0], -accel)
         if rest_accel is not None:
@@ -280,12 +288,32 @@ def simulate_disturbed(seed: int, seconds: float, disturbance: Disturbance | Non
     planned = np.stack([_planned_future(k * SUBSTEPS, ego_rows, disturbed, branches,
                                         changes, held) if k >= futures_from else unplanned
                         for k in range(frame_count)])
+    for i, fork in ped_holds.items():
+        if not blocked[i + 1:i + HORIZON_STEPS + 1].all():
+            poses = held_pedestrian_poses(fork)  # poses: [HORIZON_STEPS + 1, 3]
+            planned[i // SUBSTEPS] = to_frame(poses[0], poses[SUBSTEPS::SUBSTEPS])
     return DriveLog(sim.world, float(seconds), ego_rows, scenes, infos, planned=planned)
 
 
 def expert_poses(sim: EgoWorld, steps: int = HORIZON_STEPS) -> np.ndarray:
     """float64 [steps + 1, 3] (x, y, yaw) of the expert driving `sim` (a fork) on alone."""
     return expert_run(sim, steps)[0]
+
+
+def held_pedestrian_poses(sim: EgoWorld) -> np.ndarray:
+    """`expert_poses` of a fork whose pedestrians are held, to within HELD_REST_MPS * 0.5 m:
+    once the ego is below HELD_REST_MPS and braking, the held pedestrian in its way keeps
+    it braking through the horizon (close behind a standing obstacle the expert brakes at
+    its speed / 0.5 s), so the poses from then on are the ego's pose now."""
+    poses = [(sim.ego.x, sim.ego.y, sim.ego.yaw)]
+    while len(poses) <= HORIZON_STEPS:
+        accel, steer, _ = sim.expert_control()
+        if sim.ego.v < HELD_REST_MPS and accel <= 0.0:
+            poses.extend(poses[-1:] * (HORIZON_STEPS + 1 - len(poses)))
+            break
+        sim.step(accel, steer)
+        poses.append((sim.ego.x, sim.ego.y, sim.ego.yaw))
+    return np.asarray(poses, dtype=np.float64)
 
 
 def expert_run(sim: EgoWorld, steps: int = HORIZON_STEPS) -> tuple[np.ndarray, ExpertInfo]:

@@ -56,10 +56,12 @@ class EgoWorld:
         """What each of the world's lights shows the ego now."""
         return tuple(light.ego_state(self.t) for light in self.world.lights())
 
-    def fork(self, held_lights: tuple[str, ...] | None = None) -> EgoWorld:
+    def fork(self, held_lights: tuple[str, ...] | None = None,
+             hold_pedestrians: bool = False) -> EgoWorld:
         """An independent copy of the world and the ego now (route, scenery and vehicle paths
         shared, being read-only) with a copy of the expert; held_lights: the copy's lights
-        show these states (one per light) from now on."""
+        show these states (one per light) from now on; hold_pedestrians: the copy's
+        pedestrians stand where they are from now on."""
         world = self.world
         shared = [world.route, world.statics, world.style,
                   *(v.path for v in world.vehicles if v.path is not None)]
@@ -73,6 +75,8 @@ class EgoWorld:
                 raise ValueError(f"{len(held_lights)} held states for {len(lights)} lights")
             for light, state in zip(lights, held_lights):
                 light.held = state
+        for ped in other.world.pedestrians if hold_pedestrians else ():
+            ped.held = True
         return other
 
     def step(self, accel: float, steer: float) -> None:

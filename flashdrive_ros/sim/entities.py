@@ -208,7 +208,8 @@ class Vehicle:
 
 @dataclass
 class Pedestrian:
-    """Walks from start to end at speed once the ego's front passes trigger_s (route s)."""
+    """Walks from start to end at speed once the ego's front passes trigger_s (route s).
+    held: stands where it is from now on, still showing the walk it is on (velocity)."""
 
     start: tuple[float, float]
     end: tuple[float, float]
@@ -218,6 +219,7 @@ class Pedestrian:
     height: float = 1.75
     t_start: float | None = None
     walked: float = 0.0
+    held: bool = False
 
     @property
     def route_length(self) -> float:

@@ -82,7 +82,7 @@ class World:
         for ped in self.pedestrians:
             if ped.t_start is None and ego_front_s >= ped.trigger_s:
                 ped.t_start = t
-            if ped.walking:
+            if ped.walking and not ped.held:
                 ped.walked = min(ped.walked + ped.speed * dt, ped.route_length)
         for veh in self.vehicles:
             if not veh.active:
