@@ -19,7 +19,7 @@ from flashdrive_ros.sim.disturbed_drive import (
     HORIZON_STEPS,
     RestHold,
     expert_poses,
-    held_pedestrian_poses,
+    held_road_user_poses,
     simulate_disturbed,
 )
 from flashdrive_ros.sim.drive import SUBSTEPS, simulate
@@ -108,18 +108,44 @@ def test_with_a_pedestrian_in_the_way_the_future_waits_until_the_frame_shows_the
     assert all(moved["held"][k] > 3.0 for k in released)
 
 
+def test_behind_a_car_that_stands_the_future_stays_behind_it_until_the_frame_shows_it_go():
+    plain = simulate(3, 20.0, blocks=("lead",))
+    log = simulate_disturbed(3, 20.0, None, blocks=("lead",))
+    assert np.array_equal(log.ego, plain.ego)
+
+    def travel(drive, k):
+        steps = np.diff(np.vstack([[0.0, 0.0], drive.future(k)[:, :2]]), axis=0)
+        return float(np.hypot(steps[:, 0], steps[:, 1]).sum())
+
+    infos = log.infos[:log.frame_count]
+    standing = [k for k, info in enumerate(infos) if info.vehicle_gap is not None
+                and info.vehicle_speed < 0.3 and info.vehicle_gap < 25.0]
+    assert len(standing) >= 10, "the lead never stood ahead of the ego"
+    for k in standing:
+        gap = infos[k].vehicle_gap
+        assert travel(plain, k) > gap + 0.5, f"frame {k}: the lead did not drive off"
+        assert travel(log, k) < gap, f"frame {k}: the plan drives through the standing car"
+    unheld = [k for k, info in enumerate(infos)
+              if info.ped_gap is None and not info.vehicle_brake_lights]
+    assert len(unheld) >= 50
+    for k in unheld:
+        assert np.array_equal(log.future(k), plain.future(k)), k
+    gone = [k for k in range(standing[-1] + 1, log.frame_count) if k in unheld]
+    assert gone and travel(log, gone[0]) > 5.0
+
+
 def test_a_fork_holds_its_pedestrians_where_they_stand_and_the_world_walks_on():
     sim = EgoWorld(5, 15.0, ("pedestrian",))
     while sim.expert_control()[2].ped_gap is None:
         sim.step(*sim.expert_control()[:2])
-    fork = sim.fork(hold_pedestrians=True)
+    fork = sim.fork(hold_road_users=True)
     before = [ped.position() for ped in fork.world.pedestrians]
     while sim.ego.v > 0.05:
         for world in (sim, fork):
             world.step(*world.expert_control()[:2])
     assert np.array_equal([ped.position() for ped in fork.world.pedestrians], before)
     assert not np.array_equal([ped.position() for ped in sim.world.pedestrians], before)
-    rest = held_pedestrian_poses(fork.fork())
+    rest = held_road_user_poses(fork.fork())
     assert np.abs(rest - expert_poses(fork)).max() < 0.005
     assert np.hypot(*(rest[-1, :2] - rest[0, :2])) < 0.3
 

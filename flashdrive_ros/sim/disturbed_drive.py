@@ -58,7 +58,7 @@ START_ACCEL = 0.3  # m/s^2: an expert acceleration above it while the ego stands
 MOVING_SPEED = 1.0  # m/s: above it, the next standstill's start is drawn afresh
 HOLD_BRAKE = 3.0  # m/s^2 offset that keeps a standing ego at rest against the expert's start
 STOPPED_MPS = 0.05  # m/s: below it a rest hold keeps the ego standing
-HELD_REST_MPS = 0.01  # m/s: below it, braking behind a held pedestrian, the ego stands
+HELD_REST_MPS = 0.01  # m/s: below it, braking behind held road users, the ego stands
 REST_TOLERANCE_M = 0.05  # m: a rest hold past its point brakes as if this far before it
 
 
@@ -175,9 +175,10 @@ def simulate_disturbed(seed: int, seconds: float, disturbance: Disturbance | Non
     expert future. With `hold_lights`, that future is the expert's plan from what a frame
     shows: the lights keep the states they have at the frame's time through its horizon (a
     light that turns green 4 s later is red for the whole future of a car waiting at it),
-    and at a frame where a pedestrian blocks the ego, the pedestrians stand where they are
-    through its horizon (a car waiting for a pedestrian who clears its path 1 s later waits
-    through the whole future).
+    and at a frame where a pedestrian blocks the ego or the car ahead in its path shows its
+    brake lights, the pedestrians stand where they are and the cars with brake lights lit
+    never speed up through its horizon (a car waiting for a pedestrian who clears its path
+    1 s later, or behind a car that drives off 1 s later, waits through the whole future).
     light_edits and end_s as in `drive.simulate`; brake_holds: (t, seconds) spans in which
     the ego is held at rest against the expert (a driver's reaction time); rest_holds:
     (rest_s, until) of `RestHold`s, each stopping the ego at a route arc length and keeping
@@ -221,8 +222,8 @@ def simulate_disturbed(seed: int, seconds: float, disturbance: Disturbance | Non
     first_step = futures_from * SUBSTEPS
     rests = [RestHold(rest_s, until) for rest_s, until in rest_holds]
     marked = np.zeros(n_steps, dtype=bool)  # marked: [n_steps] the step is disturbed
-    blocked = np.zeros(n_steps, dtype=bool)  # blocked: [n_steps] a pedestrian blocks the ego
-    rows, scenes, infos, forks, light_changes, ped_holds = [], [], [], {}, {}, {}
+    held = np.zeros(n_steps, dtype=bool)  # held: [n_steps] a frame there holds road users
+    rows, scenes, infos, forks, light_changes, road_holds = [], [], [], {}, {}, {}
     expert_accel = 0.0
     lights_now = sim.light_states() if hold_lights else None
     for i in range(n_steps):
@@ -258,9 +259,9 @@ def simulate_disturbed(seed: int, seconds: float, disturbance: Disturbance | Non
             lead_stop.note_frame(i // SUBSTEPS, sim, lights_now)
         accel, steer, info = sim.expert_control(float(drifts[i]))
         expert_accel = accel
-        blocked[i] = info.ped_gap is not None
-        if hold_lights and blocked[i] and on_frame and i >= first_step:
-            ped_holds[i] = sim.fork(lights_now, hold_pedestrians=True)
+        held[i] = info.ped_gap is not None or info.vehicle_brake_lights
+        if hold_lights and held[i] and on_frame and i >= first_step:
+            road_holds[i] = sim.fork(lights_now, hold_road_users=True)
         if lagging:
             offsets[i, 0] = max(offsets[i, 0], -accel)
         if rest_accel is not None:
@@ -282,15 +283,15 @@ def simulate_disturbed(seed: int, seconds: float, disturbance: Disturbance | Non
     disturbed = np.flatnonzero(marked)
     ego_rows = np.asarray(rows, dtype=np.float64)
     branches = {i: expert_poses(fork) for i, fork in forks.items()}
-    held = {i: expert_poses(fork) for i, fork in light_changes.items()}
-    changes = np.array(sorted(held), dtype=np.int64)
+    lights_held = {i: expert_poses(fork) for i, fork in light_changes.items()}
+    changes = np.array(sorted(lights_held), dtype=np.int64)
     unplanned = np.full((FUTURE_STEPS, 3), np.nan)
     planned = np.stack([_planned_future(k * SUBSTEPS, ego_rows, disturbed, branches,
-                                        changes, held) if k >= futures_from else unplanned
-                        for k in range(frame_count)])
-    for i, fork in ped_holds.items():
-        if not blocked[i + 1:i + HORIZON_STEPS + 1].all():
-            poses = held_pedestrian_poses(fork)  # poses: [HORIZON_STEPS + 1, 3]
+                                        changes, lights_held) if k >= futures_from
+                        else unplanned for k in range(frame_count)])
+    for i, fork in road_holds.items():
+        if not held[i + 1:i + HORIZON_STEPS + 1].all():
+            poses = held_road_user_poses(fork)  # poses: [HORIZON_STEPS + 1, 3]
             planned[i // SUBSTEPS] = to_frame(poses[0], poses[SUBSTEPS::SUBSTEPS])
     return DriveLog(sim.world, float(seconds), ego_rows, scenes, infos, planned=planned)
 
@@ -300,15 +301,18 @@ def expert_poses(sim: EgoWorld, steps: int = HORIZON_STEPS) -> np.ndarray:
     return expert_run(sim, steps)[0]
 
 
-def held_pedestrian_poses(sim: EgoWorld) -> np.ndarray:
-    """`expert_poses` of a fork whose pedestrians are held, to within HELD_REST_MPS * 0.5 m:
-    once the ego is below HELD_REST_MPS and braking, the held pedestrian in its way keeps
-    it braking through the horizon (close behind a standing obstacle the expert brakes at
-    its speed / 0.5 s), so the poses from then on are the ego's pose now."""
+def held_road_user_poses(sim: EgoWorld) -> np.ndarray:
+    """`expert_poses` of a fork whose road users are held, to within HELD_REST_MPS * 0.5 m:
+    once the ego is below HELD_REST_MPS and braking with every held car standing, what
+    stands in its way stays there and keeps it braking through the horizon (close behind a
+    standing obstacle the expert brakes at its speed / 0.5 s), so the poses from then on
+    are the ego's pose now."""
+    held_cars = [veh for veh in sim.world.vehicles if veh.held]
     poses = [(sim.ego.x, sim.ego.y, sim.ego.yaw)]
     while len(poses) <= HORIZON_STEPS:
         accel, steer, _ = sim.expert_control()
-        if sim.ego.v < HELD_REST_MPS and accel <= 0.0:
+        if (sim.ego.v < HELD_REST_MPS and accel <= 0.0
+                and all(veh.v == 0.0 for veh in held_cars)):
             poses.extend(poses[-1:] * (HORIZON_STEPS + 1 - len(poses)))
             break
         sim.step(accel, steer)

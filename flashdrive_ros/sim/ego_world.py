@@ -57,11 +57,12 @@ class EgoWorld:
         return tuple(light.ego_state(self.t) for light in self.world.lights())
 
     def fork(self, held_lights: tuple[str, ...] | None = None,
-             hold_pedestrians: bool = False) -> EgoWorld:
+             hold_road_users: bool = False) -> EgoWorld:
         """An independent copy of the world and the ego now (route, scenery and vehicle paths
         shared, being read-only) with a copy of the expert; held_lights: the copy's lights
-        show these states (one per light) from now on; hold_pedestrians: the copy's
-        pedestrians stand where they are from now on."""
+        show these states (one per light) from now on; hold_road_users: from now on the
+        copy's pedestrians stand where they are and its driving cars with brake lights lit
+        never speed up."""
         world = self.world
         shared = [world.route, world.statics, world.style,
                   *(v.path for v in world.vehicles if v.path is not None)]
@@ -75,8 +76,11 @@ class EgoWorld:
                 raise ValueError(f"{len(held_lights)} held states for {len(lights)} lights")
             for light, state in zip(lights, held_lights):
                 light.held = state
-        for ped in other.world.pedestrians if hold_pedestrians else ():
-            ped.held = True
+        if hold_road_users:
+            for ped in other.world.pedestrians:
+                ped.held = True
+            for veh in other.world.vehicles:
+                veh.held = veh.active and veh.brake_lights
         return other
 
     def step(self, accel: float, steer: float) -> None:

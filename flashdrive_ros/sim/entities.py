@@ -157,6 +157,7 @@ class Vehicle:
     Parked cars have no path and keep the pose (x, y, yaw). stop_lines: (path s, light).
     brake: (path s where braking starts, target speed, hold seconds) for a lead that brakes.
     activate_s: ego route arc length at which the car starts to exist (None: from the start).
+    held: never speeds up from now on, and stands once below BRAKE_LIGHT_STANDING_MPS.
     """
 
     kind: str
@@ -181,6 +182,7 @@ class Vehicle:
     cross_delay: float = 0.0
     brake_until: float | None = None
     committed: frozenset = frozenset()
+    held: bool = False
 
     def __post_init__(self) -> None:
         if self.kind not in VEHICLE_KINDS:

@@ -34,8 +34,9 @@ class ExpertInfo:
     light_state / light_gap: nearest light ahead of the front bumper (None when none in range).
     lead_speed / lead_brake_lights: the binding lead vehicle's speed and whether its brake
     lights are lit (None / False when no lead binds).
-    vehicle_gap / vehicle_speed: bumper gap to the nearest vehicle in the ego's path ahead
-    (within the sensing range, binding or not) and its speed; None when there is none.
+    vehicle_gap / vehicle_speed / vehicle_brake_lights: bumper gap to the nearest vehicle in
+    the ego's path ahead (within the sensing range, binding or not), its speed and whether its
+    brake lights are lit; None / None / False when there is none.
     """
 
     t: float
@@ -59,6 +60,7 @@ class ExpertInfo:
     vehicle_gap: float | None = None
     vehicle_speed: float | None = None
     lead_brake_lights: bool = False
+    vehicle_brake_lights: bool = False
 
 
 def lane_gap(s: float, s_o: float, d_o: float, veh, d_self: float) -> float | None:
@@ -185,7 +187,8 @@ class Expert:
             oncoming_near=oncoming_near,
             vehicle_gap=None if nearest is None else float(nearest.gap),
             vehicle_speed=None if nearest is None else float(nearest.speed),
-            lead_brake_lights=lead_brake_lights)
+            lead_brake_lights=lead_brake_lights,
+            vehicle_brake_lights=nearest is not None and nearest.ref.brake_lights)
         return accel, steer, info
 
     def _pure_pursuit(self, ego: EgoState, s: float, lateral_offset: float) -> float:

@@ -14,7 +14,14 @@ from flashdrive_ros.sim.driver import (
     pedestrian_blocks,
     stop_line_obstacle,
 )
-from flashdrive_ros.sim.entities import Crosswalk, Intersection, Pedestrian, StaticBox, Vehicle
+from flashdrive_ros.sim.entities import (
+    BRAKE_LIGHT_STANDING_MPS,
+    Crosswalk,
+    Intersection,
+    Pedestrian,
+    StaticBox,
+    Vehicle,
+)
 from flashdrive_ros.sim.path import Path
 from flashdrive_ros.sim.vehicle import EGO_LENGTH, EGO_WIDTH, EgoState
 
@@ -95,7 +102,11 @@ class World:
                   for veh, m in zip(self.vehicles, moving)]
         for veh, a, m in zip(self.vehicles, accels, moving):
             if m:
+                if veh.held:
+                    a = min(a, 0.0)
                 v_new = max(veh.v + a * dt, 0.0)
+                if veh.held and v_new < BRAKE_LIGHT_STANDING_MPS:
+                    v_new = 0.0
                 veh.accel = (v_new - veh.v) / dt
                 veh.s += 0.5 * (veh.v + v_new) * dt
                 veh.v = v_new
