@@ -259,7 +259,7 @@ def simulate_disturbed(seed: int, seconds: float, disturbance: Disturbance | Non
             lead_stop.note_frame(i // SUBSTEPS, sim, lights_now)
         accel, steer, info = sim.expert_control(float(drifts[i]))
         expert_accel = accel
-        held[i] = info.ped_gap is not None or info.vehicle_brake_lights
+        held[i] = holds_road_users(info)
         if hold_lights and held[i] and on_frame and i >= first_step:
             road_holds[i] = sim.fork(lights_now, hold_road_users=True)
         if lagging:
@@ -299,6 +299,13 @@ def simulate_disturbed(seed: int, seconds: float, disturbance: Disturbance | Non
 def expert_poses(sim: EgoWorld, steps: int = HORIZON_STEPS) -> np.ndarray:
     """float64 [steps + 1, 3] (x, y, yaw) of the expert driving `sim` (a fork) on alone."""
     return expert_run(sim, steps)[0]
+
+
+def holds_road_users(info: ExpertInfo) -> bool:
+    """Whether the future of a frame with the expert's reasoning `info` holds the road users
+    (`EgoWorld.fork(hold_road_users=True)`): a pedestrian blocks the ego, or the car ahead in
+    its path shows its brake lights."""
+    return info.ped_gap is not None or info.vehicle_brake_lights
 
 
 def held_road_user_poses(sim: EgoWorld) -> np.ndarray:

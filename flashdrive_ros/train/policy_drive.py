@@ -3,8 +3,9 @@
 The ego follows the planner's plans through the tracking controller with a fixed latency, as
 in `flashdrive-drive`; each 10 Hz frame is labelled by the rule-based expert from the state the
 planner put the ego in: its reasoning (the CoC label) and its own future from there (the
-expert driven ahead on a fork of the world whose lights keep the states the frame shows, as
-`Recipe.plan_futures` does for the recipe's drives). Training on such drives shows the model the
+expert driven ahead on a fork of the world whose lights keep the states the frame shows, and
+whose road users are held where the frame shows a pedestrian in the way or brake lights ahead,
+as `Recipe.plan_futures` does for the recipe's drives). Training on such drives shows the model the
 states its own driving reaches, and the way on from each of them.
 """
 
@@ -19,7 +20,11 @@ import numpy as np
 
 from flashdrive_ros.closed_loop.runner import ClosedLoopDrive, DriveSettings, Planner
 from flashdrive_ros.model.config import ModelConfig
-from flashdrive_ros.sim.disturbed_drive import expert_poses
+from flashdrive_ros.sim.disturbed_drive import (
+    expert_poses,
+    held_road_user_poses,
+    holds_road_users,
+)
 from flashdrive_ros.sim.drive import SUBSTEPS, DriveLog, SceneSnapshot, to_frame
 from flashdrive_ros.sim.ego_world import EgoWorld
 
@@ -54,8 +59,12 @@ def simulate_policy(seed: int, seconds: float, make_planner: Callable[[EgoWorld]
         rows.append((sim.t, ego.x, ego.y, ego.yaw, ego.v, ego.yaw_rate, ego.accel))
         if scene is not None:
             scenes.append(scene)
-            infos.append(sim.expert_control()[2])
-            poses = expert_poses(sim.fork(sim.light_states()))  # [HORIZON_STEPS + 1, 3]
+            info = sim.expert_control()[2]
+            infos.append(info)
+            held = holds_road_users(info)
+            fork = sim.fork(sim.light_states(), hold_road_users=held)
+            poses = (held_road_user_poses(fork) if held
+                     else expert_poses(fork))  # poses: [HORIZON_STEPS + 1, 3]
             planned.append(to_frame(poses[0], poses[SUBSTEPS::SUBSTEPS]))
 
     drive = ClosedLoopDrive(seed, make_planner, model, settings, "policy", on_step=record)
