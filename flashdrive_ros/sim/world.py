@@ -102,11 +102,9 @@ class World:
                   for veh, m in zip(self.vehicles, moving)]
         for veh, a, m in zip(self.vehicles, accels, moving):
             if m:
-                if veh.held:
-                    a = min(a, 0.0)
                 v_new = max(veh.v + a * dt, 0.0)
-                if veh.held and v_new < BRAKE_LIGHT_STANDING_MPS:
-                    v_new = 0.0
+                if veh.held:
+                    v_new = min(v_new, veh.v) if v_new >= BRAKE_LIGHT_STANDING_MPS else 0.0
                 veh.accel = (v_new - veh.v) / dt
                 veh.s += 0.5 * (veh.v + v_new) * dt
                 veh.v = v_new
