@@ -3,7 +3,7 @@ import math
 import numpy as np
 import pytest
 
-from flashdrive_ros.sim.path import Path, integrate_segments
+from flashdrive_ros.sim.path import Path, integrate_segments, interp_scalar
 
 
 @pytest.fixture(scope="module")
@@ -23,6 +23,16 @@ def test_pose_at_one_arc_length_matches_the_array_form(bend):
         np.testing.assert_allclose(one, row, rtol=1e-12, atol=1e-12)
     assert bend.pose_at(0) == bend.pose_at(0.0)
     assert all(math.isnan(v) for v in bend.pose_at(math.nan))
+
+
+def test_interp_scalar_gives_the_bits_of_np_interp(bend):
+    rng = np.random.default_rng(11)
+    xs, fs = bend.s, bend.kappa * 7.0 + rng.normal(0.0, 1e-3, len(bend.s))
+    samples = np.concatenate([rng.uniform(-5.0, bend.length + 5.0, 2000), xs[::3],
+                              [0.0, bend.length, -1e9, 1e9]])
+    expected = np.interp(samples, xs, fs)  # expected: [N]
+    got = [interp_scalar(x, xs.tolist(), fs.tolist()) for x in samples.tolist()]
+    assert np.array_equal(np.asarray(got), expected)
 
 
 def test_pose_at_clamps_to_the_ends(bend):

@@ -8,6 +8,7 @@ crossing pedestrians.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import lru_cache
 
 import numpy as np
 
@@ -42,9 +43,17 @@ class Obstacle:
     ref: object = None
 
 
+@lru_cache(maxsize=8)
+def _preview_offsets(preview: float) -> np.ndarray:
+    """[P] read-only arc length offsets (m) of the curve-speed preview."""
+    ahead = np.arange(0.0, preview, 2.0)
+    ahead.flags.writeable = False
+    return ahead
+
+
 def curve_speed_limit(path: Path, s: float, v_cruise: float, p: IdmParams) -> float:
     """Highest speed at s that still allows slowing to every curve's speed within the preview."""
-    ahead = np.arange(0.0, p.preview, 2.0)
+    ahead = _preview_offsets(p.preview)
     kappa = np.abs(path.curvature_at(s + ahead))
     v_curve = np.sqrt(p.lateral_accel / np.maximum(kappa, 1e-6))
     v_allowed = np.sqrt(v_curve ** 2 + 2.0 * 0.8 * p.b_comf * ahead)

@@ -15,6 +15,7 @@ from flashdrive_ros.sim.driver import (
     pedestrian_blocks,
     stop_line_obstacle,
 )
+from flashdrive_ros.sim.path import interp_scalar
 from flashdrive_ros.sim.vehicle import EGO_LENGTH, EGO_WIDTH, MAX_STEER, WHEELBASE, EgoState
 from flashdrive_ros.sim.world import EGO_LANE_D, SENSE_RANGE, World
 
@@ -93,6 +94,7 @@ class Expert:
                                       ((end + NUDGE_RAMP_OUT) - self._grid) / NUDGE_RAMP_OUT),
                            0.0, 1.0)
             self._nudge = np.maximum(self._nudge, need * ramp)
+        self._grid_list, self._nudge_list = self._grid.tolist(), self._nudge.tolist()
         self._committed: set[int] = set()
         self._s = None
 
@@ -108,6 +110,9 @@ class Expert:
         return other
 
     def nudge_at(self, s):
+        """Nudge (m, left of the lane centre) at route arc length s (scalar or array)."""
+        if isinstance(s, (float, int)):
+            return interp_scalar(float(s), self._grid_list, self._nudge_list)
         return np.interp(s, self._grid, self._nudge)
 
     def control(self, t: float, ego: EgoState, lateral_offset: float = 0.0
@@ -175,12 +180,13 @@ class Expert:
         steer = self._pure_pursuit(ego, s, lateral_offset)
         _, _, yaw_now = route.pose_at(s)
         _, _, yaw_ahead = route.pose_at(s + max(25.0, 3.0 * ego.v))
-        kappa = route.curvature_at(np.linspace(s, s + 30.0, 16))
+        ahead = np.linspace(s, s + 30.0, 16)  # ahead: [16] route arc lengths
+        kappa = route.curvature_at(ahead)
         kappa_ahead = float(kappa[np.argmax(np.abs(kappa))])
         info = ExpertInfo(
             t=t, route_s=s, route_d=d, front_s=front_s, v=ego.v, v_des=v_des, accel=accel,
             reason=reason, nudge_now=float(self.nudge_at(s)),
-            nudge_ahead=float(self.nudge_at(np.linspace(s, s + 30.0, 16)).max()),
+            nudge_ahead=float(self.nudge_at(ahead).max()),
             light_state=light_state, light_gap=light_gap, light_green_at=light_green_at,
             lead_speed=lead_speed, ped_gap=ped_gap,
             heading_change_ahead=float(yaw_ahead - yaw_now), curvature_ahead=kappa_ahead,

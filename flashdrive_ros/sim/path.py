@@ -8,6 +8,20 @@ from bisect import bisect_left, bisect_right
 import numpy as np
 
 
+def interp_scalar(x: float, xs: list[float], fs: list[float]) -> float:
+    """np.interp of one finite x over breakpoints xs (ascending) and values fs, in plain
+    floats with np.interp's arithmetic (the same bits, without its per-call overhead)."""
+    j = bisect_right(xs, x) - 1
+    if j < 0:
+        return fs[0]
+    if j >= len(xs) - 1:
+        return fs[-1]
+    x0 = xs[j]
+    if x0 == x:
+        return fs[j]
+    return (fs[j + 1] - fs[j]) / (xs[j + 1] - x0) * (x - x0) + fs[j]
+
+
 class Path:
     """A polyline in the world plane with cumulative arc length.
 
