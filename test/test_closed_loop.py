@@ -382,3 +382,19 @@ def test_forward_only_reaches_the_engine_and_the_node_parameters(tmp_path):
     assert node_parameters(ros, tiny(512), "flashdrive")["forward_only"] is False
     with pytest.raises(SystemExit):
         parser().parse_args([*base, "--forward-only", "maybe"])
+
+
+def test_seed_list_or_a_run_of_seeds(tmp_path):
+    from flashdrive_ros.closed_loop.cli import main, options_from_args, parser
+
+    base = ["--model-dir", str(tmp_path), "--seconds", "2", "--out", str(tmp_path / "out")]
+    run = options_from_args(parser().parse_args([*base, "--seed", "1000207", "--drives", "3"]))
+    assert run.seeds == (1000207, 1000208, 1000209)
+    listed = options_from_args(parser().parse_args([*base, "--seeds", "1000224,1000207"]))
+    assert listed.seeds == (1000224, 1000207)
+    with pytest.raises(SystemExit):
+        parser().parse_args([*base, "--seed", "1", "--seeds", "2,3"])
+    with pytest.raises(SystemExit):
+        parser().parse_args(base)
+    for bad in (["--seeds", "1000207,x"], ["--seeds", "5,5"], ["--seed", "1", "--drives", "0"]):
+        assert main([*base, *bad]) == 2

@@ -29,7 +29,10 @@ def parser() -> argparse.ArgumentParser:
                    help="drive in each seed's world of a drive this long (>= --seconds), so "
                         "that a short drive is the start of that longer one (default: "
                         "--seconds; a seed's world depends on the drive's length)")
-    p.add_argument("--seed", type=int, required=True, help="first simulator seed")
+    seeds = p.add_mutually_exclusive_group(required=True)
+    seeds.add_argument("--seed", type=int, help="first simulator seed")
+    seeds.add_argument("--seeds", default=None, metavar="S1,S2,...",
+                       help="simulator seeds to drive, in place of --seed and --drives")
     p.add_argument("--drives", type=int, default=1, help="drives on seeds seed, seed+1, ...")
     p.add_argument("--out", required=True, help="output directory (report.json, report.md, "
                    "a top-down PNG per drive)")
@@ -84,9 +87,23 @@ def parse_latency(text: str | None) -> tuple[float | None, dict[str, float]]:
         raise ValueError(f"--latency-ms wants MS or NAME=MS,..., got {text!r}") from None
 
 
+def parse_seeds(args: argparse.Namespace) -> tuple[int, ...]:
+    """The drives' seeds: --seeds S1,S2,... (distinct), else --drives seeds from --seed."""
+    if args.seeds is None:
+        if args.drives < 1:
+            raise ValueError(f"--drives must be >= 1, got {args.drives}")
+        return tuple(range(args.seed, args.seed + args.drives))
+    try:
+        seeds = tuple(int(item) for item in args.seeds.split(","))
+    except ValueError:
+        raise ValueError(f"--seeds wants S1,S2,... (integers), got {args.seeds!r}") from None
+    if len(set(seeds)) != len(seeds):
+        raise ValueError(f"--seeds names a seed twice: {args.seeds!r}")
+    return seeds
+
+
 def options_from_args(args: argparse.Namespace) -> RunOptions:
-    if args.drives < 1:
-        raise ValueError(f"--drives must be >= 1, got {args.drives}")
+    seeds = parse_seeds(args)
     variants = parse_variants(args.variants) if args.variants else MODE_VARIANTS[args.mode]
     if args.model_dir is None:
         try:
@@ -99,7 +116,7 @@ def options_from_args(args: argparse.Namespace) -> RunOptions:
                           height=args.height, world_seconds=args.world_seconds,
                           tracking=TrackingConfig(max_plan_age_s=args.max_plan_age))
     return RunOptions(model_dir=args.model_dir, out_dir=args.out,
-                      seeds=tuple(range(args.seed, args.seed + args.drives)),
+                      seeds=seeds,
                       variants=variants, drive=drive, through_ros=args.through_ros,
                       num_samples=args.num_samples, device=args.device, dtype=args.dtype,
                       drafter_file=args.drafter_file,
