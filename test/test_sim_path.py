@@ -33,6 +33,7 @@ def test_interp_scalar_gives_the_bits_of_np_interp(bend):
     expected = np.interp(samples, xs, fs)  # expected: [N]
     got = [interp_scalar(x, xs.tolist(), fs.tolist()) for x in samples.tolist()]
     assert np.array_equal(np.asarray(got), expected)
+    assert math.isnan(interp_scalar(math.nan, xs.tolist(), fs.tolist()))
 
 
 def test_pose_at_clamps_to_the_ends(bend):

@@ -9,8 +9,10 @@ import numpy as np
 
 
 def interp_scalar(x: float, xs: list[float], fs: list[float]) -> float:
-    """np.interp of one finite x over breakpoints xs (ascending) and values fs, in plain
-    floats with np.interp's arithmetic (the same bits, without its per-call overhead)."""
+    """np.interp of one x over breakpoints xs (ascending) and values fs, in plain floats with
+    np.interp's arithmetic (the same bits, without its per-call overhead); NaN for NaN."""
+    if x != x:
+        return x
     j = bisect_right(xs, x) - 1
     if j < 0:
         return fs[0]
