@@ -64,19 +64,7 @@ class Path:
 
     def _pose_at_scalar(self, s: float) -> tuple[float, float, float]:
         """`pose_at` of one arc length in plain floats, with np.interp's arithmetic."""
-        if s != s:
-            return s, s, s
-        j = bisect_right(self._s, s) - 1
-        if j < 0:
-            return tuple(column[0] for column in self._columns)
-        if j >= len(self._s) - 1:
-            return tuple(column[-1] for column in self._columns)
-        s0 = self._s[j]
-        if s0 == s:
-            return tuple(column[j] for column in self._columns)
-        ds, u = self._s[j + 1] - s0, s - s0
-        return tuple((column[j + 1] - column[j]) / ds * u + column[j]
-                     for column in self._columns)
+        return tuple(interp_scalar(s, self._s, column) for column in self._columns)
 
     def offset_point(self, s, d):
         """World (x, y) of the point at arc length s, lateral offset d (left positive)."""
