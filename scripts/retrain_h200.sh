@@ -2,7 +2,7 @@
 # Retrain the embedded model on one H200 (training pipeline with the recipe's decision focus)
 # and evaluate it on the 16 held-out 60 s drives 1000100..1000115 on the host's CPU cores.
 #
-#   bash scripts/retrain_h200.sh [all|train|target|resume|eval|drive|soup|policy|forks|probe|dagger]
+#   bash scripts/retrain_h200.sh [all|train|target|resume|eval|drive|soup|policy|forks|probe|dagger|data]
 #
 # all    (default; one call, <= 9.5 min): pipeline with a TRAIN_MINUTES (5.5) budget, then the
 #        16 drives with streaming only (the full-prefill replay does not fit in the same call).
@@ -40,6 +40,11 @@
 #        TRAIN_ARGS="--init-from models/default --target-lr 2e-4 ..." a DAgger round of the
 #        shipped model in one call (the policy drives stay on the machine, too large to bring
 #        back). Comes back as the train phase does, with policy_coverage.md.
+# data   (a call before `train`, <= 9.5 min, no GPU work): the lead-stop forks as `forks`
+#        makes them (FORK_SEEDS, FORK_OFFSET, FORK_ARGS) and beside them the drives of the
+#        recipe of TRAIN_ARGS (pipeline --stages data, into out/retrain_data); then
+#        `TRAIN_ARGS="<the same> --drives-from out/retrain_data" train` spends its whole call
+#        on training (its --extra-drives out/lead_stop_drives are read as usual).
 # drive  (a call on the same warm machine): the closed-loop benchmark on that model,
 #        DRIVES drives of SECONDS_PER_DRIVE from seed DRIVE_SEED (1000000) in flashdrive mode
 #        at 128 ms latency (flashdrive-drive); run it beside `eval` with WORKERS splitting the
@@ -77,6 +82,7 @@ start=$(date +%s)
 total_s="${TOTAL_S:-565}"
 run_dir="out/retrain"
 target_dir="out/retrain_target"
+data_dir="out/retrain_data"
 out="${OUT:-out}"
 logs="${run_dir}/logs"
 python="${PYTHON:-python3}"
@@ -206,6 +212,18 @@ lead_stop_forks() {
     return "${status}"
 }
 
+simulate() {
+    mkdir -p "${logs}"
+    rm -rf "${data_dir}"
+    run_module "${logs}/data.log" 15 flashdrive_ros.train.pipeline --out "${data_dir}" \
+        --stages data --workers "$(nproc)" "${train_args[@]}"
+    local status=$?
+    tail -n 20 "${logs}/data.log"
+    cp "${data_dir}/summary.json" "${run_dir}/data_summary.json" 2>/dev/null
+    echo "simulated drives exit ${status} after $(( $(date +%s) - start )) s"
+    return "${status}"
+}
+
 pack() {
     mkdir -p "${out}"
     local files=() wanted=(summary.json coverage.md train_log.jsonl logs held_out/held_out.json
@@ -214,7 +232,8 @@ pack() {
                            lead_probe/lead_probe.json lead_probe/lead_probe.md
                            fork_probe/fork_probe.json fork_probe/fork_probe.md
                            policy_coverage.md lead_stop_coverage.md
-                           logs/lead_stop_drives.log closed_loop_finetune/report.json
+                           logs/lead_stop_drives.log data_summary.json logs/data.log
+                           closed_loop_finetune/report.json
                            closed_loop_finetune/report.md closed_loop_soup/report.json
                            closed_loop_soup/report.md logs/closed_loop_finetune.log
                            logs/closed_loop_soup.log)
@@ -279,6 +298,13 @@ case "${phase}" in
         rm -rf "${run_dir}"
         lead_stop_forks || status=$?
         ;;
+    data)
+        rm -rf "${run_dir}"
+        lead_stop_forks &
+        forks=$!
+        simulate || status=$?
+        wait "${forks}" || status=$?
+        ;;
     soup)
         soup_drives || status=$?
         ;;
@@ -303,7 +329,7 @@ case "${phase}" in
         cp out/policy_drives.log "${logs}/" 2>/dev/null
         ;;
     *)
-        echo "usage: $0 [all|train|target|resume|eval|drive|soup|policy|forks|probe|dagger]"
+        echo "usage: $0 [all|train|target|resume|eval|drive|soup|policy|forks|probe|dagger|data]"
         exit 2
         ;;
 esac

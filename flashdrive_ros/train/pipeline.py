@@ -8,11 +8,16 @@ fine-tune of the action expert -> model directory.
     python -m flashdrive_ros.train.pipeline --out DIR [--minutes-budget M] [--device cuda]
     python -m flashdrive_ros.train.pipeline --out DIR1 --stages target --target-minutes T
     python -m flashdrive_ros.train.pipeline --resume DIR1 --out DIR2
+    python -m flashdrive_ros.train.pipeline --out DIR0 --stages data [recipe options]
+    python -m flashdrive_ros.train.pipeline --out DIR --drives-from DIR0 [the same options]
 
 The second form trains only the target, over a schedule of T minutes that may span calls,
 stops when its call's time is up and writes DIR1/resume/ (checkpoint.py; the drives are
 cached in DIR1/resume/drives/); the third goes on from it (again with --stages target, or to
-the end, running the later stages on the final target).
+the end, running the later stages on the final target). The fourth only simulates the
+recipe's drives into DIR0/drives/ (no model, no GPU work); the fifth is a run of the same
+recipe that reads them from there instead of simulating them (its extra drives are read as
+usual), so that a call can spend its time on training.
 
 Writes DIR/model/ (config.json, model.safetensors (fp16), tokenizer.json, drafter.safetensors
 (flat rotary, as config.json says) and drafter_mrope.safetensors), DIR/train_log.jsonl and
@@ -66,7 +71,13 @@ from flashdrive_ros.train.model_dir import half_copy
 from flashdrive_ros.train.pipeline_args import STAGES, parse_args
 from flashdrive_ros.train.recipe import Recipe, recipe_from_dict
 from flashdrive_ros.train.rng_state import restore_rng, rng_state
-from flashdrive_ros.train.run_data import fresh_data
+from flashdrive_ros.train.run_data import (
+    assemble_data,
+    fresh_data,
+    load_simulated,
+    save_simulated,
+    simulate_drives,
+)
 from flashdrive_ros.train.scene_readout import scene_class_counts
 from flashdrive_ros.train.streaming_backbone import train_backbone_streaming
 from flashdrive_ros.train.streaming_tune import streaming_tune
@@ -85,13 +96,17 @@ def seed_everything(seed: int) -> None:
 
 def run(out: Path, recipe: Recipe, minutes_budget: float, device: torch.device, seed: int,
         workers: int | None, stages: str = "all", resume: Path | None = None,
-        target_call_steps: int | None = None) -> dict:
+        target_call_steps: int | None = None, drives_from: Path | None = None) -> dict:
     """`stages` "target": stop after the target stage (or when this call's time is up, or
     after `target_call_steps` steps in this call) and write a checkpoint under out/resume;
     `resume`: the run directory of such a call, whose recipe, seed, drives, tokenizer,
-    weights and training state this call goes on with."""
+    weights and training state this call goes on with. `stages` "data": simulate the
+    recipe's drives into out/drives and stop; `drives_from`: the run directory of such a
+    call, whose drives this run reads instead of simulating them."""
     if stages not in STAGES:
         raise ValueError(f"stages must be one of {STAGES}, got {stages!r}")
+    if stages == "data":
+        return _simulate_only(out, recipe, seed, workers)
     start = time.monotonic()
     deadline = start + minutes_budget * 60
     out.mkdir(parents=True, exist_ok=True)
@@ -114,8 +129,17 @@ def run(out: Path, recipe: Recipe, minutes_budget: float, device: torch.device, 
         seed_everything(seed)
         cache = (out / RESUME_SUBDIR / DRIVES_SUBDIR
                  if stages == "target" or recipe.target_minutes is not None else None)
-        tokenizer, train_drives, eval_drives, summary = fresh_data(
-            out, recipe, workers, log, start, cache, None if warm is None else warm.tokenizer)
+        tokenizer = None if warm is None else warm.tokenizer
+        if drives_from is None:
+            tokenizer, train_drives, eval_drives, summary = fresh_data(
+                out, recipe, workers, log, start, cache, tokenizer)
+        else:
+            simulated = load_simulated(drives_from / DRIVES_SUBDIR, recipe, seed)
+            log.write("drives_from", 0, run_dir=str(drives_from),
+                      seconds=round(time.monotonic() - start, 1))
+            tokenizer, train_drives, eval_drives, summary = assemble_data(
+                out, recipe, simulated, log, start, cache, tokenizer)
+            summary["drives_from"] = str(drives_from)
         cfg = recipe.model_config(tokenizer.vocab_size)
         if warm is not None:
             summary["init_from"] = warm.summary()
@@ -288,6 +312,20 @@ def _pause(out: Path, model: AlpamayoModel, tokenizer: TextTokenizer, trainer: T
     save_checkpoint(out / RESUME_SUBDIR, model, tokenizer, {**tensors, **rng_tensors}, meta)
 
 
+def _simulate_only(out: Path, recipe: Recipe, seed: int, workers: int | None) -> dict:
+    start = time.monotonic()
+    out.mkdir(parents=True, exist_ok=True)
+    log = TrainLog(out / "train_log.jsonl")
+    seed_everything(seed)
+    simulated = simulate_drives(recipe, workers, log, start)
+    save_simulated(out / DRIVES_SUBDIR, simulated, recipe, seed)
+    drives = simulated.train + simulated.eval
+    summary = {"calls": [{"stages": "data"}], **simulated.counts,
+               "train_drive_count": len(simulated.train), "eval_drive_count": len(simulated.eval),
+               "frames": sum(d.num_steps for d in drives)}
+    return _close(out, log, summary, start)
+
+
 def _close(out: Path, log: TrainLog, summary: dict, start: float) -> dict:
     seconds = round(time.monotonic() - start, 1)
     summary["calls"][-1]["seconds"] = seconds
@@ -313,7 +351,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         summary = run(args.out, recipe, args.minutes_budget, torch.device(args.device),
                       args.seed, args.workers, args.stages, args.resume,
-                      args.target_call_steps)
+                      args.target_call_steps, args.drives_from)
     except (FileNotFoundError, ValueError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2

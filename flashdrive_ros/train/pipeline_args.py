@@ -16,7 +16,7 @@ from flashdrive_ros.train.decision_focus import BRAKE_DROP_MPS, BRAKE_HORIZON_S,
 from flashdrive_ros.train.recipe import Recipe, smoke
 from flashdrive_ros.train.run_options import add_on_off, add_run_options, on_off
 
-STAGES = ("all", "target")
+STAGES = ("all", "target", "data")
 
 
 def parse_args(argv: list[str] | None = None) -> tuple[argparse.Namespace, Recipe]:
@@ -148,13 +148,17 @@ def parse_args(argv: list[str] | None = None) -> tuple[argparse.Namespace, Recip
                              f"{Recipe.target_lr}; lower when fine-tuning with --init-from)")
     parser.add_argument("--stages", choices=STAGES, default="all",
                         help="target: stop after the target stage or when this call's time "
-                             "is up, with a checkpoint in OUT/resume for --resume")
+                             "is up, with a checkpoint in OUT/resume for --resume; data: only "
+                             "simulate the recipe's drives into OUT/drives for --drives-from")
     parser.add_argument("--target-call-steps", type=int, default=None,
                         help="with --stages target: stop the target after this many steps "
                              "in this call")
     parser.add_argument("--resume", type=Path, default=None,
                         help="run directory of a --stages target call to go on with (its "
                              "recipe, seed, drives and state; no recipe options here)")
+    parser.add_argument("--drives-from", type=Path, default=None,
+                        help="run directory of a --stages data call of the same recipe and "
+                             "seed whose drives this run trains on instead of simulating them")
     args = parser.parse_args(argv)
     overrides = {name: value for name, value in (
         ("train_drives", args.train_drives), ("drive_seconds", args.drive_seconds),
@@ -193,6 +197,12 @@ def parse_args(argv: list[str] | None = None) -> tuple[argparse.Namespace, Recip
         if value is not None}
     lanes = {} if args.lane_forks is None else {"per_drive": args.lane_forks}
     pairs = {} if args.lamp_pairs is None else {"per_wait": args.lamp_pairs}
+    if args.stages == "data" and (args.resume is not None or args.drives_from is not None):
+        parser.error("--stages data simulates a new run's drives; it takes neither --resume "
+                     "nor --drives-from")
+    if args.drives_from is not None and args.resume is not None:
+        parser.error("--resume goes on with the drives of the run it resumes; drop "
+                     "--drives-from")
     if args.resume is not None and (overrides or focus or branches or disturbance or stops
                                     or lanes or pairs or args.smoke):
         parser.error("--resume takes the recipe of the run it resumes; drop the recipe "

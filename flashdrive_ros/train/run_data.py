@@ -1,10 +1,12 @@
-"""The data of a new training run: simulator drives (noisy, some disturbed) and the recipe's
-extra drives, their coverage table (DIR/coverage.md, checked against the recipe's minimum per
-decision) and the BPE tokenizer trained on their CoC sentences and the fixed prompt texts."""
+"""The data of a new training run: simulator drives (noisy, some disturbed), kept on disk for a
+later run of the same recipe when asked, and the recipe's extra drives, their coverage table
+(DIR/coverage.md, checked against the recipe's minimum per decision) and the BPE tokenizer
+trained on their CoC sentences and the fixed prompt texts."""
 
 from __future__ import annotations
 
 import dataclasses
+import json
 import time
 from pathlib import Path
 
@@ -73,17 +75,38 @@ def lead_stop_seeds(recipe: Recipe) -> list[int]:
     return train_seeds(count, recipe.train_seed_offset)
 
 
-def fresh_data(out: Path, recipe: Recipe, workers: int | None, log: TrainLog, start: float,
-                cache: Path | None, tokenizer: TextTokenizer | None = None):
-    """Drives, coverage and tokenizer of a new run -> (tokenizer, train drives, eval drives,
-    summary); the drives are also written to `cache` when given. `tokenizer`: the run's
-    tokenizer (a warm start's) instead of one trained on these drives."""
+SIMULATED_FIELDS = ("preset", "train_drives", "train_seed_offset", "eval_drives", "drive_seconds",
+                    "noise", "disturbed_share", "disturbance", "plan_futures", "light_branches",
+                    "lead_stops", "lane_forks", "lamp_pairs", "standing_lead_label")
+SIMULATED_JSON = "simulated.json"
+FORK_COUNTS = {"light_branches": "light_branch_drives", "lead_stops": "lead_stop_drives",
+               "lane_forks": "lane_fork_drives", "lamp_pairs": "lamp_pair_drives"}
+
+
+@dataclasses.dataclass
+class SimulatedDrives:
+    """The drives a recipe simulates: training drives (plain, disturbed and the forks, in
+    order), held-out evaluation drives, and how many of each kind."""
+
+    train: list[Drive]
+    eval: list[Drive]
+    counts: dict
+
+
+def simulated_recipe(recipe: Recipe) -> dict:
+    """The recipe's fields that decide its simulated drives (JSON form)."""
+    return json.loads(json.dumps({name: (dataclasses.asdict(value)
+                                         if dataclasses.is_dataclass(value) else value)
+                                  for name in SIMULATED_FIELDS
+                                  for value in (getattr(recipe, name),)}))
+
+
+def simulate_drives(recipe: Recipe, workers: int | None, log: TrainLog,
+                    start: float) -> SimulatedDrives:
+    """The recipe's simulator drives, made on `workers` processes."""
     probe = recipe.model_config(4096)
     train_list = train_seeds(recipe.train_drives, recipe.train_seed_offset)
     eval_list = eval_seeds(recipe.eval_drives)
-    stop_list = lead_stop_seeds(recipe) if recipe.lead_stops.enabled else []
-    extra = [] if recipe.extra_drives is None else load_extra_drives(
-        Path(recipe.extra_drives), probe, frozenset(train_list + stop_list))
     standing = recipe.standing_lead_label
     train_jobs = drive_jobs(train_list, recipe.drive_seconds, probe, recipe.noise,
                             recipe.disturbance, recipe.disturbed_share,
@@ -95,7 +118,7 @@ def fresh_data(out: Path, recipe: Recipe, workers: int | None, log: TrainLog, st
         plans.append(light_branch_plan(train_list, seconds, probe, recipe.light_branches, noise,
                                        standing))
     if recipe.lead_stops.enabled:
-        plans.append(lead_stop_plan(stop_list, seconds, probe,
+        plans.append(lead_stop_plan(lead_stop_seeds(recipe), seconds, probe,
                                     recipe.lead_stops, noise, standing))
     if recipe.lane_forks.enabled:
         plans.append(lane_fork_plan(train_list, probe, recipe.lane_forks, noise, standing))
@@ -107,10 +130,60 @@ def fresh_data(out: Path, recipe: Recipe, workers: int | None, log: TrainLog, st
     for name, done in times.items():
         log.write("data_plan", 0, plan=name, found_s=round(done.found_s, 1),
                   made_s=round(done.made_s, 1), results=len(made[name]))
-    train_drives, eval_drives = made["drives"][:len(train_jobs)], made["drives"][len(train_jobs):]
-    branches, stops, lanes, pairs = (made.get(name, []) for name in (
-        "light_branches", "lead_stops", "lane_forks", "lamp_pairs"))
-    train_drives += branches + stops + lanes + pairs + extra
+    own, eval_drives = made["drives"][:len(train_jobs)], made["drives"][len(train_jobs):]
+    forks = {count: made.get(name, []) for name, count in FORK_COUNTS.items()}
+    counts = {"disturbed_drives": sum(is_disturbed(seed, recipe.disturbed_share)
+                                      for seed in train_list),
+              **{count: len(drives) for count, drives in forks.items()}}
+    train = own + [d for drives in forks.values() for d in drives]
+    log.write("simulated", 0, drives=len(train) + len(eval_drives),
+              seconds=round(time.monotonic() - start, 1))
+    return SimulatedDrives(train, eval_drives, counts)
+
+
+def save_simulated(folder: Path, simulated: SimulatedDrives, recipe: Recipe, seed: int) -> None:
+    """`simulated` under `folder` (a drive cache) with the recipe fields and seed that made
+    them, so that a later run of the same data reads them back instead of simulating."""
+    save_drives(simulated.train + simulated.eval, folder)
+    (folder / SIMULATED_JSON).write_text(json.dumps(
+        {"recipe": simulated_recipe(recipe), "seed": seed, "train": len(simulated.train),
+         "counts": simulated.counts}, indent=2) + "\n")
+
+
+def load_simulated(folder: Path, recipe: Recipe, seed: int) -> SimulatedDrives:
+    """The drives that `save_simulated` wrote under `folder`, refused unless the recipe fields
+    and seed that made them are `recipe`'s and `seed`."""
+    meta_path = folder / SIMULATED_JSON
+    if not meta_path.is_file():
+        raise FileNotFoundError(f"no simulated drives at {folder} ({SIMULATED_JSON} missing; "
+                                f"write them with --stages data)")
+    meta = json.loads(meta_path.read_text())
+    wanted = simulated_recipe(recipe)
+    differ = sorted(name for name in SIMULATED_FIELDS
+                    if meta["recipe"].get(name) != wanted[name])
+    if differ or meta["seed"] != seed:
+        raise ValueError(f"{folder} holds the drives of another recipe: it differs in "
+                         f"{differ + ([] if meta['seed'] == seed else ['seed'])}")
+    drives = load_drives(folder)
+    if len(drives) != meta["train"] + recipe.eval_drives:
+        raise ValueError(f"{folder} holds {len(drives)} drives, its {SIMULATED_JSON} "
+                         f"{meta['train']} training and {recipe.eval_drives} held-out ones")
+    return SimulatedDrives(drives[:meta["train"]], drives[meta["train"]:], meta["counts"])
+
+
+def assemble_data(out: Path, recipe: Recipe, simulated: SimulatedDrives, log: TrainLog,
+                  start: float, cache: Path | None, tokenizer: TextTokenizer | None = None):
+    """A new run's data from its simulated drives and the recipe's extra drives -> (tokenizer,
+    train drives, eval drives, summary); the drives are also written to `cache` when given.
+    `tokenizer`: the run's tokenizer (a warm start's) instead of one trained on these
+    drives."""
+    probe = recipe.model_config(4096)
+    train_list = train_seeds(recipe.train_drives, recipe.train_seed_offset)
+    eval_list = eval_seeds(recipe.eval_drives)
+    stop_list = lead_stop_seeds(recipe) if recipe.lead_stops.enabled else []
+    extra = [] if recipe.extra_drives is None else load_extra_drives(
+        Path(recipe.extra_drives), probe, frozenset(train_list + stop_list))
+    train_drives, eval_drives = simulated.train + extra, simulated.eval
     drives = train_drives + eval_drives
     frames = sum(d.num_steps for d in drives)
     log.write("data", 0, drives=len(drives), frames=frames,
@@ -136,17 +209,19 @@ def fresh_data(out: Path, recipe: Recipe, workers: int | None, log: TrainLog, st
                      "drive_seconds": recipe.drive_seconds,
                      "noise": dataclasses.asdict(recipe.noise),
                      "disturbance": dataclasses.asdict(recipe.disturbance),
-                     "disturbed_drives": sum(is_disturbed(seed, recipe.disturbed_share)
-                                             for seed in train_list),
                      "light_branches": dataclasses.asdict(recipe.light_branches),
-                     "light_branch_drives": len(branches),
                      "lead_stops": dataclasses.asdict(recipe.lead_stops),
-                     "lead_stop_drives": len(stops),
                      "lane_forks": dataclasses.asdict(recipe.lane_forks),
-                     "lane_fork_drives": len(lanes),
                      "lamp_pairs": dataclasses.asdict(recipe.lamp_pairs),
-                     "lamp_pair_drives": len(pairs),
-                     "standing_lead_label": standing,
+                     **simulated.counts,
+                     "standing_lead_label": recipe.standing_lead_label,
                      "extra_drives": len(extra), "train_drive_count": len(train_drives),
                      "coverage": table}
     return tokenizer, train_drives, eval_drives, summary
+
+
+def fresh_data(out: Path, recipe: Recipe, workers: int | None, log: TrainLog, start: float,
+               cache: Path | None, tokenizer: TextTokenizer | None = None):
+    """`assemble_data` of the recipe's drives simulated now."""
+    return assemble_data(out, recipe, simulate_drives(recipe, workers, log, start), log, start,
+                         cache, tokenizer)
