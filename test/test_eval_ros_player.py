@@ -8,6 +8,7 @@ from types import SimpleNamespace
 
 import pytest
 from helpers.bags import T_START, TYPESTORE, write_drive_bag
+from helpers.foreign_topics import FOREIGN, UNREADABLE
 from lifecycle_msgs.msg import Transition
 from lifecycle_msgs.srv import ChangeState, GetState
 from rclpy.callback_groups import ReentrantCallbackGroup
@@ -85,6 +86,18 @@ def test_player_reports_topics_nobody_subscribes(tmp_path, ros):
     player = BagPlayer(node, bag, topics=[topics.odometry])
     assert list(player.publishers) == [topics.odometry]
     assert player.wait_for_subscribers([topics.odometry], 0.3) == [topics.odometry]
+
+
+def test_player_leaves_topics_it_cannot_type_or_publish_unplayed(tmp_path, ros):
+    context, executor = ros
+    bag = write_drive_bag(tmp_path / "in", seconds=0.2, foreign_topics=FOREIGN)
+    node = Node("logger_bag_player", context=context)
+    executor.add_node(node)
+    player = BagPlayer(node, bag)
+    assert {t: player.unplayable[t] for t in UNREADABLE} == UNREADABLE
+    assert player.unplayable["/vehicle/status"].startswith("custom_msgs/msg/Status: ")
+    assert set(TopicMapping().cameras) | {TopicMapping().odometry} <= set(player.publishers)
+    assert not set(player.publishers) & set(player.unplayable)
 
 
 class Managed(LifecycleNode):

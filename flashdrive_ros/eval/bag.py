@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from rosbags.highlevel import AnyReader, AnyReaderError
+from rosbags.highlevel import AnyReaderError
 from rosbags.rosbag2 import ReaderError as Rosbag2ReaderError
 from rosbags.typesys import Stores, get_typestore
 
@@ -32,6 +32,7 @@ from flashdrive_ros.eval.images import IMAGE_TYPES, decode_image
 from flashdrive_ros.eval.records import ImageRecord, LabelRecord, OdometryRecord, Record
 from flashdrive_ros.eval.topics import PROPOSAL_COMMAND, TopicMapping
 from flashdrive_ros.ros.convert import ZERO_STAMP_PROBLEM
+from flashdrive_ros.ros.harness.bag_types import TolerantBagReader
 from flashdrive_ros.ros.image_reduce import ImageReducer
 from flashdrive_ros.ros.raw_encodings import alias_note
 from flashdrive_ros.ros.transport import LatencyStats
@@ -45,9 +46,11 @@ def header_seconds(msg: Any) -> float:
     return int(msg.header.stamp.sec) + int(msg.header.stamp.nanosec) * 1e-9
 
 
-def open_reader(source: BagSource) -> AnyReader:
-    """An opened AnyReader of the bag's files (Jazzy types as the default)."""
-    reader = AnyReader(source.reader_paths(), default_typestore=get_typestore(Stores.ROS2_JAZZY))
+def open_reader(source: BagSource) -> TolerantBagReader:
+    """An opened reader of the bag's files (Jazzy types as the default; topics it cannot type
+    are left unread, named in its `unreadable`)."""
+    reader = TolerantBagReader(source.reader_paths(),
+                               default_typestore=get_typestore(Stores.ROS2_JAZZY))
     try:
         reader.open()
     except (*READ_ERRORS, ValueError) as exc:
@@ -62,7 +65,7 @@ class TopicInfo:
     count: int
 
 
-def topic_infos(reader: AnyReader) -> list[TopicInfo]:
+def topic_infos(reader: TolerantBagReader) -> list[TopicInfo]:
     """The bag's topics, sorted by name, with their type and message count."""
     counts: dict[str, int] = {}
     types: dict[str, str] = {}
@@ -90,7 +93,7 @@ class BagReader:
         self.reducer = ImageReducer(image_size) if image_size is not None else None
         self.latency: dict[str, LatencyStats] = {}
         self.frame_ids: dict[int, str] = {}
-        self._reader: AnyReader | None = None
+        self._reader: TolerantBagReader | None = None
         self.image_types: dict[str, str] = {}
         self.has_labels = False
         self.skipped_messages: dict[str, int] = {}
@@ -118,7 +121,7 @@ class BagReader:
             self.source.cleanup()
 
     @property
-    def reader(self) -> AnyReader:
+    def reader(self) -> TolerantBagReader:
         if self._reader is None:
             raise RuntimeError("BagReader used outside its with-block")
         return self._reader
@@ -164,6 +167,9 @@ class BagReader:
                                          f"expected {LABELS_TYPE}")
             self.has_labels = True
         for topic in self._wanted_topics():
+            if topic in reader.unreadable:
+                raise UnknownMessageType(f"bag {self.path}: topic {topic} cannot be read: "
+                                         f"{reader.unreadable[topic]}")
             if types[topic] not in reader.typestore.types:
                 raise UnknownMessageType(f"bag {self.path} carries no definition of "
                                          f"{types[topic]} (topic {topic})")
@@ -183,9 +189,11 @@ class BagReader:
         stats.add(log_ns * 1e-9 - stamp)
 
     def input_notes(self) -> list[str]:
-        """Console lines on the inputs: a recording read without being closed, encodings read
-        as another one, zero stamps."""
+        """Console lines on the inputs: a recording read without being closed, topics left
+        unread, encodings read as another one, zero stamps."""
         notes = self.source.all_notes()
+        notes += [f"{topic}: not read: {why}" for topic, why in sorted(
+            self.reader.unreadable.items())]
         notes += [f"{topic}: {note}" for topic, note in sorted(self.encoding_notes.items())]
         return notes + [f"{topic}: {ZERO_STAMP_PROBLEM} ({len(times)} messages)"
                         for topic, times in sorted(self.zero_stamps.items())]

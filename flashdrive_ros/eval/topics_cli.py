@@ -49,9 +49,11 @@ def main(argv: list[str] | None = None) -> int:
             try:
                 infos = topic_infos(reader)
                 seconds = (reader.end_time - reader.start_time) * 1e-9
+                unreadable = dict(reader.unreadable)
             finally:
                 reader.close()
-            notes = source.all_notes()
+            notes = source.all_notes() + [f"{topic}: not read: {why}"
+                                          for topic, why in sorted(unreadable.items())]
         path = source.path
         slots = camera_slots(args.model_dir)
     except ReplayError as exc:
@@ -62,7 +64,7 @@ def main(argv: list[str] | None = None) -> int:
     print(f"{path}: {len(infos)} topics over {seconds:.1f} s")
     print(topic_table(infos, seconds))
     try:
-        proposal = propose(infos, slots)
+        proposal = propose([i for i in infos if i.topic not in unreadable], slots)
     except ProposalError as exc:
         print(f"flashdrive-topics: no proposal: {exc}", file=sys.stderr)
         return 1

@@ -82,11 +82,13 @@ def image_msg(rgb, t, raw, corrupt=False):
 def write_drive_bag(path, *, seconds=3.0, storage="mcap", raw=False, topics=None, width=64,
                     height=48, labels=True, corrupt_frames=(), skip_topics=(),
                     extra_topics=(), camera_latency=(), dropped_frames=(), sizes=(),
-                    odom_frame="odom", odom_offset=(0.0, 0.0)):
+                    odom_frame="odom", odom_offset=(0.0, 0.0), foreign_topics=()):
     """Cameras at 10 Hz, odometry at 50 Hz on a circle, labels at 10 Hz, from T_START.
     corrupt_frames: (camera, frame index) pairs whose payload is broken; dropped_frames:
     (camera, frame index) pairs left out; camera_latency: per camera, seconds from stamp to
-    log time; sizes: per camera (width, height) instead of width x height."""
+    log time; sizes: per camera (width, height) instead of width x height; foreign_topics:
+    (topic, msgtype, definition text, type hash, CDR bytes) of topics recorded with that
+    definition and hash, one message each."""
     topics = topics or TopicMapping()
     plugin = {"mcap": StoragePlugin.MCAP, "sqlite3": StoragePlugin.SQLITE3}[storage]
     image_type = "sensor_msgs/msg/Image" if raw else "sensor_msgs/msg/CompressedImage"
@@ -114,6 +116,9 @@ def write_drive_bag(path, *, seconds=3.0, storage="mcap", raw=False, topics=None
     events += list(extra_topics)
     events.sort(key=lambda e: (e[0], e[1]))
     with Writer(Path(path), version=9, storage_plugin=plugin) as writer:
+        for topic, msgtype, msgdef, digest, raw in foreign_topics:
+            foreign = writer.add_connection(topic, msgtype, msgdef=msgdef, rihs01=digest)
+            writer.write(foreign, int(T_START * 1e9), raw)
         connections = {}
         for t, _, topic, msgtype, msg in events:
             if topic in skip_topics:

@@ -13,11 +13,11 @@ from pathlib import Path
 
 from rclpy.node import Node
 from rclpy.qos import DurabilityPolicy, QoSProfile, ReliabilityPolicy
-from rosbags.highlevel import AnyReader
 from rosbags.typesys import Stores, get_typestore
 from rosgraph_msgs.msg import Clock
 
 from flashdrive_ros.ros.convert import seconds_to_stamp
+from flashdrive_ros.ros.harness.bag_types import TolerantBagReader
 from flashdrive_ros.ros.harness.read_ahead import ReadAhead
 
 LATCHED_TOPICS = ("/tf_static",)
@@ -61,7 +61,8 @@ class PlayStats:
 
 class BagPlayer:
     """Publishers are created on construction so subscribers can match before `play`.
-    Topics whose message package is not installed are not played; `unplayable` names them."""
+    Topics whose message package is not installed or whose recorded type the reader cannot
+    use (bag_types.py) are not played; `unplayable` names them."""
 
     def __init__(self, node: Node, bag: str | Path | list[Path], rate: float = 1.0,
                  topics: list[str] | None = None, publish_clock: bool = True) -> None:
@@ -73,11 +74,13 @@ class BagPlayer:
         self.typestore = get_typestore(Stores.ROS2_JAZZY)
         self.publishers = {}
         self.unplayable: dict[str, str] = {}
-        with AnyReader(self.paths, default_typestore=self.typestore) as reader:
+        with TolerantBagReader(self.paths, default_typestore=self.typestore) as reader:
             self.start_s = reader.start_time * 1e-9
             self.end_s = reader.end_time * 1e-9
             self.connections = [c for c in reader.connections
                                 if topics is None or c.topic in topics]
+            self.unplayable.update({topic: why for topic, why in reader.unreadable.items()
+                                    if topics is None or topic in topics})
             for conn in self.connections:
                 if conn.topic in self.publishers or conn.topic in self.unplayable:
                     continue
@@ -103,7 +106,7 @@ class BagPlayer:
              on_message: Callable[[float], None] | None = None) -> PlayStats:
         """Publish the whole bag; `on_message(bag seconds played)` after each message."""
         stats = PlayStats()
-        with AnyReader(self.paths, default_typestore=self.typestore) as reader:
+        with TolerantBagReader(self.paths, default_typestore=self.typestore) as reader:
             connections = [c for c in reader.connections if c.topic in self.publishers]
             wall_start = time.monotonic()
             with ReadAhead(reader.messages(connections=connections),

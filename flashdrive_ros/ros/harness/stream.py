@@ -8,8 +8,9 @@ from collections.abc import Iterator
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from rosbags.highlevel import AnyReader
 from rosbags.typesys import Stores, get_typestore
+
+from flashdrive_ros.ros.harness.bag_types import TolerantBagReader
 
 NS_PER_S = 1_000_000_000
 CDR_LITTLE_ENDIAN = (b"\x00\x01", b"\x00\x03")
@@ -64,7 +65,7 @@ class StreamMessage:
 def read_stream(bag: str | Path, topics: list[str] | None = None) -> list[StreamMessage]:
     """Every message of `bag` (of `topics` when given) in log-time order."""
     out = []
-    with AnyReader([Path(bag)], default_typestore=TYPESTORE) as reader:
+    with TolerantBagReader([Path(bag)], default_typestore=TYPESTORE) as reader:
         connections = [c for c in reader.connections if topics is None or c.topic in topics]
         for conn, log_ns, raw in reader.messages(connections=connections):
             raw = bytes(raw)
