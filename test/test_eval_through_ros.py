@@ -6,7 +6,8 @@ import json
 
 import numpy as np
 import pytest
-from helpers.bags import TYPESTORE
+from helpers.bags import TYPESTORE, write_drive_bag
+from helpers.foreign_topics import FOREIGN, UNREADABLE
 from helpers.tiny_model import make_tiny_model_dir
 from rosbags.highlevel import AnyReader
 
@@ -161,3 +162,21 @@ def test_a_recording_cut_off_without_metadata_replays_through_the_node(tmp_path,
     assert "the recording was cut off" in printed
     played = [c["played"] for c in report["camera_transport"].values()]
     assert min(played) > 0
+
+
+def test_a_logger_bag_with_topics_no_reader_can_type_replays_through_the_node(tmp_path,
+                                                                              capsys):
+    model = make_tiny_model_dir(tmp_path / "model", max_coc_tokens=4)
+    bag = write_drive_bag(tmp_path / "bag", seconds=8.0, foreign_topics=FOREIGN)
+    out = tmp_path / "out"
+    code = main([str(bag), "--model-dir", str(model), "--out", str(out), "--through-ros",
+                 "--num-samples", "1", "--device", "cpu", "--no-plots"])
+    printed = capsys.readouterr().out
+    assert code == 0, (out / "drive_node_flashdrive.log").read_text()[-3000:]
+    report = json.loads((out / "report.json").read_text())
+    assert report["windows"] >= 1
+    unread = [f"{topic}: not read: {why}" for topic, why in sorted(UNREADABLE.items())]
+    assert [n for n in report["input_notes"] if "not read" in n] == unread
+    assert unread[0] in printed
+    unplayable = report["unplayable_topics"]
+    assert {t: unplayable[t] for t in UNREADABLE} == UNREADABLE

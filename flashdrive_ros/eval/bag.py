@@ -58,6 +58,11 @@ def open_reader(source: BagSource) -> TolerantBagReader:
     return reader
 
 
+def unread_topic_notes(reader: TolerantBagReader) -> list[str]:
+    """A line per topic of the bag left unread (its message type cannot be used)."""
+    return [f"{topic}: not read: {why}" for topic, why in sorted(reader.unreadable.items())]
+
+
 @dataclass(frozen=True)
 class TopicInfo:
     topic: str
@@ -191,12 +196,13 @@ class BagReader:
     def input_notes(self) -> list[str]:
         """Console lines on the inputs: a recording read without being closed, topics left
         unread, encodings read as another one, zero stamps."""
-        notes = self.source.all_notes()
-        notes += [f"{topic}: not read: {why}" for topic, why in sorted(
-            self.reader.unreadable.items())]
+        notes = self.source.all_notes() + self.unread_topic_notes()
         notes += [f"{topic}: {note}" for topic, note in sorted(self.encoding_notes.items())]
         return notes + [f"{topic}: {ZERO_STAMP_PROBLEM} ({len(times)} messages)"
                         for topic, times in sorted(self.zero_stamps.items())]
+
+    def unread_topic_notes(self) -> list[str]:
+        return unread_topic_notes(self.reader)
 
     def _zero_stamp(self, topic: str, log_ns: int, msg: Any) -> bool:
         stamp = msg.header.stamp

@@ -117,6 +117,7 @@ def replay_source_through_ros(options: ReplayOptions, source: BagSource
         end_s = bag.end_time
         track = OdometryTrack(bag.odometry())
         labels = LabelIndex(bag.labels(), 0.5 / options.control_rate_hz)
+        unread = bag.unread_topic_notes()
     roles = {"trajectory": names.TRAJECTORY_TOPIC, "trajectory_samples": names.SAMPLES_TOPIC,
              "reasoning": names.REASONING_TOPIC, "finished_plans": names.FINISHED_PLANS_TOPIC,
              "overlay": names.OVERLAY_TOPIC, "diagnostics": names.DIAGNOSTICS_TOPIC}
@@ -126,7 +127,7 @@ def replay_source_through_ros(options: ReplayOptions, source: BagSource
     max_plan_age_s = (defaults.max_plan_age_s if options.max_plan_age_s is None
                       else options.max_plan_age_s)
     replay = ReplayResults({}, {})
-    replay.input_notes = source.all_notes() + ([dds.note] if dds.note else [])
+    replay.input_notes = source.all_notes() + unread + ([dds.note] if dds.note else [])
     camera_names = options.node_params.get("camera_names", defaults.camera_names)
     node_stats, overlays = {}, []
     for mode in options.modes:

@@ -7,7 +7,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from flashdrive_ros.eval.bag import open_reader, topic_infos
+from flashdrive_ros.eval.bag import open_reader, topic_infos, unread_topic_notes
 from flashdrive_ros.eval.bag_source import bag_source
 from flashdrive_ros.eval.errors import ReplayError
 from flashdrive_ros.eval.topic_proposal import ProposalError, proposal_yaml, propose
@@ -50,10 +50,10 @@ def main(argv: list[str] | None = None) -> int:
                 infos = topic_infos(reader)
                 seconds = (reader.end_time - reader.start_time) * 1e-9
                 unreadable = dict(reader.unreadable)
+                unread = unread_topic_notes(reader)
             finally:
                 reader.close()
-            notes = source.all_notes() + [f"{topic}: not read: {why}"
-                                          for topic, why in sorted(unreadable.items())]
+            notes = source.all_notes() + unread
         path = source.path
         slots = camera_slots(args.model_dir)
     except ReplayError as exc:
