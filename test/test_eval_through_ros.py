@@ -140,6 +140,18 @@ def test_control_ticks_count_ticks_without_a_new_plan():
     assert control_ticks([(1.0, None)], end_s=2.0)["control_rate_held"] is None
 
 
+def replay_one_sample(bag, model, out, capsys) -> tuple[dict, str]:
+    """The through-ROS replay of `bag` with one sample -> (its report, what it printed); it
+    must plan at least one window."""
+    code = main([str(bag), "--model-dir", str(model), "--out", str(out), "--through-ros",
+                 "--num-samples", "1", "--device", "cpu", "--no-plots"])
+    printed = capsys.readouterr().out
+    assert code == 0, (out / "drive_node_flashdrive.log").read_text()[-3000:]
+    report = json.loads((out / "report.json").read_text())
+    assert report["windows"] >= 1
+    return report, printed
+
+
 def test_a_recording_cut_off_without_metadata_replays_through_the_node(tmp_path, capsys):
     model = make_tiny_model_dir(tmp_path / "model", max_coc_tokens=4)
     bag = tmp_path / "bag"
@@ -148,13 +160,7 @@ def test_a_recording_cut_off_without_metadata_replays_through_the_node(tmp_path,
     storage = next(bag.glob("*.mcap"))
     with open(storage, "r+b") as f:
         f.truncate(int(storage.stat().st_size * 0.85))
-    out = tmp_path / "out"
-    code = main([str(bag), "--model-dir", str(model), "--out", str(out), "--through-ros",
-                 "--num-samples", "1", "--device", "cpu", "--no-plots"])
-    printed = capsys.readouterr().out
-    assert code == 0, (out / "drive_node_flashdrive.log").read_text()[-3000:]
-    report = json.loads((out / "report.json").read_text())
-    assert report["windows"] >= 1
+    report, printed = replay_one_sample(bag, model, tmp_path / "out", capsys)
     notes = report["input_notes"]
     assert any("no metadata.yaml (the recording was not closed)" in n for n in notes)
     assert any(f"{storage.name}: the recording was cut off (no MCAP footer)" in n
@@ -168,13 +174,7 @@ def test_a_logger_bag_with_topics_no_reader_can_type_replays_through_the_node(tm
                                                                               capsys):
     model = make_tiny_model_dir(tmp_path / "model", max_coc_tokens=4)
     bag = write_drive_bag(tmp_path / "bag", seconds=8.0, foreign_topics=FOREIGN)
-    out = tmp_path / "out"
-    code = main([str(bag), "--model-dir", str(model), "--out", str(out), "--through-ros",
-                 "--num-samples", "1", "--device", "cpu", "--no-plots"])
-    printed = capsys.readouterr().out
-    assert code == 0, (out / "drive_node_flashdrive.log").read_text()[-3000:]
-    report = json.loads((out / "report.json").read_text())
-    assert report["windows"] >= 1
+    report, printed = replay_one_sample(bag, model, tmp_path / "out", capsys)
     unread = [f"{topic}: not read: {why}" for topic, why in sorted(UNREADABLE.items())]
     assert [n for n in report["input_notes"] if "not read" in n] == unread
     assert unread[0] in printed
