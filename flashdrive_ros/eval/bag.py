@@ -58,9 +58,9 @@ def open_reader(source: BagSource) -> TolerantBagReader:
     return reader
 
 
-def unread_topic_notes(reader: TolerantBagReader) -> list[str]:
-    """A line per topic of the bag left unread (its message type cannot be used)."""
-    return [f"{topic}: not read: {why}" for topic, why in sorted(reader.unreadable.items())]
+def unread_topic_notes(unreadable: dict[str, str]) -> list[str]:
+    """A line per topic of the bag left unread (`TolerantBagReader.unreadable`)."""
+    return [f"{topic}: not read: {why}" for topic, why in sorted(unreadable.items())]
 
 
 @dataclass(frozen=True)
@@ -175,9 +175,6 @@ class BagReader:
             if topic in reader.unreadable:
                 raise UnknownMessageType(f"bag {self.path}: topic {topic} cannot be read: "
                                          f"{reader.unreadable[topic]}")
-            if types[topic] not in reader.typestore.types:
-                raise UnknownMessageType(f"bag {self.path} carries no definition of "
-                                         f"{types[topic]} (topic {topic})")
 
     def _wanted_topics(self) -> list[str]:
         topics = [*self.topics.cameras, self.topics.odometry]
@@ -196,13 +193,10 @@ class BagReader:
     def input_notes(self) -> list[str]:
         """Console lines on the inputs: a recording read without being closed, topics left
         unread, encodings read as another one, zero stamps."""
-        notes = self.source.all_notes() + self.unread_topic_notes()
+        notes = self.source.all_notes() + unread_topic_notes(self.reader.unreadable)
         notes += [f"{topic}: {note}" for topic, note in sorted(self.encoding_notes.items())]
         return notes + [f"{topic}: {ZERO_STAMP_PROBLEM} ({len(times)} messages)"
                         for topic, times in sorted(self.zero_stamps.items())]
-
-    def unread_topic_notes(self) -> list[str]:
-        return unread_topic_notes(self.reader)
 
     def _zero_stamp(self, topic: str, log_ns: int, msg: Any) -> bool:
         stamp = msg.header.stamp

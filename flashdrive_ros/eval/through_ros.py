@@ -8,7 +8,7 @@ from pathlib import Path
 
 import numpy as np
 
-from flashdrive_ros.eval.bag import BagReader
+from flashdrive_ros.eval.bag import BagReader, unread_topic_notes
 from flashdrive_ros.eval.bag_source import BagSource, bag_source
 from flashdrive_ros.eval.dds_profile import (
     ENVIRONMENT,
@@ -117,7 +117,7 @@ def replay_source_through_ros(options: ReplayOptions, source: BagSource
         end_s = bag.end_time
         track = OdometryTrack(bag.odometry())
         labels = LabelIndex(bag.labels(), 0.5 / options.control_rate_hz)
-        unread = bag.unread_topic_notes()
+        unread = unread_topic_notes(bag.reader.unreadable)
     roles = {"trajectory": names.TRAJECTORY_TOPIC, "trajectory_samples": names.SAMPLES_TOPIC,
              "reasoning": names.REASONING_TOPIC, "finished_plans": names.FINISHED_PLANS_TOPIC,
              "overlay": names.OVERLAY_TOPIC, "diagnostics": names.DIAGNOSTICS_TOPIC}

@@ -50,10 +50,9 @@ def main(argv: list[str] | None = None) -> int:
                 infos = topic_infos(reader)
                 seconds = (reader.end_time - reader.start_time) * 1e-9
                 unreadable = dict(reader.unreadable)
-                unread = unread_topic_notes(reader)
             finally:
                 reader.close()
-            notes = source.all_notes() + unread
+            notes = source.all_notes() + unread_topic_notes(unreadable)
         path = source.path
         slots = camera_slots(args.model_dir)
     except ReplayError as exc:

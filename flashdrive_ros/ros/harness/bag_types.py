@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from rosbags.highlevel import AnyReader
+from rosbags.highlevel import AnyReader, AnyReaderError
 from rosbags.interfaces import Connection, MessageDefinitionFormat, Nodetype
 from rosbags.typesys import Stores, get_types_from_idl, get_types_from_msg, get_typestore
 from rosbags.typesys.store import Typestore
@@ -114,15 +114,13 @@ def topic_types(connections: list[Connection], default: Typestore) -> TopicTypes
 
 class TolerantBagReader(AnyReader):
     """AnyReader over ROS 2 bags whose topics are typed one by one (`topic_types`);
-    `unreadable` names the topics left unread and why. ROS 1 bags open as in AnyReader."""
+    `unreadable` names the topics left unread and why."""
 
     unreadable: dict[str, str]
 
     def _open(self) -> None:
-        self.unreadable = {}
         if not self.is2:
-            super()._open()
-            return
+            raise AnyReaderError(f"{self.paths}: a ROS 1 bag; rosbag2 (mcap, sqlite3) only")
         for reader in self.readers:
             self.stack.enter_context(reader)
         self.connections = [conn for reader in self.readers for conn in reader.connections]
