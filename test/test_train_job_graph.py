@@ -50,3 +50,13 @@ def test_a_plan_needs_find_and_jobs_together_and_a_failing_job_fails_the_run():
         run_plans([Plan("bad", [2, -1], math.factorial)], workers=2)
     with pytest.raises(ValueError):
         run_plans([Plan("bad", [2, -1], math.factorial)], workers=1)
+
+
+def test_progress_lines_count_searches_and_the_make_jobs_they_add_and_end_with_all_done():
+    lines: list[str] = []
+    run_plans(plans(), workers=1, report=lines.append)
+    assert lines[0] == "data jobs at 0 s: searches 1/3, drives 0/7 (of those known so far)"
+    assert lines[-1].endswith("searches 3/3, drives 9/9 (of those known so far)")
+    parallel: list[str] = []
+    run_plans(plans(), workers=2, report=parallel.append)
+    assert parallel[-1].endswith("searches 3/3, drives 9/9 (of those known so far)")

@@ -45,12 +45,35 @@ class PlanTimes:
     made_s: float = 0.0
 
 
-def run_plans(plans: list[Plan], workers: int | None = None
+@dataclass
+class Progress:
+    """Searches and make jobs done of those known so far (a search adds its make jobs);
+    `report(line)` gets a line at most every `every_s` seconds and when all are done."""
+
+    report: Callable[[str], None]
+    every_s: float = 30.0
+    found: int = 0
+    searches: int = 0
+    made: int = 0
+    makes: int = 0
+    _last_s: float = field(default=-float("inf"), repr=False)
+
+    def tick(self, now_s: float) -> None:
+        finished = self.found == self.searches and self.made == self.makes
+        if finished or now_s - self._last_s >= self.every_s:
+            self._last_s = now_s
+            self.report(f"data jobs at {now_s:.0f} s: searches {self.found}/{self.searches}, "
+                        f"drives {self.made}/{self.makes} (of those known so far)")
+
+
+def run_plans(plans: list[Plan], workers: int | None = None,
+              report: Callable[[str], None] | None = None
               ) -> tuple[list[list], dict[str, PlanTimes]]:
     """Every plan's results (`finish` of its make results in seed order, then job order
     within a seed), and when each plan was done; on `workers` spawned processes (default all
-    cores; 1: in this process)."""
+    cores; 1: in this process). `report`: a progress line now and then (Progress)."""
     start = time.monotonic()
+    progress = Progress(report or (lambda line: None))
     ready: list[tuple] = []  # heap of (is_make, -cost, order, plan, seed, job index, job)
     made: list[dict] = [{} for _ in plans]
     times = {plan.name: PlanTimes() for plan in plans}
@@ -62,6 +85,7 @@ def run_plans(plans: list[Plan], workers: int | None = None
         order += 1
 
     def add_jobs(p: int, seed: int, jobs: list) -> None:
+        progress.makes += len(jobs)
         for index, job in enumerate(jobs):
             push(True, float(plans[p].cost(job)), p, seed, index, job)
 
@@ -70,6 +94,7 @@ def run_plans(plans: list[Plan], workers: int | None = None
             if plan.find is None:
                 add_jobs(p, seed, [arg])
             else:
+                progress.searches += 1
                 push(False, 0.0, p, seed, 0, arg)
 
     def done(task: tuple, result) -> None:
@@ -79,9 +104,12 @@ def run_plans(plans: list[Plan], workers: int | None = None
         if is_make:
             made[p][(seed, index)] = result
             times[plan.name].made_s = now
+            progress.made += 1
         else:
             times[plan.name].found_s = now
+            progress.found += 1
             add_jobs(p, seed, plan.jobs(job, result))
+        progress.tick(now)
 
     def function(task: tuple) -> Callable:
         plan = plans[task[3]]

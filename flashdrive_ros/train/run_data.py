@@ -125,7 +125,7 @@ def simulate_drives(recipe: Recipe, workers: int | None, log: TrainLog,
     if recipe.lamp_pairs.enabled:
         plans.append(lamp_pair_plan(train_list, seconds, probe, recipe.lamp_pairs, noise,
                                     standing))
-    results, times = run_plans(plans, workers)
+    results, times = run_plans(plans, workers, report=lambda line: print(line, flush=True))
     made = dict(zip((plan.name for plan in plans), results))
     for name, done in times.items():
         log.write("data_plan", 0, plan=name, found_s=round(done.found_s, 1),
