@@ -27,7 +27,7 @@ PYTHON_LIBRARY_KEYS = {"numpy": "python3-numpy", "yaml": "python3-yaml", "cv2": 
                        "safetensors": "python3-safetensors-pip",
                        "tokenizers": "python3-tokenizers-pip", "onnx": "python3-onnx-pip",
                        "onnxruntime": "python3-onnxruntime-pip",
-                       "rosbags": "python3-rosbags-pip"}
+                       "rosbags": "python3-rosbags-pip", "av": "python3-av-pip"}
 # imported only where asked for, installed outside rosdep: TensorRT with JetPack,
 # transformers for the Hugging Face reference of flashdrive-bench
 OPTIONAL_LIBRARIES = {"tensorrt", "transformers"}

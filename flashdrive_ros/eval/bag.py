@@ -28,7 +28,12 @@ from flashdrive_ros.eval.errors import (
     MissingTopics,
     UnknownMessageType,
 )
-from flashdrive_ros.eval.images import IMAGE_TYPES, decode_image
+from flashdrive_ros.eval.images import (
+    IMAGE_TYPES,
+    decode_image,
+    image_stamp_and_frame,
+    video_codec_of,
+)
 from flashdrive_ros.eval.records import ImageRecord, LabelRecord, OdometryRecord, Record
 from flashdrive_ros.eval.topics import PROPOSAL_COMMAND, TopicMapping
 from flashdrive_ros.ros.convert import ZERO_STAMP_PROBLEM
@@ -36,6 +41,7 @@ from flashdrive_ros.ros.harness.bag_types import TolerantBagReader
 from flashdrive_ros.ros.image_reduce import ImageReducer
 from flashdrive_ros.ros.raw_encodings import alias_note
 from flashdrive_ros.ros.transport import LatencyStats
+from flashdrive_ros.ros.video_decode import VideoOutput, VideoStream, frame_rgb
 
 ODOMETRY_TYPE = "nav_msgs/msg/Odometry"
 LABELS_TYPE = "std_msgs/msg/String"
@@ -43,7 +49,11 @@ READ_ERRORS = (AnyReaderError, Rosbag2ReaderError, OSError)
 
 
 def header_seconds(msg: Any) -> float:
-    return int(msg.header.stamp.sec) + int(msg.header.stamp.nanosec) * 1e-9
+    return stamp_seconds(msg.header.stamp)
+
+
+def stamp_seconds(stamp: Any) -> float:
+    return int(stamp.sec) + int(stamp.nanosec) * 1e-9
 
 
 def open_reader(source: BagSource) -> TolerantBagReader:
@@ -198,8 +208,7 @@ class BagReader:
         return notes + [f"{topic}: {ZERO_STAMP_PROBLEM} ({len(times)} messages)"
                         for topic, times in sorted(self.zero_stamps.items())]
 
-    def _zero_stamp(self, topic: str, log_ns: int, msg: Any) -> bool:
-        stamp = msg.header.stamp
+    def _zero_stamp(self, topic: str, log_ns: int, stamp: Any) -> bool:
         if int(stamp.sec) != 0 or int(stamp.nanosec) != 0:
             return False
         self.zero_stamps.setdefault(topic, set()).add(log_ns)
@@ -209,18 +218,20 @@ class BagReader:
         self.skipped_messages[what] = self.skipped_messages.get(what, 0) + 1
 
     def records(self, topics: list[str] | None = None) -> Iterator[Record]:
-        """Records of `topics` (default: all mapped topics) in bag log-time order."""
+        """Records of `topics` (default: all mapped topics) in bag log-time order (a video
+        camera's frames as its decoder gives them out)."""
         reader = self.reader
         wanted = set(topics or self._wanted_topics())
         connections = [c for c in reader.connections if c.topic in wanted]
         slots = {topic: i for i, topic in enumerate(self.topics.cameras)}
+        videos: dict[str, VideoStream] = {}
         try:
             for conn, log_ns, raw in reader.messages(connections=connections):
-                record = self._convert(conn, log_ns, raw, slots)
-                if record is not None:
-                    yield record
+                yield from self._convert(conn, log_ns, raw, slots, videos)
         except READ_ERRORS as exc:
             raise CorruptBag(f"bag {self.path} is unreadable past some point: {exc}") from None
+        for topic, stream in videos.items():
+            yield from self._video_records(slots[topic], stream.flush())
 
     def largest_first_camera_message(self) -> int:
         """Serialized bytes of the largest of the camera topics' first messages (0: none)."""
@@ -256,43 +267,64 @@ class BagReader:
             self._track_records = odometry, labels
         return self._track_records
 
-    def _convert(self, conn, log_ns: int, raw: bytes, slots: dict[str, int]) -> Record | None:
+    def _convert(self, conn, log_ns: int, raw: bytes, slots: dict[str, int],
+                 videos: dict[str, VideoStream]) -> list[Record]:
         topic = conn.topic
         try:
             msg = self.reader.deserialize(raw, conn.msgtype)
         except Exception as exc:  # rosbags raises assorted errors on a bad CDR payload
             if topic in slots:
-                return ImageRecord(slots[topic], log_ns * 1e-9, None,
-                                   f"{topic}: payload does not deserialize ({exc})")
+                return [ImageRecord(slots[topic], log_ns * 1e-9, None,
+                                    f"{topic}: payload does not deserialize ({exc})")]
             self._skip(f"undeserializable {topic}")
-            return None
-        if topic in (*slots, self.topics.odometry) and self._zero_stamp(topic, log_ns, msg):
-            return None
+            return []
         if topic in slots:
-            if note := alias_note(str(getattr(msg, "encoding", ""))):
-                self.encoding_notes[topic] = note
-            stamp = header_seconds(msg)
-            self._note_latency(topic, log_ns, stamp)
-            self.frame_ids.setdefault(slots[topic], str(msg.header.frame_id))
-            try:
-                return ImageRecord(slots[topic], stamp,
-                                   decode_image(conn.msgtype, msg, self.reducer))
-            except ImageDecodeError as exc:
-                return ImageRecord(slots[topic], stamp, None, f"{topic}: {exc}")
+            return self._image_records(topic, slots[topic], conn.msgtype, log_ns, msg, videos)
         if topic == self.topics.odometry:
+            if self._zero_stamp(topic, log_ns, msg.header.stamp):
+                return []
             self._note_latency(topic, log_ns, header_seconds(msg))
             pose, twist = msg.pose.pose, msg.twist.twist
-            return OdometryRecord(
+            return [OdometryRecord(
                 header_seconds(msg),
                 np.array([pose.position.x, pose.position.y, pose.position.z]),
                 np.array([pose.orientation.x, pose.orientation.y, pose.orientation.z,
                           pose.orientation.w]),
-                np.array([twist.linear.x, twist.linear.y, twist.linear.z]))
+                np.array([twist.linear.x, twist.linear.y, twist.linear.z]))]
         try:
             values = json.loads(msg.data)
         except ValueError:
             values = None
         if not isinstance(values, dict):
             self._skip(f"unparsable label on {topic}")
-            return None
-        return LabelRecord(log_ns * 1e-9, values)
+            return []
+        return [LabelRecord(log_ns * 1e-9, values)]
+
+    def _image_records(self, topic: str, slot: int, msgtype: str, log_ns: int, msg: Any,
+                       videos: dict[str, VideoStream]) -> list[Record]:
+        stamp_msg, frame_id = image_stamp_and_frame(msgtype, msg)
+        if self._zero_stamp(topic, log_ns, stamp_msg):
+            return []
+        if note := alias_note(str(getattr(msg, "encoding", ""))):
+            self.encoding_notes[topic] = note
+        stamp = stamp_seconds(stamp_msg)
+        self._note_latency(topic, log_ns, stamp)
+        self.frame_ids.setdefault(slot, frame_id)
+        try:
+            codec = video_codec_of(msgtype, msg)
+            if codec is None:
+                return [ImageRecord(slot, stamp, decode_image(msgtype, msg, self.reducer))]
+        except ImageDecodeError as exc:
+            return [ImageRecord(slot, stamp, None, f"{topic}: {exc}")]
+        stream = videos.get(topic)
+        if stream is None or stream.codec != codec:
+            stream = videos[topic] = VideoStream(codec)
+        output = stream.push(stamp, msg.data)
+        records = self._video_records(slot, output)
+        if output.problem:
+            records.append(ImageRecord(slot, stamp, None, f"{topic}: video: {output.problem}"))
+        return records
+
+    def _video_records(self, slot: int, output: VideoOutput) -> list[Record]:
+        return [ImageRecord(slot, stamp, frame_rgb(frame, self.reducer))
+                for stamp, frame in output.frames]

@@ -1,7 +1,8 @@
 """Bag image messages (CompressedImage JPEG/PNG, raw Image in any encoding that
 ros/raw_encodings.py reads) -> RGB uint8 [H, W, 3], decoded
 as the drive node decodes them (ros/convert.py), reduced to the model size on the way when a
-reducer is given."""
+reducer is given. H.264 / H.265 packets (CompressedImage with a video format, or
+foxglove_msgs/CompressedVideo) are decoded per camera stream (ros/video_decode.py)."""
 
 from __future__ import annotations
 
@@ -12,10 +13,34 @@ import numpy as np
 from flashdrive_ros.eval.errors import ImageDecodeError
 from flashdrive_ros.ros import convert
 from flashdrive_ros.ros.image_reduce import ImageReducer
+from flashdrive_ros.ros.video_decode import video_codec
 
 COMPRESSED_TYPE = "sensor_msgs/msg/CompressedImage"
 RAW_TYPE = "sensor_msgs/msg/Image"
-IMAGE_TYPES = (COMPRESSED_TYPE, RAW_TYPE)
+VIDEO_TYPE = "foxglove_msgs/msg/CompressedVideo"
+IMAGE_TYPES = (COMPRESSED_TYPE, RAW_TYPE, VIDEO_TYPE)
+
+
+def image_stamp_and_frame(msgtype: str, msg: Any) -> tuple[Any, str]:
+    """(builtin_interfaces/Time, frame_id) of an image message (CompressedVideo has no
+    header: its timestamp and frame_id fields)."""
+    if msgtype == VIDEO_TYPE:
+        return msg.timestamp, str(msg.frame_id)
+    return msg.header.stamp, str(msg.header.frame_id)
+
+
+def video_codec_of(msgtype: str, msg: Any) -> str | None:
+    """The decoder of a video packet (None: a still image)."""
+    if msgtype == RAW_TYPE:
+        return None
+    try:
+        codec = video_codec(str(msg.format))
+    except convert.ConversionError as exc:
+        raise ImageDecodeError(f"{exc.reason}: {exc}") from None
+    if codec is None and msgtype == VIDEO_TYPE:
+        raise ImageDecodeError(f"unsupported_encoding: CompressedVideo format {msg.format!r} "
+                               f"is not H.264 or H.265")
+    return codec
 
 
 def decode_compressed(fmt: str, data: Any, reducer: ImageReducer | None = None) -> np.ndarray:

@@ -4,7 +4,8 @@ its header), decoding (reduced to the model size) with named faults, stamp check
 message up to max_reorder behind its stream's newest is dropped as out of order; further
 back restarts the time base), the latency of each input and stamps on another clock, the
 odometry frame, camera slot sanity, approximate-time camera sync and hand-over to the
-PlannerLoop.
+PlannerLoop. H.264 / H.265 packets (CompressedImage with a video format) are decoded every one,
+per camera stream (ros/video_decode.py), and the frame gate then picks among their frames.
 Messages are read duck-typed (rclpy messages and rosbags-deserialized ones alike)."""
 
 from __future__ import annotations
@@ -36,6 +37,7 @@ from flashdrive_ros.ros.planner_loop import ODOMETRY_INPUT, PlannerLoop
 from flashdrive_ros.ros.raw_encodings import alias_note
 from flashdrive_ros.ros.sync import ApproximateTimeSynchronizer
 from flashdrive_ros.ros.transport import LatencyStats, clock_problem
+from flashdrive_ros.ros.video_decode import VideoStream, frame_rgb, video_codec
 
 OUT_OF_ORDER = "out_of_order"
 TIME_BACKWARDS = "time_backwards"
@@ -77,6 +79,7 @@ class InputHandler:
         self._clock_warned = False
         self.odom_frame = params.odom_frame
         self._slot_frames: list[str | None] = [None] * len(params.camera_names)
+        self.videos: dict[int, VideoStream] = {}
         self.sync = ApproximateTimeSynchronizer(len(params.camera_names),
                                                 params.sync_queue_size, params.sync_slop_s)
         self.sync.register_callback(self._on_camera_set)
@@ -94,6 +97,7 @@ class InputHandler:
 
     def clear(self) -> None:
         self.sync.clear()
+        self.videos.clear()
         if self.gate is not None:
             self.gate.reset()
 
@@ -144,6 +148,21 @@ class InputHandler:
     def on_image(self, index: int, msg) -> None:
         """A deserialized Image or CompressedImage of camera slot `index`."""
         self.loop.note_received(self.params.camera_names[index])
+        self._route(index, msg)
+
+    def _route(self, index: int, msg) -> None:
+        """A CompressedImage holding a video packet (format h264 / h265) into its camera's
+        stream; any other image through the frame gate to its decode."""
+        fmt = getattr(msg, "format", None)
+        if fmt is not None:
+            try:
+                codec = video_codec(str(fmt))
+            except ConversionError as exc:
+                self.loop.note_fault(self.params.camera_names[index], f"{exc.reason}: {exc}")
+                return
+            if codec is not None:
+                self._take_video(index, msg.header, codec, msg.data)
+                return
         self._take_image(index, getattr(msg, "header", None), lambda: self._decode(index, msg))
 
     def on_serialized_image(self, index: int, buffer) -> None:
@@ -163,13 +182,21 @@ class InputHandler:
                 self.loop.note_fault(name, f"{exc.reason}: {exc}; rclpy could not deserialize "
                                            f"it either: {type(error).__name__}: {error}")
                 return
-            self._take_image(index, msg.header, lambda: self._decode(index, msg))
+            self._route(index, msg)
             return
         except ConversionError as exc:
             self.loop.note_fault(name, f"{exc.reason}: {exc}")
             return
-        read = read_compressed if self.params.image_transport == "compressed" else read_image
-        self._take_image(index, header, lambda: self._decode(index, read(header, reader)))
+        if self.params.image_transport != "compressed":
+            self._take_image(index, header,
+                             lambda: self._decode(index, read_image(header, reader)))
+            return
+        try:
+            compressed = read_compressed(header, reader)
+        except ConversionError as exc:
+            self.loop.note_fault(name, f"{exc.reason}: {exc}")
+            return
+        self._route(index, compressed)
 
     def _decode(self, index: int, msg) -> object:
         """The RGB image of `msg` at the model size; an encoding read as another one is
@@ -182,9 +209,9 @@ class InputHandler:
             self._warn_once(f"camera {self.params.camera_names[index]}: {note}")
         return image_msg_to_rgb(msg, self.reducer)
 
-    def _take_image(self, index: int, header, decode: Callable[[], object]) -> None:
-        """Stamp checks and the frame gate on `header`, then `decode()` (the RGB image at
-        the model size) into the camera sync."""
+    def _stamp_checked(self, index: int, header) -> tuple[float, str] | None:
+        """(stamp, order) of a camera message whose stamp is usable, after the slot and
+        latency checks; None when it is dropped."""
         name = self.params.camera_names[index]
         frame_id = str(getattr(header, "frame_id", ""))
         if frame_id != self._slot_frames[index]:
@@ -194,11 +221,44 @@ class InputHandler:
             stamp = stamped_seconds(header.stamp)
         except ConversionError as exc:
             self.loop.note_fault(name, f"{exc.reason}: {exc}")
-            return
+            return None
         self._note_latency(name, stamp)
         order = self._stamp_order(name, stamp, self._last_received[index])
-        if order == OUT_OF_ORDER:
+        return None if order == OUT_OF_ORDER else (stamp, order)
+
+    def _take_video(self, index: int, header, codec: str, data) -> None:
+        """Every packet of a video camera is decoded, in arrival order (a packet left out
+        would corrupt the frames after it); the frames it completes go through the frame
+        gate, converted to RGB at the model size only when taken. A packet dropped on its
+        stamp leaves its stream waiting for the next keyframe."""
+        checked = self._stamp_checked(index, header)
+        if checked is None:
             return
+        stamp, order = checked
+        stream = self.videos.get(index)
+        if stream is None or stream.codec != codec:
+            stream = self.videos[index] = VideoStream(codec)
+        elif order == TIME_BACKWARDS:
+            stream.restart()
+        output = stream.push(stamp, data)
+        if output.problem:
+            self.loop.note_fault(self.params.camera_names[index], f"video: {output.problem}")
+        for k, (frame_stamp, frame) in enumerate(output.frames):
+            self._hand_over(index, frame_stamp,
+                            lambda frame=frame: frame_rgb(frame, self.reducer),
+                            order if k == 0 else "")
+
+    def _take_image(self, index: int, header, decode: Callable[[], object]) -> None:
+        """Stamp checks and the frame gate on `header`, then `decode()` (the RGB image at
+        the model size) into the camera sync."""
+        checked = self._stamp_checked(index, header)
+        if checked is not None:
+            self._hand_over(index, checked[0], decode, checked[1])
+
+    def _hand_over(self, index: int, stamp: float, decode: Callable[[], object],
+                   order: str) -> None:
+        """The frame gate on `stamp`, then `decode()` into the camera sync."""
+        name = self.params.camera_names[index]
         for frame_stamp, frame_decode in self._admitted(index, stamp, decode, order):
             try:
                 rgb = frame_decode()

@@ -114,6 +114,12 @@ def build_parser() -> argparse.ArgumentParser:
     v.add_argument("--layout", choices=LAYOUTS,
                    help="rosbag2 layout: jazzy, or humble (metadata version 5; sqlite3 files "
                         "without message definitions) (default jazzy)")
+    v.add_argument("--video-message", choices=("compressed_image", "compressed_video"),
+                   help="the type of h264 / h265 cameras' packets: sensor_msgs/CompressedImage "
+                        "or foxglove_msgs/CompressedVideo (default compressed_image)")
+    v.add_argument("--keyframe-every", type=int,
+                   help=f"frames from one video keyframe to the next (default "
+                        f"{VEHICLE.keyframe_every})")
     v.add_argument("--topics-out", default=None,
                    help="write the bag's topic mapping as a topics YAML for flashdrive-replay")
     return p

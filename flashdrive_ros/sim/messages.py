@@ -19,8 +19,15 @@ float32 longitudinal_velocity
 float32 lateral_velocity
 float32 heading_rate
 """
+COMPRESSED_VIDEO_TYPE = "foxglove_msgs/msg/CompressedVideo"
+COMPRESSED_VIDEO_MSG = """builtin_interfaces/Time timestamp
+string frame_id
+uint8[] data
+string format
+"""
 TYPESTORE = get_typestore(Stores.ROS2_JAZZY)
 TYPESTORE.register(get_types_from_msg(VELOCITY_REPORT_MSG, VELOCITY_REPORT_TYPE))
+TYPESTORE.register(get_types_from_msg(COMPRESSED_VIDEO_MSG, COMPRESSED_VIDEO_TYPE))
 _T = TYPESTORE.types
 
 
@@ -43,6 +50,14 @@ def compressed_image(t_ns: int, name: str, payload: bytes, fmt: str = "jpeg"):
     return _T["sensor_msgs/msg/CompressedImage"](
         header=header(t_ns, camera_frame(name)), format=fmt,
         data=np.frombuffer(payload, dtype=np.uint8))
+
+
+def compressed_video(t_ns: int, name: str, payload: bytes, fmt: str):
+    """foxglove_msgs/CompressedVideo: no header, its own timestamp and frame_id."""
+    sec, nanosec = divmod(t_ns, 1_000_000_000)
+    return _T[COMPRESSED_VIDEO_TYPE](
+        timestamp=_T["builtin_interfaces/msg/Time"](sec=sec, nanosec=nanosec),
+        frame_id=camera_frame(name), data=np.frombuffer(payload, dtype=np.uint8), format=fmt)
 
 
 def raw_image(t_ns: int, name: str, pixels: np.ndarray, encoding: str):

@@ -3,7 +3,8 @@
 Every property of a vehicle recording is a switch of VehicleStyle: cameras at 30 Hz, each with
 its own transport latency (bag log time = header stamp + latency, so log times are not sorted
 across topics), dropped frames, stamp offsets, image size and encoding (raw Image in any
-encoding of sim/raw_pixels.py or CompressedImage jpeg / png); odometry in a map frame with
+encoding of sim/raw_pixels.py, CompressedImage jpeg / png, or H.264 / H.265 video packets in
+CompressedImage or foxglove_msgs/CompressedVideo); odometry in a map frame with
 UTM-like offsets; vehicle topic names; /tf, /rosout and a vendor-typed velocity report besides;
 the rosbag2 layout of Jazzy or of Humble (no message definitions in sqlite3). Frames between
 the 10 Hz scenes are rendered with the ego pose of their own time (other road users from the
@@ -46,9 +47,13 @@ from flashdrive_ros.sim.topics import (
     camera_info_topic,
 )
 from flashdrive_ros.sim.vehicle import EgoState
+from flashdrive_ros.sim.video_encode import VIDEO_ENCODERS, VideoEncoder
 
 COMPRESSED_ENCODINGS = ("jpeg", "png")
-ENCODINGS = COMPRESSED_ENCODINGS + RAW_ENCODINGS
+VIDEO_ENCODINGS = tuple(VIDEO_ENCODERS)
+ENCODINGS = COMPRESSED_ENCODINGS + VIDEO_ENCODINGS + RAW_ENCODINGS
+VIDEO_MESSAGES = {"compressed_image": "sensor_msgs/msg/CompressedImage",
+                  "compressed_video": M.COMPRESSED_VIDEO_TYPE}
 VEHICLE_CAMERA_NAMES = {"camera_cross_left_120fov": "cross_left",
                         "camera_front_wide_120fov": "front_wide",
                         "camera_cross_right_120fov": "cross_right",
@@ -71,7 +76,10 @@ class VehicleStyle:
     split_s: a new bag file every split_s seconds of log time (None: one file); extra_topics:
     /tf, /rosout and VELOCITY_STATUS_TOPIC (an Autoware type, not in the ROS 2 typestores);
     layout: jazzy, or humble (sim/humble_bag.py: a sqlite3 file holds no message definitions,
-    so that vendor type is known by name only)."""
+    so that vendor type is known by name only); video_message: the type of an h264 / h265
+    camera's packets (compressed_image: sensor_msgs/CompressedImage with format h264 / h265;
+    compressed_video: foxglove_msgs/CompressedVideo), a keyframe every keyframe_every frames;
+    a video camera's dropped frames are never encoded (the camera skipped them)."""
 
     camera_hz: float = 30.0
     latency_ms: tuple[float, float] = (40.0, 80.0)
@@ -89,6 +97,8 @@ class VehicleStyle:
     compression: str = "none"
     split_s: float | None = None
     layout: str = "jazzy"
+    video_message: str = "compressed_image"
+    keyframe_every: int = 30
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "sizes", tuple(tuple(int(v) for v in s) for s in self.sizes))
@@ -120,8 +130,14 @@ class VehicleStyle:
         if len(self.encodings) != cameras or set(self.encodings) - set(ENCODINGS):
             raise ValueError(f"encodings must hold {cameras} of {ENCODINGS}, got "
                              f"{self.encodings}")
+        if self.video_message not in VIDEO_MESSAGES:
+            raise ValueError(f"video_message must be one of {list(VIDEO_MESSAGES)}, got "
+                             f"{self.video_message!r}")
+        if self.keyframe_every < 1:
+            raise ValueError(f"keyframe_every must be >= 1, got {self.keyframe_every}")
         for (width, height), encoding in zip(self.sizes, self.encodings):
-            cell_width, cell_height = size_cell(encoding)
+            cell_width, cell_height = (2, 2) if encoding in VIDEO_ENCODINGS \
+                else size_cell(encoding)
             if width % cell_width or height % cell_height:
                 raise ValueError(f"a {encoding} camera needs a size that is a multiple of "
                                  f"{cell_width}x{cell_height}, got {width}x{height}")
@@ -157,7 +173,16 @@ class VehicleStyle:
             base = f"/sensing/camera/{VEHICLE_CAMERA_NAMES[camera]}/image_raw/compressed"
         else:
             base = camera_image_topic(camera)
-        return base if encoding in COMPRESSED_ENCODINGS else base.removesuffix("/compressed")
+        if encoding in COMPRESSED_ENCODINGS:
+            return base
+        raw = base.removesuffix("/compressed")
+        return f"{raw}/{encoding}" if encoding in VIDEO_ENCODINGS else raw
+
+    def image_type(self, encoding: str) -> str:
+        if encoding in VIDEO_ENCODINGS:
+            return VIDEO_MESSAGES[self.video_message]
+        return ("sensor_msgs/msg/CompressedImage" if encoding in COMPRESSED_ENCODINGS
+                else "sensor_msgs/msg/Image")
 
     def info_topic(self, camera: str) -> str:
         if self.vehicle_topics:
@@ -172,7 +197,8 @@ class VehicleStyle:
 @dataclass(frozen=True)
 class CameraEncoder:
     """Rendered RGB images -> per camera a payload: bytes (jpeg / png) or the pixels in the
-    raw encoding's layout (sim/raw_pixels.py), at that camera's size."""
+    raw encoding's layout (sim/raw_pixels.py; RGB for a video camera, whose encoder is a
+    stream of its own), at that camera's size."""
 
     sizes: tuple[tuple[int, int], ...]
     encodings: tuple[str, ...]
@@ -194,6 +220,8 @@ class CameraEncoder:
             if not ok:
                 raise RuntimeError("PNG encoding failed")
             return buf.tobytes()
+        if encoding in VIDEO_ENCODINGS:
+            return rgb
         return raw_pixels(rgb, encoding)
 
 
@@ -248,10 +276,10 @@ def write_vehicle_bag(out: str | Path, seconds: float, seed: int,
     with open_bag(out, fmt, style.compression, style.split_s, style.layout) as bag:
         put = bag.put
         tf_static = bag.connection(TF_STATIC_TOPIC, "tf2_msgs/msg/TFMessage", latched=True)
-        img_conns = [bag.connection(style.image_topic(s.name, enc),
-                                    "sensor_msgs/msg/CompressedImage"
-                                    if enc in COMPRESSED_ENCODINGS else "sensor_msgs/msg/Image")
+        img_conns = [bag.connection(style.image_topic(s.name, enc), style.image_type(enc))
                      for s, enc in zip(specs, style.encodings)]
+        videos = {c: VideoEncoder(enc, *style.sizes[c], style.keyframe_every)
+                  for c, enc in enumerate(style.encodings) if enc in VIDEO_ENCODINGS}
         info_conns = [bag.connection(style.info_topic(s.name), "sensor_msgs/msg/CameraInfo")
                       for s in specs]
         odom_conn = bag.connection(style.odometry_topic, "nav_msgs/msg/Odometry")
@@ -301,9 +329,15 @@ def write_vehicle_bag(out: str | Path, seconds: float, seed: int,
                     continue
                 s_ns = stamp_ns(t + offset_s[c])
                 log_ns = s_ns + int(round((latency_s[c] + jitter_s[j, c]) * 1e9))
-                msg = (M.compressed_image(s_ns, spec.name, payload, enc)
-                       if enc in COMPRESSED_ENCODINGS
-                       else M.raw_image(s_ns, spec.name, payload, enc))
+                if c in videos:
+                    (packet,) = videos[c].encode(payload)
+                    msg = (M.compressed_video(s_ns, spec.name, bytes(packet), enc)
+                           if style.video_message == "compressed_video"
+                           else M.compressed_image(s_ns, spec.name, bytes(packet), enc))
+                elif enc in COMPRESSED_ENCODINGS:
+                    msg = M.compressed_image(s_ns, spec.name, payload, enc)
+                else:
+                    msg = M.raw_image(s_ns, spec.name, payload, enc)
                 put(img_conns[c], log_ns, msg)
                 width_c, height_c = style.sizes[c]
                 put(info_conns[c], log_ns, M.camera_info(s_ns, spec, width_c, height_c))
