@@ -44,7 +44,8 @@
 #        makes them (FORK_SEEDS, FORK_OFFSET, FORK_ARGS) and beside them the drives of the
 #        recipe of TRAIN_ARGS (pipeline --stages data, into out/retrain_data); then
 #        `TRAIN_ARGS="<the same> --drives-from out/retrain_data" train` spends its whole call
-#        on training (its --extra-drives out/lead_stop_drives are read as usual).
+#        on training (its --extra-drives out/lead_stop_drives are read as usual). FORK_SEEDS=0
+#        leaves out/lead_stop_drives as an earlier `forks` call wrote it (the two in two calls).
 # drive  (a call on the same warm machine): the closed-loop benchmark on that model,
 #        DRIVES drives of SECONDS_PER_DRIVE from seed DRIVE_SEED (1000000) in flashdrive mode
 #        at 128 ms latency (flashdrive-drive); run it beside `eval` with WORKERS splitting the
@@ -300,10 +301,15 @@ case "${phase}" in
         ;;
     data)
         rm -rf "${run_dir}"
-        lead_stop_forks &
-        forks=$!
+        forks=""
+        if [ "${FORK_SEEDS:-120}" != 0 ]; then
+            lead_stop_forks &
+            forks=$!
+        fi
         simulate || status=$?
-        wait "${forks}" || status=$?
+        if [ -n "${forks}" ]; then
+            wait "${forks}" || status=$?
+        fi
         ;;
     soup)
         soup_drives || status=$?
