@@ -1,13 +1,15 @@
 """H.264 / H.265 camera streams: every frame of a clean stream comes out with its packet's stamp
-and close to what was encoded; a stream is trusted from a keyframe on, and a lost reference
-picture (H.264 frame_num, H.265 stamp gap), a packet out of stamp order or one that does not
-decode withholds frames, with the reason, until the next keyframe."""
+and close to what was encoded; a stream is trusted from a keyframe on, and a lost picture
+(H.264 frame_num, H.265 picture order count), a packet out of stamp order or one that does not
+decode withholds frames, with the reason, until the next keyframe; a frame the camera skipped
+costs nothing."""
 
 import numpy as np
 import pytest
 
 from flashdrive_ros.ros.convert import UnsupportedEncoding
-from flashdrive_ros.ros.h264_frame_num import BitReader, nal_units
+from flashdrive_ros.ros.h264_frame_num import BitReader, FrameNumbers, nal_units
+from flashdrive_ros.ros.hevc_poc import PocSteps
 from flashdrive_ros.ros.image_reduce import ImageReducer
 from flashdrive_ros.ros.video_decode import VideoStream, frame_rgb, video_codec
 from flashdrive_ros.sim.video_encode import VideoEncoder
@@ -61,7 +63,7 @@ def test_a_clean_stream_gives_every_frame_with_its_stamp_close_to_what_was_encod
 
 
 @pytest.mark.parametrize("fmt,reason", [("h264", "frame_num 4, expected 3"),
-                                        ("h265", "packets missing since")])
+                                        ("h265", "order count 14, expected 13")])
 def test_a_lost_packet_withholds_frames_until_the_next_keyframe(fmt, reason):
     stream = packets(fmt)
     kept = set(range(len(stream))) - {13}
@@ -71,9 +73,10 @@ def test_a_lost_packet_withholds_frames_until_the_next_keyframe(fmt, reason):
     assert reason in problems[0][1] and "until the next keyframe" in problems[0][1]
 
 
-def test_an_h264_camera_that_skips_a_frame_before_encoding_loses_nothing():
-    frames, problems = decode("h264", packets("h264", skip_capture={13}))
-    assert [i for i, _ in frames] == [i for i in range(25) if i != 13]
+@pytest.mark.parametrize("fmt", ["h264", "h265"])
+def test_a_camera_that_skips_a_frame_before_encoding_loses_nothing(fmt):
+    frames, problems = decode(CODECS[fmt], packets(fmt, skip_capture={13, 17}))
+    assert [i for i, _ in frames] == [i for i in range(25) if i not in (13, 17)]
     assert problems == []
 
 
@@ -126,3 +129,15 @@ def test_the_h264_reader_finds_nal_units_and_reads_exp_golomb_codes():
                                                                           b"\x68\xbb"]
     bits = BitReader(bytes([0b10100110, 0b01000000]))
     assert [bits.ue(), bits.ue(), bits.ue(), bits.se()] == [0, 1, 2, 2]
+
+
+def test_a_parameter_set_cut_short_is_named_and_unsyncs_the_stream():
+    assert FrameNumbers().check(b"\x00\x00\x01\x67\x64").startswith("unreadable H.264 header")
+    assert PocSteps().check(b"\x00\x00\x01\x42\x01\x01").startswith("unreadable H.265 header")
+    stream = packets("h264")
+    video = VideoStream("h264")
+    for stamp, data, _ in stream[:3]:
+        video.push(stamp, data)
+    cut = video.push(stream[3][0], b"\x00\x00\x01\x67\x64")
+    assert "unreadable H.264 header" in cut.problem
+    assert video.push(stream[4][0], stream[4][1]).frames == []

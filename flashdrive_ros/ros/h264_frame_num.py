@@ -34,9 +34,10 @@ def nal_units(data: bytes) -> list[bytes]:
     return [u for u in units if u]
 
 
-def rbsp(unit: bytes) -> bytes:
-    """The payload of a NAL unit without its header byte and emulation-prevention bytes."""
-    return unit[1:].replace(b"\x00\x00\x03", b"\x00\x00")
+def rbsp(unit: bytes, header_bytes: int = 1) -> bytes:
+    """The payload of a NAL unit without its header (1 byte in H.264, 2 in H.265) and
+    emulation-prevention bytes."""
+    return unit[header_bytes:].replace(b"\x00\x00\x03", b"\x00\x00")
 
 
 class BitReader:

@@ -3,9 +3,9 @@
 A video packet is decodable only with every packet before it back to a keyframe, so a stream
 is trusted from a keyframe on and until a packet goes missing (lost in transport, dropped in
 a queue or by the logger): in H.264, a reference picture whose frame_num does not follow the
-last one's (ros/h264_frame_num.py; a camera that skips a frame before encoding it leaves no
-such gap); in H.265, a stamp gap longer than GAP_PERIODS of the stream's own frame period;
-in both, a stamp not after the last one, a packet that does not decode or a frame the
+last one's (ros/h264_frame_num.py), in H.265 a picture order count off the stream's step
+(ros/hevc_poc.py) - a camera that skips a frame before encoding it leaves no such gap; in
+both, a stamp not after the last one, a packet that does not decode or a frame the
 decoder marks corrupt (a truncated packet). Until the next keyframe its frames are withheld
 (named in `problem`), never handed on with the decoder's error concealment in them. Output
 frames carry the stamp of the packet they were decoded from (a packet whose frame has not
@@ -13,7 +13,6 @@ come out MAX_PENDING packets later is forgotten)."""
 
 from __future__ import annotations
 
-from collections import deque
 from dataclasses import dataclass, field
 
 import av
@@ -21,13 +20,12 @@ import numpy as np
 
 from flashdrive_ros.ros.convert import UnsupportedEncoding, byte_view
 from flashdrive_ros.ros.h264_frame_num import FrameNumbers
+from flashdrive_ros.ros.hevc_poc import PocSteps
 from flashdrive_ros.ros.image_reduce import ImageReducer
 
 VIDEO_CODECS = {"h264": "h264", "h.264": "h264", "avc": "h264", "h265": "hevc", "h.265": "hevc",
                 "hevc": "hevc"}
 OTHER_VIDEO_FORMATS = ("vp8", "vp9", "av1")
-GAP_PERIODS = 1.5
-PERIODS_KEPT = 8
 MAX_PENDING = 32
 
 
@@ -71,21 +69,15 @@ class VideoStream:
         self._decoder.thread_type = "SLICE"
         self._stamps: dict[int, float] = {}
         self._next_pts = 0
-        self._frame_numbers = FrameNumbers() if codec == "h264" else None
+        self._lost_pictures = FrameNumbers() if codec == "h264" else PocSteps()
         self.withheld = 0
         self.restart()
 
     def restart(self) -> None:
         """Forget the stamps and wait for a keyframe (a restarted time base)."""
         self._last_stamp = float("-inf")
-        self._periods: deque[float] = deque(maxlen=PERIODS_KEPT)
-        if self._frame_numbers is not None:
-            self._frame_numbers.restart()
+        self._lost_pictures.restart()
         self._lose_sync("no keyframe yet")
-
-    @property
-    def period(self) -> float | None:
-        return min(self._periods, default=None)
 
     def _lose_sync(self, why: str) -> None:
         self._synced = False
@@ -102,12 +94,9 @@ class VideoStream:
             return VideoOutput(problem=f"{self._why_unsynced}; not decoded, frames withheld "
                                        f"until the next keyframe")
         payload = byte_view(data).tobytes()
-        lost = (self._frame_numbers.check(payload) if self._frame_numbers is not None
-                else self._stamp_gap(stamp))
+        lost = self._lost_pictures.check(payload)
         if lost:
             self._lose_sync(f"packet at {stamp:.3f}: {lost}")
-        if self._last_stamp > float("-inf"):
-            self._periods.append(stamp - self._last_stamp)
         self._last_stamp = stamp
         packet = av.Packet(payload)
         packet.pts = self._next_pts
@@ -123,13 +112,6 @@ class VideoStream:
         if not self._synced:
             out.problem = f"{self._why_unsynced}; frames withheld until the next keyframe"
         return out
-
-    def _stamp_gap(self, stamp: float) -> str:
-        period = self.period
-        if period is not None and stamp - self._last_stamp > GAP_PERIODS * period:
-            return (f"packets missing since {self._last_stamp:.3f} (frame period "
-                    f"{period * 1e3:.1f} ms)")
-        return ""
 
     def flush(self) -> VideoOutput:
         """The frames the decoder still holds (a reordered stream's last ones)."""
