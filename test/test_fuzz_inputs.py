@@ -199,3 +199,38 @@ def test_window_builder(ops):
                     builder.add_image(0, t, image[(16, 24)])
                     builder.add_image(1, t, image[(16, 24)])
             check(builder.build(builder.latest_t0()))
+
+
+def small_h264_stream() -> list[bytes]:
+    from flashdrive_ros.sim.video_encode import VideoEncoder
+
+    encoder = VideoEncoder("h264", 32, 24, keyframe_every=4)
+    return [bytes(p) for i in range(6)
+            for p in encoder.encode(np.full((24, 32, 3), 40 * i, np.uint8))]
+
+
+H264_STREAM = small_h264_stream()
+video_packets = st.one_of(
+    st.binary(max_size=256),
+    st.binary(max_size=64).map(lambda b: b"\x00\x00\x00\x01" + b),
+    st.tuples(st.integers(0, len(H264_STREAM) - 1), st.integers(0, 400),
+              st.binary(max_size=16)).map(
+        lambda cut: H264_STREAM[cut[0]][:cut[1]] + cut[2]),
+)
+
+
+@FUZZ
+@given(st.sampled_from(["h264", "hevc"]),
+       st.lists(st.tuples(floats, video_packets), max_size=8))
+def test_video_streams_take_any_packets_and_stamps_without_escaping_errors(codec, pushes):
+    from flashdrive_ros.ros.video_decode import VideoStream, frame_rgb
+
+    stream = VideoStream(codec)
+    for data in H264_STREAM[:2] if codec == "h264" else []:
+        stream.push(len(data) * 1e-6, data)
+    for stamp, data in pushes:
+        out = stream.push(stamp, data)
+        assert isinstance(out.problem, str)
+        for frame_stamp, frame in out.frames:
+            assert math.isfinite(frame_stamp) and is_rgb(frame_rgb(frame))
+    stream.flush()

@@ -13,6 +13,7 @@ come out MAX_PENDING packets later is forgotten)."""
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 
 import av
@@ -86,13 +87,13 @@ class VideoStream:
     def push(self, stamp: float, data) -> VideoOutput:
         """The frames this packet completes; a packet whose stamp is not after the last one
         is not decoded (it would corrupt the references) and unsyncs the stream."""
+        if not math.isfinite(stamp):
+            return self._not_decoded(f"packet stamped {stamp}")
         if stamp <= self._last_stamp:
             reordered = (" (the stream has B-frames, whose packets come in decoding order: "
                          "encode without B-frames)" if self._decoder.has_b_frames else "")
-            self._lose_sync(f"packet stamped {stamp:.3f} after {self._last_stamp:.3f}"
-                            f"{reordered}")
-            return VideoOutput(problem=f"{self._why_unsynced}; not decoded, frames withheld "
-                                       f"until the next keyframe")
+            return self._not_decoded(f"packet stamped {stamp:.3f} after "
+                                     f"{self._last_stamp:.3f}{reordered}")
         payload = byte_view(data).tobytes()
         lost = self._lost_pictures.check(payload)
         if lost:
@@ -112,6 +113,11 @@ class VideoStream:
         if not self._synced:
             out.problem = f"{self._why_unsynced}; frames withheld until the next keyframe"
         return out
+
+    def _not_decoded(self, why: str) -> VideoOutput:
+        self._lose_sync(why)
+        return VideoOutput(problem=f"{why}; not decoded, frames withheld until the next "
+                                   f"keyframe")
 
     def flush(self) -> VideoOutput:
         """The frames the decoder still holds (a reordered stream's last ones)."""
