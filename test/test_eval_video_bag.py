@@ -1,5 +1,6 @@
 """Drives whose cameras a logger recorded as H.264 / H.265 video packets (sensor_msgs/
-CompressedImage with format h264 / h265, or foxglove_msgs/CompressedVideo) replay offline and
+CompressedImage with format h264 / h265, foxglove_msgs/CompressedVideo or
+ffmpeg_image_transport_msgs/FFMPEGPacket) replay offline and
 through the drive node like the same drive recorded as JPEG; the frames a camera's stream
 cannot vouch for are named, never planned on."""
 
@@ -13,7 +14,7 @@ from flashdrive_ros.eval.bag import BagReader
 from flashdrive_ros.eval.cli import main
 from flashdrive_ros.eval.records import ImageRecord
 from flashdrive_ros.eval.topics import TopicMapping
-from flashdrive_ros.sim.vehicle_bag import VehicleStyle, write_vehicle_bag
+from flashdrive_ros.sim.vehicle_bag import VIDEO_MESSAGES, VehicleStyle, write_vehicle_bag
 
 SEED, SECONDS = 5, 8.6
 SIZES = ((64, 36), (96, 54), (64, 36), (64, 36))
@@ -45,7 +46,8 @@ def jpeg_report(tmp_path_factory, model):
 
 @pytest.mark.parametrize("encodings, message, fmt", [
     (("h264",) * 4, "compressed_image", "mcap"),
-    (("h264", "h265", "h264", "h265"), "compressed_video", "sqlite3")])
+    (("h264", "h265", "h264", "h265"), "compressed_video", "sqlite3"),
+    (("h265", "h264", "h265", "h264"), "ffmpeg_packet", "mcap")])
 def test_video_cameras_replay_offline_like_jpeg(tmp_path, model, jpeg_report, encodings,
                                                 message, fmt):
     style = dataclasses.replace(JPEG, encodings=encodings, video_message=message,
@@ -89,13 +91,16 @@ def test_h264_cameras_replay_through_the_node(tmp_path, model, jpeg_report):
     assert all(c["received"] > 0 for c in transport.values())
 
 
-def test_compressed_video_through_the_node_is_refused_by_name(tmp_path, model, capsys):
-    style = dataclasses.replace(JPEG, encodings=("h264",) * 4, video_message="compressed_video")
+@pytest.mark.parametrize("message", ["compressed_video", "ffmpeg_packet"])
+def test_video_messages_the_node_does_not_subscribe_are_refused_through_ros(tmp_path, model,
+                                                                          capsys, message):
+    style = dataclasses.replace(JPEG, encodings=("h264",) * 4, video_message=message)
     bag = write_vehicle_bag(tmp_path / "bag", 3.0, SEED, style, width=64, height=48)
     topics = tmp_path / "topics.json"
     topics.write_text(json.dumps(bag.topics))
     code = main([str(bag.path), "--model-dir", str(model), "--out", str(tmp_path / "out"),
                  "--device", "cpu", "--quiet", "--topics-yaml", str(topics), "--through-ros"])
     assert code != 0
-    assert "foxglove_msgs/msg/CompressedVideo, which drive_node does not subscribe" in \
-        capsys.readouterr().err
+    error = capsys.readouterr().err
+    assert "have types drive_node does not subscribe" in error
+    assert VIDEO_MESSAGES[message] in error

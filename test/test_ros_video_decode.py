@@ -11,7 +11,7 @@ from flashdrive_ros.ros.convert import UnsupportedEncoding
 from flashdrive_ros.ros.h264_frame_num import BitReader, FrameNumbers, nal_units
 from flashdrive_ros.ros.hevc_poc import PocSteps
 from flashdrive_ros.ros.image_reduce import ImageReducer
-from flashdrive_ros.ros.video_decode import VideoStream, frame_rgb, video_codec
+from flashdrive_ros.ros.video_decode import VideoStream, encoder_codec, frame_rgb, video_codec
 from flashdrive_ros.sim.video_encode import VideoEncoder
 
 WIDTH, HEIGHT = 320, 240
@@ -119,6 +119,8 @@ def test_video_formats_and_the_reduced_frame():
     assert video_codec("hevc") == "hevc" and video_codec("bgr8; jpeg compressed bgr8") is None
     with pytest.raises(UnsupportedEncoding, match="not H.264 or H.265"):
         video_codec("vp9")
+    assert [encoder_codec(e) for e in ("libx264", "h264_nvenc", "hevc_nvenc", "libx265",
+                                       "libvpx-vp9")] == ["h264", "h264", "hevc", "hevc", None]
     (stamp, data, _), *_ = packets("h264", count=1)
     (_, frame), = VideoStream("h264").push(stamp, data).frames
     assert frame_rgb(frame, ImageReducer((60, 80))).shape == (60, 80, 3)

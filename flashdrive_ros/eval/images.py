@@ -1,8 +1,9 @@
 """Bag image messages (CompressedImage JPEG/PNG, raw Image in any encoding that
 ros/raw_encodings.py reads) -> RGB uint8 [H, W, 3], decoded
 as the drive node decodes them (ros/convert.py), reduced to the model size on the way when a
-reducer is given. H.264 / H.265 packets (CompressedImage with a video format, or
-foxglove_msgs/CompressedVideo) are decoded per camera stream (ros/video_decode.py)."""
+reducer is given. H.264 / H.265 packets (CompressedImage with a video format,
+foxglove_msgs/CompressedVideo or ffmpeg_image_transport_msgs/FFMPEGPacket) are decoded per
+camera stream (ros/video_decode.py)."""
 
 from __future__ import annotations
 
@@ -13,12 +14,14 @@ import numpy as np
 from flashdrive_ros.eval.errors import ImageDecodeError
 from flashdrive_ros.ros import convert
 from flashdrive_ros.ros.image_reduce import ImageReducer
-from flashdrive_ros.ros.video_decode import video_codec
+from flashdrive_ros.ros.video_decode import encoder_codec, video_codec
 
 COMPRESSED_TYPE = "sensor_msgs/msg/CompressedImage"
 RAW_TYPE = "sensor_msgs/msg/Image"
 VIDEO_TYPE = "foxglove_msgs/msg/CompressedVideo"
-IMAGE_TYPES = (COMPRESSED_TYPE, RAW_TYPE, VIDEO_TYPE)
+FFMPEG_PACKET_TYPE = "ffmpeg_image_transport_msgs/msg/FFMPEGPacket"
+IMAGE_TYPES = (COMPRESSED_TYPE, RAW_TYPE, VIDEO_TYPE, FFMPEG_PACKET_TYPE)
+NOT_SUBSCRIBED_TYPES = (VIDEO_TYPE, FFMPEG_PACKET_TYPE)
 
 
 def image_stamp_and_frame(msgtype: str, msg: Any) -> tuple[Any, str]:
@@ -33,6 +36,12 @@ def video_codec_of(msgtype: str, msg: Any) -> str | None:
     """The decoder of a video packet (None: a still image)."""
     if msgtype == RAW_TYPE:
         return None
+    if msgtype == FFMPEG_PACKET_TYPE:
+        codec = encoder_codec(str(msg.encoding))
+        if codec is None:
+            raise ImageDecodeError(f"unsupported_encoding: FFMPEGPacket encoding "
+                                   f"{msg.encoding!r} is not H.264 or H.265")
+        return codec
     try:
         codec = video_codec(str(msg.format))
     except convert.ConversionError as exc:

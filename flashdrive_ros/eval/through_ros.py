@@ -17,7 +17,7 @@ from flashdrive_ros.eval.dds_profile import (
 )
 from flashdrive_ros.eval.errors import ReplayError
 from flashdrive_ros.eval.ground_truth import OdometryTrack
-from flashdrive_ros.eval.images import RAW_TYPE, VIDEO_TYPE
+from flashdrive_ros.eval.images import NOT_SUBSCRIBED_TYPES, RAW_TYPE
 from flashdrive_ros.eval.input_notes import transport_lines
 from flashdrive_ros.eval.offline import LabelIndex, ReplayResults, check_camera_count
 from flashdrive_ros.eval.recording import plan_results, read_recording
@@ -108,10 +108,11 @@ def replay_source_through_ros(options: ReplayOptions, source: BagSource
     check_camera_count(model, options.topics)
     with BagReader(source, options.topics) as bag:
         transports = {bag.image_types[t] for t in options.topics.cameras}
-        if VIDEO_TYPE in transports:
-            video = [t for t in options.topics.cameras if bag.image_types[t] == VIDEO_TYPE]
-            raise ReplayError(f"camera topics {video} are {VIDEO_TYPE}, which drive_node does "
-                              f"not subscribe (it takes H.264 / H.265 packets as "
+        foreign = {t: bag.image_types[t] for t in options.topics.cameras
+                   if bag.image_types[t] in NOT_SUBSCRIBED_TYPES}
+        if foreign:
+            raise ReplayError(f"camera topics {foreign} have types drive_node does not "
+                              f"subscribe (it takes H.264 / H.265 packets as "
                               f"sensor_msgs/CompressedImage with format h264 / h265); replay "
                               f"the bag offline (without --through-ros)")
         if len(transports) > 1:

@@ -30,6 +30,17 @@ OTHER_VIDEO_FORMATS = ("vp8", "vp9", "av1")
 MAX_PENDING = 32
 
 
+def encoder_codec(encoder: str) -> str | None:
+    """The decoder of packets an FFmpeg encoder wrote (ffmpeg_image_transport's `encoding`:
+    libx264, h264_nvenc, libx265, hevc_nvenc, ...; None for another codec)."""
+    name = encoder.lower()
+    if "264" in name or "avc" in name:
+        return "h264"
+    if "265" in name or "hevc" in name:
+        return "hevc"
+    return None
+
+
 def video_codec(fmt: str) -> str | None:
     """The FFmpeg decoder of a CompressedImage / CompressedVideo format string ("h264",
     "h265", "hevc"; None for a still-image format); a video format no decoder here takes

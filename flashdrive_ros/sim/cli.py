@@ -13,7 +13,12 @@ import yaml
 
 from flashdrive_ros.sim.bag import COMPRESSIONS, FORMATS, LAYOUTS, default_workers, write_bag
 from flashdrive_ros.sim.cameras import DEFAULT_HEIGHT, DEFAULT_WIDTH
-from flashdrive_ros.sim.vehicle_bag import ENCODINGS, VehicleStyle, write_vehicle_bag
+from flashdrive_ros.sim.vehicle_bag import (
+    ENCODINGS,
+    VIDEO_MESSAGES,
+    VehicleStyle,
+    write_vehicle_bag,
+)
 
 VEHICLE = VehicleStyle()
 FLAGS = {"sizes": "--camera-sizes", "vehicle_topics": "--sim-topics",
@@ -114,9 +119,10 @@ def build_parser() -> argparse.ArgumentParser:
     v.add_argument("--layout", choices=LAYOUTS,
                    help="rosbag2 layout: jazzy, or humble (metadata version 5; sqlite3 files "
                         "without message definitions) (default jazzy)")
-    v.add_argument("--video-message", choices=("compressed_image", "compressed_video"),
-                   help="the type of h264 / h265 cameras' packets: sensor_msgs/CompressedImage "
-                        "or foxglove_msgs/CompressedVideo (default compressed_image)")
+    v.add_argument("--video-message", choices=tuple(VIDEO_MESSAGES),
+                   help="the type of h264 / h265 cameras' packets: sensor_msgs/CompressedImage, "
+                        "foxglove_msgs/CompressedVideo or ffmpeg_image_transport_msgs/"
+                        "FFMPEGPacket (default compressed_image)")
     v.add_argument("--keyframe-every", type=int,
                    help=f"frames from one video keyframe to the next (default "
                         f"{VEHICLE.keyframe_every})")

@@ -25,9 +25,20 @@ string frame_id
 uint8[] data
 string format
 """
+FFMPEG_PACKET_TYPE = "ffmpeg_image_transport_msgs/msg/FFMPEGPacket"
+FFMPEG_PACKET_MSG = """std_msgs/Header header
+int32 width
+int32 height
+string encoding
+uint64 pts
+uint8 flags
+bool is_bigendian
+uint8[] data
+"""
 TYPESTORE = get_typestore(Stores.ROS2_JAZZY)
 TYPESTORE.register(get_types_from_msg(VELOCITY_REPORT_MSG, VELOCITY_REPORT_TYPE))
 TYPESTORE.register(get_types_from_msg(COMPRESSED_VIDEO_MSG, COMPRESSED_VIDEO_TYPE))
+TYPESTORE.register(get_types_from_msg(FFMPEG_PACKET_MSG, FFMPEG_PACKET_TYPE))
 _T = TYPESTORE.types
 
 
@@ -58,6 +69,16 @@ def compressed_video(t_ns: int, name: str, payload: bytes, fmt: str):
     return _T[COMPRESSED_VIDEO_TYPE](
         timestamp=_T["builtin_interfaces/msg/Time"](sec=sec, nanosec=nanosec),
         frame_id=camera_frame(name), data=np.frombuffer(payload, dtype=np.uint8), format=fmt)
+
+
+def ffmpeg_packet(t_ns: int, name: str, payload: bytes, encoder: str, width: int, height: int,
+                  pts: int, keyframe: bool):
+    """ffmpeg_image_transport_msgs/FFMPEGPacket: `encoding` names the FFmpeg encoder, flags
+    bit 0 a keyframe."""
+    return _T[FFMPEG_PACKET_TYPE](
+        header=header(t_ns, camera_frame(name)), width=width, height=height, encoding=encoder,
+        pts=pts, flags=int(keyframe), is_bigendian=False,
+        data=np.frombuffer(payload, dtype=np.uint8))
 
 
 def raw_image(t_ns: int, name: str, pixels: np.ndarray, encoding: str):

@@ -53,7 +53,8 @@ COMPRESSED_ENCODINGS = ("jpeg", "png")
 VIDEO_ENCODINGS = tuple(VIDEO_ENCODERS)
 ENCODINGS = COMPRESSED_ENCODINGS + VIDEO_ENCODINGS + RAW_ENCODINGS
 VIDEO_MESSAGES = {"compressed_image": "sensor_msgs/msg/CompressedImage",
-                  "compressed_video": M.COMPRESSED_VIDEO_TYPE}
+                  "compressed_video": M.COMPRESSED_VIDEO_TYPE,
+                  "ffmpeg_packet": M.FFMPEG_PACKET_TYPE}
 VEHICLE_CAMERA_NAMES = {"camera_cross_left_120fov": "cross_left",
                         "camera_front_wide_120fov": "front_wide",
                         "camera_cross_right_120fov": "cross_right",
@@ -78,7 +79,8 @@ class VehicleStyle:
     layout: jazzy, or humble (sim/humble_bag.py: a sqlite3 file holds no message definitions,
     so that vendor type is known by name only); video_message: the type of an h264 / h265
     camera's packets (compressed_image: sensor_msgs/CompressedImage with format h264 / h265;
-    compressed_video: foxglove_msgs/CompressedVideo), a keyframe every keyframe_every frames;
+    compressed_video: foxglove_msgs/CompressedVideo; ffmpeg_packet:
+    ffmpeg_image_transport_msgs/FFMPEGPacket), a keyframe every keyframe_every frames;
     a video camera's dropped frames are never encoded (the camera skipped them)."""
 
     camera_hz: float = 30.0
@@ -238,6 +240,19 @@ class VehicleBagSummary:
     topics: dict = field(default_factory=dict)
 
 
+def video_message(style: VehicleStyle, encoder: VideoEncoder, rgb: np.ndarray, t_ns: int,
+                  camera: str):
+    """The message of one frame of a video camera, as style.video_message records it."""
+    (packet,) = encoder.encode(rgb)
+    if style.video_message == "compressed_video":
+        return M.compressed_video(t_ns, camera, bytes(packet), encoder.fmt)
+    if style.video_message == "ffmpeg_packet":
+        return M.ffmpeg_packet(t_ns, camera, bytes(packet), VIDEO_ENCODERS[encoder.fmt],
+                               rgb.shape[1], rgb.shape[0], int(packet.pts),
+                               bool(packet.is_keyframe))
+    return M.compressed_image(t_ns, camera, bytes(packet), encoder.fmt)
+
+
 def scene_at(log: DriveLog, t: float) -> SceneSnapshot:
     """The snapshot at time t: the 10 Hz scene itself at its time, else the nearest scene with
     the ego interpolated from the 50 Hz log."""
@@ -330,10 +345,7 @@ def write_vehicle_bag(out: str | Path, seconds: float, seed: int,
                 s_ns = stamp_ns(t + offset_s[c])
                 log_ns = s_ns + int(round((latency_s[c] + jitter_s[j, c]) * 1e9))
                 if c in videos:
-                    (packet,) = videos[c].encode(payload)
-                    msg = (M.compressed_video(s_ns, spec.name, bytes(packet), enc)
-                           if style.video_message == "compressed_video"
-                           else M.compressed_image(s_ns, spec.name, bytes(packet), enc))
+                    msg = video_message(style, videos[c], payload, s_ns, spec.name)
                 elif enc in COMPRESSED_ENCODINGS:
                     msg = M.compressed_image(s_ns, spec.name, payload, enc)
                 else:
