@@ -6,20 +6,13 @@ import time
 from types import SimpleNamespace
 
 import pytest
-from helpers.input_messages import SPEED, StraightEngine, image, input_fault, xyz
+from helpers.input_messages import SPEED, StraightEngine, image, input_fault, odometry
 
 from flashdrive_ros.engine.window import MAX_ODOMETRY_MAGNITUDE, WindowBuilder
 from flashdrive_ros.ros.convert import seconds_to_stamp
 from flashdrive_ros.ros.input_handler import InputHandler
 from flashdrive_ros.ros.params import DriveParams
 from flashdrive_ros.ros.planner_loop import ODOMETRY_INPUT, PlannerLoop
-
-
-def odometry(stamp, x):
-    return SimpleNamespace(
-        header=SimpleNamespace(stamp=seconds_to_stamp(stamp), frame_id="odom"),
-        pose=SimpleNamespace(pose=SimpleNamespace(position=xyz(x), orientation=xyz(w=1.0))),
-        twist=SimpleNamespace(twist=SimpleNamespace(linear=xyz(SPEED), angular=xyz())))
 
 
 def handler_and_loop():

@@ -4,10 +4,9 @@ the frame gate picking the frames on the model's grid, camera sets planned; a pa
 transport is a named fault and its camera's frames come back from the next keyframe on."""
 
 import numpy as np
-from helpers.input_messages import SPEED, StraightEngine, input_fault
+from helpers.input_messages import SPEED, StraightEngine, input_fault, odometry
 from rclpy.serialization import serialize_message
 from sensor_msgs.msg import CompressedImage
-from test_ros_input_handler import odometry
 
 from flashdrive_ros.engine.window import WindowBuilder
 from flashdrive_ros.ros.convert import seconds_to_stamp

@@ -28,6 +28,13 @@ def xyz(x=0.0, y=0.0, z=0.0, **w):
     return SimpleNamespace(x=x, y=y, z=z, **w)
 
 
+def odometry(stamp, x):
+    return SimpleNamespace(
+        header=SimpleNamespace(stamp=seconds_to_stamp(stamp), frame_id="odom"),
+        pose=SimpleNamespace(pose=SimpleNamespace(position=xyz(x), orientation=xyz(w=1.0))),
+        twist=SimpleNamespace(twist=SimpleNamespace(linear=xyz(SPEED), angular=xyz())))
+
+
 def image(stamp):
     return SimpleNamespace(header=SimpleNamespace(stamp=seconds_to_stamp(stamp), frame_id="c"),
                            format="jpeg", data=JPEG)
