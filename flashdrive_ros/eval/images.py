@@ -15,19 +15,18 @@ from flashdrive_ros.eval.errors import ImageDecodeError
 from flashdrive_ros.ros import convert
 from flashdrive_ros.ros.image_reduce import ImageReducer
 from flashdrive_ros.ros.video_decode import encoder_codec, video_codec
+from flashdrive_ros.sim.messages import COMPRESSED_VIDEO_TYPE, FFMPEG_PACKET_TYPE
 
 COMPRESSED_TYPE = "sensor_msgs/msg/CompressedImage"
 RAW_TYPE = "sensor_msgs/msg/Image"
-VIDEO_TYPE = "foxglove_msgs/msg/CompressedVideo"
-FFMPEG_PACKET_TYPE = "ffmpeg_image_transport_msgs/msg/FFMPEGPacket"
-IMAGE_TYPES = (COMPRESSED_TYPE, RAW_TYPE, VIDEO_TYPE, FFMPEG_PACKET_TYPE)
-NOT_SUBSCRIBED_TYPES = (VIDEO_TYPE, FFMPEG_PACKET_TYPE)
+IMAGE_TYPES = (COMPRESSED_TYPE, RAW_TYPE, COMPRESSED_VIDEO_TYPE, FFMPEG_PACKET_TYPE)
+NOT_SUBSCRIBED_TYPES = (COMPRESSED_VIDEO_TYPE, FFMPEG_PACKET_TYPE)
 
 
 def image_stamp_and_frame(msgtype: str, msg: Any) -> tuple[Any, str]:
     """(builtin_interfaces/Time, frame_id) of an image message (CompressedVideo has no
     header: its timestamp and frame_id fields)."""
-    if msgtype == VIDEO_TYPE:
+    if msgtype == COMPRESSED_VIDEO_TYPE:
         return msg.timestamp, str(msg.frame_id)
     return msg.header.stamp, str(msg.header.frame_id)
 
@@ -46,7 +45,7 @@ def video_codec_of(msgtype: str, msg: Any) -> str | None:
         codec = video_codec(str(msg.format))
     except convert.ConversionError as exc:
         raise ImageDecodeError(f"{exc.reason}: {exc}") from None
-    if codec is None and msgtype == VIDEO_TYPE:
+    if codec is None and msgtype == COMPRESSED_VIDEO_TYPE:
         raise ImageDecodeError(f"unsupported_encoding: CompressedVideo format {msg.format!r} "
                                f"is not H.264 or H.265")
     return codec

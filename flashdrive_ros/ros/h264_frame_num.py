@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+START_CODE = b"\x00\x00\x01"
 NAL_SLICE = 1
 NAL_IDR = 5
 NAL_SPS = 7
@@ -20,18 +21,18 @@ class BitstreamError(ValueError):
 
 
 def nal_units(data: bytes) -> list[bytes]:
-    """The NAL units of an Annex B byte stream (start codes 00 00 01 / 00 00 00 01)."""
-    starts = []
-    i = data.find(b"\x00\x00\x01")
-    while i >= 0:
-        starts.append(i + 3)
-        i = data.find(b"\x00\x00\x01", i + 3)
+    """The NAL units of an Annex B byte stream (start codes 00 00 01 / 00 00 00 01; the zero
+    bytes before the next start code dropped)."""
     units = []
-    for k, start in enumerate(starts):
-        end = starts[k + 1] - 3 if k + 1 < len(starts) else len(data)
-        units.append(data[start:end].rstrip(b"\x00") if k + 1 < len(starts) else
-                     data[start:end])
-    return [u for u in units if u]
+    start = data.find(START_CODE)
+    while start >= 0:
+        end = data.find(START_CODE, start + len(START_CODE))
+        unit = (data[start + len(START_CODE):] if end < 0
+                else data[start + len(START_CODE):end].rstrip(b"\x00"))
+        if unit:
+            units.append(unit)
+        start = end
+    return units
 
 
 def rbsp(unit: bytes, header_bytes: int = 1) -> bytes:

@@ -253,7 +253,8 @@ class InputHandler:
         the model size) into the camera sync."""
         checked = self._stamp_checked(index, header)
         if checked is not None:
-            self._hand_over(index, checked[0], decode, checked[1])
+            stamp, order = checked
+            self._hand_over(index, stamp, decode, order)
 
     def _hand_over(self, index: int, stamp: float, decode: Callable[[], object],
                    order: str) -> None:

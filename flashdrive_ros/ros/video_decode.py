@@ -82,7 +82,6 @@ class VideoStream:
         self._stamps: dict[int, float] = {}
         self._next_pts = 0
         self._lost_pictures = FrameNumbers() if codec == "h264" else PocSteps()
-        self.withheld = 0
         self.restart()
 
     def restart(self) -> None:
@@ -140,7 +139,6 @@ class VideoStream:
 
     def _output(self, frames) -> VideoOutput:
         out = VideoOutput()
-        withheld = 0
         for frame in frames:
             stamp = self._stamps.pop(frame.pts, None) if frame.pts is not None else None
             if frame.is_corrupt:
@@ -148,11 +146,8 @@ class VideoStream:
                                 if stamp is not None else "a frame decoded with errors")
             elif not self._synced and frame.key_frame:
                 self._synced = True
-            if not self._synced or stamp is None:
-                withheld += 1
-                continue
-            out.frames.append((stamp, frame))
+            if self._synced and stamp is not None:
+                out.frames.append((stamp, frame))
         for pts in [p for p in self._stamps if p < self._next_pts - MAX_PENDING]:
             del self._stamps[pts]
-        self.withheld += withheld
         return out

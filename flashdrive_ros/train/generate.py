@@ -8,6 +8,7 @@ resize (so training pixels equal what inference feeds the vision encoder), then 
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -147,8 +148,9 @@ def drive_plan(jobs: list[DriveJob]) -> Plan:
     return Plan("drives", jobs, _worker, cost=_job_cost)
 
 
-def _run_one(plan: Plan, workers: int | None) -> list:
-    return run_plans([plan], workers)[0][0]
+def _run_one(plan: Plan, workers: int | None,
+             report: Callable[[str], None] | None = None) -> list:
+    return run_plans([plan], workers, report)[0][0]
 
 
 def run_drive_jobs(jobs: list[DriveJob], workers: int | None = None) -> list[Drive]:
@@ -258,14 +260,16 @@ def lead_stop_plan(seeds: list[int], seconds: float, cfg: ModelConfig, spec: Lea
 
 def lead_stop_drives(seeds: list[int], seconds: float, cfg: ModelConfig, spec: LeadStops,
                      noise: SensorNoise = NO_NOISE, workers: int | None = None,
-                     standing_lead: bool = False) -> list[Drive]:
+                     standing_lead: bool = False,
+                     report: Callable[[str], None] | None = None) -> list[Drive]:
     """The forks of the seeds' drives with a car standing in the ego lane ahead
     (sim/lead_stops.py), rendered and labelled like drives (standing_lead as in
     `generate_drive`), in seed order. The seeds' stops
-    are drawn first, then every stop is one job."""
+    are drawn first, then every stop is one job; `report` as run_plans takes it."""
     if not spec.enabled or not seeds:
         return []
-    return _run_one(lead_stop_plan(seeds, seconds, cfg, spec, noise, standing_lead), workers)
+    return _run_one(lead_stop_plan(seeds, seconds, cfg, spec, noise, standing_lead), workers,
+                    report)
 
 
 def _lane_forks_worker(args: tuple[int, LaneForks]) -> list[LaneFork]:

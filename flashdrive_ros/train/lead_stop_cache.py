@@ -19,8 +19,7 @@ from flashdrive_ros.paths import default_model_dir
 from flashdrive_ros.sim.lead_stops import LeadStops
 from flashdrive_ros.sim.seeds import train_seeds
 from flashdrive_ros.train.drive_cache import INDEX, save_drives_with_coverage
-from flashdrive_ros.train.generate import lead_stop_plan
-from flashdrive_ros.train.job_graph import run_plans
+from flashdrive_ros.train.generate import lead_stop_drives
 from flashdrive_ros.train.recipe import Recipe
 from flashdrive_ros.train.run_options import add_on_off, on_off
 
@@ -66,8 +65,8 @@ def main(argv: list[str] | None = None) -> int:
         p.error(f"{args.out} already holds a drive cache")
     standing = on_off(args.standing_lead_label) is not False
     start = time.monotonic()
-    plan = lead_stop_plan(seeds, args.seconds, cfg, spec, Recipe().noise, standing)
-    drives = run_plans([plan], args.workers, report=lambda line: print(line, flush=True))[0][0]
+    drives = lead_stop_drives(seeds, args.seconds, cfg, spec, Recipe().noise, args.workers,
+                              standing, report=lambda line: print(line, flush=True))
     if not drives:
         print(f"error: no lead stop found in the drives of seeds {seeds[0]}..{seeds[-1]}",
               file=sys.stderr)
