@@ -1,3 +1,4 @@
+import itertools
 import os
 import tempfile
 
@@ -7,6 +8,8 @@ from helpers.speculative import tiny_target
 from helpers.streaming import make_vlm
 from helpers.tiny_model import PROMPT_CORPUS, tiny_parts
 
+from flashdrive_ros.ros.harness.loopback import DOMAIN_ID_COUNT, DOMAIN_ID_ENV, DOMAIN_ID_FIRST
+
 
 def pytest_configure(config):
     """Inductor's compiled kernels on disk, one folder per CPU capability: a kernel built
@@ -15,6 +18,42 @@ def pytest_configure(config):
     capability = torch.backends.cpu.get_cpu_capability().lower()
     os.environ.setdefault("TORCHINDUCTOR_CACHE_DIR",
                           os.path.join(tempfile.gettempdir(), f"flashdrive_inductor_{capability}"))
+
+
+def _worker_domains():
+    """The DDS domain ids of this test process, cycled: a slice of loopback's range per
+    pytest-xdist worker, so that no two workers share one."""
+    workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
+    index = int(os.environ.get("PYTEST_XDIST_WORKER", "gw0").removeprefix("gw"))
+    size = DOMAIN_ID_COUNT // workers
+    return itertools.cycle(range(DOMAIN_ID_FIRST + index * size,
+                                 DOMAIN_ID_FIRST + (index + 1) * size))
+
+
+_DOMAINS = _worker_domains()
+
+
+def _own_domain():
+    previous = os.environ.get(DOMAIN_ID_ENV)
+    os.environ[DOMAIN_ID_ENV] = str(next(_DOMAINS))
+    yield int(os.environ[DOMAIN_ID_ENV])
+    if previous is None:
+        os.environ.pop(DOMAIN_ID_ENV)
+    else:
+        os.environ[DOMAIN_ID_ENV] = previous
+
+
+@pytest.fixture(scope="module", autouse=True)
+def module_domain():
+    """Loopback graphs of a module's fixtures on a DDS domain of their own (the tests' own on
+    another each): a node or process left over from an earlier test cannot meet them."""
+    yield from _own_domain()
+
+
+@pytest.fixture(autouse=True)
+def test_domain(module_domain):
+    """The test's DDS domain id, its own (loopback_domain_id() and child processes)."""
+    yield from _own_domain()
 
 
 @pytest.fixture()

@@ -14,7 +14,7 @@ from lifecycle_msgs.msg import Transition
 
 from flashdrive_ros.ros import names
 from flashdrive_ros.ros.harness.lifecycle_client import LifecycleClient
-from flashdrive_ros.ros.harness.loopback import process_domain_id
+from flashdrive_ros.ros.harness.loopback import loopback_domain_id
 from flashdrive_ros.ros.harness.node_process import log_tail, stop_process
 
 pytestmark = [pytest.mark.ros, pytest.mark.timeout(300)]
@@ -71,7 +71,7 @@ def vehicle_env(install_tree) -> dict[str, str]:
                                      os.environ.get("PATH", "")]),
                PYTHONPATH=os.pathsep.join(p for p in os.environ.get("PYTHONPATH", "").split(
                    os.pathsep) if p and Path(p).resolve() != Path(source)),
-               ROS_DOMAIN_ID=str(process_domain_id()),
+               ROS_DOMAIN_ID=str(loopback_domain_id()),
                ROS_AUTOMATIC_DISCOVERY_RANGE="LOCALHOST", PYTHONUNBUFFERED="1")
     env.setdefault("RMW_IMPLEMENTATION", "rmw_fastrtps_cpp")
     return sourced_env(install_tree, env)

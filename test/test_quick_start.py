@@ -7,7 +7,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from flashdrive_ros.ros.harness.loopback import process_domain_id
+from flashdrive_ros.ros.harness.loopback import loopback_domain_id
 
 ROOT = Path(__file__).resolve().parents[1]
 TORCH_VERSION = "2.13.0"
@@ -141,7 +141,7 @@ def sourced_ros_environment(tmp_path: Path) -> tuple[dict[str, str], Path, Path]
                COLCON_PREFIX_PATH=str(tmp_path / "ws" / "install"),
                LD_LIBRARY_PATH=os.pathsep.join([str(prefix / "lib"), str(other)]),
                RMW_IMPLEMENTATION="rmw_cyclonedds_cpp", ROS_DISTRO="jazzy",
-               ROS_DOMAIN_ID=str(process_domain_id()), ROS_AUTOMATIC_DISCOVERY_RANGE="LOCALHOST")
+               ROS_DOMAIN_ID=str(loopback_domain_id()), ROS_AUTOMATIC_DISCOVERY_RANGE="LOCALHOST")
     env.pop("_ROS_WHEELS_BOOTSTRAP_COMPLETE", None)
     return env, prefix, other
 

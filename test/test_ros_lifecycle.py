@@ -16,7 +16,7 @@ from helpers.tiny_model import make_tiny_model_dir
 from lifecycle_msgs.msg import Transition
 
 from flashdrive_ros.ros.harness.lifecycle_client import LifecycleClient
-from flashdrive_ros.ros.harness.loopback import process_domain_id
+from flashdrive_ros.ros.harness.loopback import loopback_domain_id
 from flashdrive_ros.ros.harness.node_observer import NodeObserver
 from flashdrive_ros.ros.harness.node_process import NodeProcess, read_process
 from flashdrive_ros.ros.harness.stream import NS_PER_S, looped, read_stream
@@ -64,7 +64,7 @@ def test_repeated_lifecycle_cycles_leak_no_threads_or_memory(drive, client_node,
     player = StreamPlayer(client_node, TOPICS)
     observer = NodeObserver(client_node, name)
     samples = []
-    with NodeProcess(name, parameters, process_domain_id(), tmp_path, autostart=False) as process:
+    with NodeProcess(name, parameters, loopback_domain_id(), tmp_path, autostart=False) as process:
         lifecycle = LifecycleClient(client_node, f"/{name}", alive=process.alive)
         assert lifecycle.state(TRANSITION_TIMEOUT_S) == "unconfigured"
         for _ in range(CYCLES):

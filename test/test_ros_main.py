@@ -16,7 +16,7 @@ from lifecycle_msgs.msg import Transition
 from rcl_interfaces.srv import GetParameters
 
 from flashdrive_ros.ros.harness.lifecycle_client import LifecycleClient, LifecycleError
-from flashdrive_ros.ros.harness.loopback import process_domain_id
+from flashdrive_ros.ros.harness.loopback import loopback_domain_id
 from flashdrive_ros.ros.node import spin_until_shutdown
 
 pytestmark = [pytest.mark.ros, pytest.mark.timeout(180)]
@@ -62,7 +62,7 @@ def test_main_reads_params_file_and_runs_the_lifecycle(command, client_node, tmp
     params_file.write_text(yaml.safe_dump({"/**/drive_node": {"ros__parameters": {
         "model_dir": str(model_dir), "device": "cpu", "control_rate_hz": 5.0,
         "speculative": False}}}))
-    env = dict(os.environ, ROS_DOMAIN_ID=str(process_domain_id()), OMP_NUM_THREADS="1",
+    env = dict(os.environ, ROS_DOMAIN_ID=str(loopback_domain_id()), OMP_NUM_THREADS="1",
                ROS_AUTOMATIC_DISCOVERY_RANGE="LOCALHOST")
     log_path = tmp_path / "node.log"
     with log_path.open("w") as log:
@@ -88,7 +88,7 @@ def test_main_reads_params_file_and_runs_the_lifecycle(command, client_node, tmp
 
 def test_autostart_activates_and_a_bad_model_exits_with_an_error(client_node, tmp_path):
     model_dir = make_tiny_model_dir(tmp_path / "model")
-    env = dict(os.environ, ROS_DOMAIN_ID=str(process_domain_id()), OMP_NUM_THREADS="1",
+    env = dict(os.environ, ROS_DOMAIN_ID=str(loopback_domain_id()), OMP_NUM_THREADS="1",
                ROS_AUTOMATIC_DISCOVERY_RANGE="LOCALHOST")
     command = [sys.executable, "-m", "flashdrive_ros.ros.node", "--autostart", "--ros-args",
                "-r", f"__ns:={NAMESPACE}", "-p", "device:=cpu", "-p", "speculative:=false"]

@@ -43,13 +43,15 @@ WINDOW_SPAN_S = 3 * FRAME_DT
 HISTORY_SPAN_S = 1.5
 
 
-def wait_for(predicate, timeout=WAIT_S, what="condition"):
+def wait_for(predicate, timeout=WAIT_S, what="condition", detail=None):
+    """Waits until `predicate()`; on timeout fails naming `what` and `detail()`."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if predicate():
             return
         time.sleep(0.01)
-    raise AssertionError(f"timed out after {timeout} s waiting for {what}")
+    raise AssertionError(f"timed out after {timeout} s waiting for {what}"
+                         + (f"; {detail()}" if detail else ""))
 
 
 def jpeg(seed):
@@ -211,6 +213,16 @@ class Feeder:
         from std_msgs.msg import Header
         return Header(stamp=seconds_to_stamp(stamp), frame_id=frame)
 
+    def camera_subscribers(self):
+        """Camera topic -> the nodes the DDS graph shows subscribed to it."""
+        return {t: sorted(f"{i.node_namespace.rstrip('/')}/{i.node_name}"
+                          for i in self.node.get_subscriptions_info_by_topic(t))
+                for t in DriveParams().camera_topics}
+
+    def node_subscribed(self):
+        """Per camera topic, whether drive_node is subscribed to it."""
+        return [f"/{names.NODE_NAME}" in nodes for nodes in self.camera_subscribers().values()]
+
     def transition(self, transition_id):
         assert self.change_state.wait_for_service(timeout_sec=WAIT_S)
         future = self.change_state.call_async(
@@ -285,7 +297,8 @@ def test_configure_activate_plan_and_recover_from_faults(graph):
     assert feeder.transition(Transition.TRANSITION_CONFIGURE)
     assert feeder.state() == State.PRIMARY_STATE_INACTIVE
     assert feeder.transition(Transition.TRANSITION_ACTIVATE)
-    wait_for(lambda: all(p.get_subscription_count() >= 1 for p in feeder.images)
+    wait_for(lambda: all(feeder.node_subscribed())
+             and all(p.get_subscription_count() >= 1 for p in feeder.images)
              and feeder.odom.get_subscription_count() >= 1, what="node subscriptions")
     wait_for(lambda: node.count_subscribers(names.resolved(names.OVERLAY_TOPIC)) >= 1,
              what="overlay subscriber matched")
@@ -415,15 +428,16 @@ def test_configure_activate_plan_and_recover_from_faults(graph):
         f"planned over a corrupt or missing frame without a stand-in counted: {spoiled}"
 
     assert feeder.transition(Transition.TRANSITION_DEACTIVATE)
-    wait_for(lambda: all(p.get_subscription_count() == 0 for p in feeder.images),
-             what="unsubscribe on deactivate")
+    wait_for(lambda: not any(feeder.node_subscribed()),
+             what="unsubscribe on deactivate", detail=feeder.camera_subscribers)
     count = len(feeder.paths)
     time.sleep(0.3)
     assert len(feeder.paths) == count
 
     assert feeder.transition(Transition.TRANSITION_ACTIVATE)
-    wait_for(lambda: all(p.get_subscription_count() >= 1 for p in feeder.images),
-             what="subscriptions after re-activation")
+    wait_for(lambda: all(feeder.node_subscribed()) and all(
+        p.get_subscription_count() >= 1 for p in feeder.images),
+             what="subscriptions after re-activation", detail=feeder.camera_subscribers)
     reactivated = time.monotonic()
     feeder.drive(2.5, until=lambda: feeder.valid_paths(after=reactivated),
                  what="plans after re-activation")

@@ -35,6 +35,8 @@ CAMERAS = DriveParams().camera_names
 WAIT_S = 30.0
 MODEL_SIZE = (20, 32)
 RNG = np.random.default_rng(3)
+CLEAN_TAIL_S = 2.0
+SETTLE_S = 1.0  # a frame sent is counted, or its loss reported, on /diagnostics within this
 
 
 def wait_for(predicate, what, timeout=WAIT_S):
@@ -142,16 +144,32 @@ def planner_values(diagnostics):
     return values
 
 
-def input_statuses(diagnostics):
-    """camera name -> its newest input DiagnosticStatus values and message."""
-    newest = {}
-    for array in diagnostics:
-        for status in array.status:
-            for name in CAMERAS:
-                if status.name.endswith(f": input {name}"):
-                    values = {kv.key: kv.value for kv in status.values}
-                    newest[name] = (status.message, values)
-    return newest
+def planner_and_inputs(array):
+    """(planner values, camera name -> input values) of one DiagnosticArray; planner values
+    are None when it carries no planner status."""
+    planner, inputs = None, {}
+    for status in array.status:
+        values = {kv.key: kv.value for kv in status.values}
+        if status.name.endswith(": planner"):
+            planner = values
+        for name in CAMERAS:
+            if status.name.endswith(f": input {name}"):
+                inputs[name] = values
+    return planner, inputs
+
+
+def gate_on_tail(diagnostics):
+    """The trailing run of diagnostics whose planner status says the frame gate is on, as
+    [(receipt time, planner values, input values)], oldest first."""
+    tail = []
+    for received, array in reversed(diagnostics):
+        planner, inputs = planner_and_inputs(array)
+        if planner is None:
+            continue
+        if planner.get(GATE_EXTRA) != "on":
+            break
+        tail.insert(0, (received, planner, inputs))
+    return tail
 
 
 def test_cameras_at_30_hz_are_gated_before_decoding_and_truncated_cdr_is_named(
@@ -160,7 +178,10 @@ def test_cameras_at_30_hz_are_gated_before_decoding_and_truncated_cdr_is_named(
     truncated_message fault. The node plans, counts them as dropped off the grid, and names
     a frame on the grid cut inside its pixel data and an extra frame cut inside its header
     (no stamp to gate it on). Every frame is whole until the first plan, whose t0 shows
-    the grid the node's gate took."""
+    the grid the node's gate took. A loaded machine can stall this process long enough for
+    the node to lose frames, and the gate then rightly decodes every frame for a while, so
+    the counts are taken over CLEAN_TAIL_S or more with the gate on throughout and SETTLE_S
+    after."""
     context = local_context()
     topics = [f"/gate_test/{name}/image_raw" for name in CAMERAS]
     node = DriveNode(context=context, namespace="/gate_test", parameter_overrides=[
@@ -177,7 +198,7 @@ def test_cameras_at_30_hz_are_gated_before_decoding_and_truncated_cdr_is_named(
         client.create_subscription(Path, "/gate_test/drive_node/trajectory",
                                    lambda m: paths.append(m) if m.poses else None, 10)
         client.create_subscription(DiagnosticArray, names.DIAGNOSTICS_TOPIC,
-                                   diagnostics.append, 10)
+                                   lambda m: diagnostics.append((time.monotonic(), m)), 10)
         images = [client.create_publisher(Image, t, 30) for t in topics]
         odom = client.create_publisher(Odometry, "/gate_test/odometry", 50)
         assert node.trigger_configure() == TransitionCallbackReturn.SUCCESS
@@ -188,7 +209,7 @@ def test_cameras_at_30_hz_are_gated_before_decoding_and_truncated_cdr_is_named(
                  for i in range(len(CAMERAS))]
         clock = client.get_clock()
         start = round(clock.now().nanoseconds * 1e-9, 1) + 0.1
-        off_grid_sent = 0
+        off_grid_sends = []
         truncate = {}
 
         def frame(i, stamp, whole):
@@ -203,9 +224,14 @@ def test_cameras_at_30_hz_are_gated_before_decoding_and_truncated_cdr_is_named(
             first frame of camera 0 to arrive: the first plan's t0 lies on it."""
             return (k - grid_frame) % 3 == 0
 
+        def clean_tail():
+            tail = gate_on_tail(diagnostics)
+            span = tail[-1][0] - tail[0][0] if tail else 0.0
+            return tail if span >= CLEAN_TAIL_S + SETTLE_S else None
+
         k = 0
-        whole_until = grid_frame = None
-        deadline = time.monotonic() + 2 * WAIT_S
+        whole_until = grid_frame = tail = None
+        deadline = time.monotonic() + 3 * WAIT_S
         while time.monotonic() < deadline:
             stamp = round(start + k / 30, 6)
             while clock.now().nanoseconds * 1e-9 < stamp:
@@ -226,31 +252,33 @@ def test_cameras_at_30_hz_are_gated_before_decoding_and_truncated_cdr_is_named(
                 if truncate.get(i) == k:
                     publisher.publish(frame(i, stamp, True)[:10])
                 publisher.publish(frame(i, stamp, on_grid))
-                off_grid_sent += not on_grid
+            if not on_grid:
+                off_grid_sends.append(time.monotonic())
             k += 1
             if len(paths) >= 3 and not truncate:
                 next_on_grid = next(j for j in range(k, k + 3) if node_grid(j))
                 truncate = {2: next_on_grid + 3, 1: next_on_grid + 6}
                 paths_before = len(paths)
             if truncate and k > max(truncate.values()) + 30 and len(paths) > paths_before:
-                break
-        published_by = len(diagnostics)
-        wait_for(lambda: len(diagnostics) >= published_by + 2,
-                 "diagnostics published after the last frame")
-        off_grid_whole = sum(not node_grid(j) for j in range(whole_until)) * len(CAMERAS)
-        values = planner_values(diagnostics)
+                tail = clean_tail()
+                if tail:
+                    break
+        values = planner_values([m for _, m in diagnostics])
         assert len(paths) >= 3, f"no plans; planner: {values}"
         assert truncate and len(paths) > paths_before, "no plan after the truncated frames"
-        assert values.get(GATE_EXTRA) == "on"
-        dropped = int(values.get(OFF_GRID_EXTRA, 0))
-        assert dropped >= 0.8 * (off_grid_whole + off_grid_sent) - 8, \
-            (dropped, off_grid_whole, off_grid_sent)
-        inputs = input_statuses(diagnostics)
-        faults = {name: int(v.get("faults_total", 0)) for name, (_, v) in inputs.items()}
-        seen = {name: v.get("last_fault", "") for name, (_, v) in inputs.items()}
-        assert "truncated_message" in seen[CAMERAS[2]] and "inside data" in seen[CAMERAS[2]]
-        assert "truncated_message" in seen[CAMERAS[1]] and "inside header" in seen[CAMERAS[1]]
-        assert faults[CAMERAS[0]] + faults[CAMERAS[3]] <= 0.1 * off_grid_sent / 2, faults
+        assert tail, (f"the frame gate was not on for {CLEAN_TAIL_S + SETTLE_S} s in a row in "
+                      f"{3 * WAIT_S} s; last: {values.get(GATE_EXTRA)}")
+        (first_at, first, first_inputs), (last_at, last, last_inputs) = tail[0], tail[-1]
+        sent = 4 * sum(first_at <= t <= last_at - SETTLE_S for t in off_grid_sends)
+        dropped = int(last.get(OFF_GRID_EXTRA, 0)) - int(first.get(OFF_GRID_EXTRA, 0))
+        assert sent >= 60 and dropped >= 0.8 * sent - 8, (dropped, sent)
+        faults = {name: int(last_inputs.get(name, {}).get("faults_total", 0))
+                  - int(first_inputs.get(name, {}).get("faults_total", 0)) for name in CAMERAS}
+        assert faults[CAMERAS[0]] + faults[CAMERAS[3]] <= 0.1 * sent / 2, (faults, sent)
+        seen = {name: {inputs.get(name, {}).get("last_fault", "") for _, a in diagnostics
+                       for inputs in [planner_and_inputs(a)[1]]} for name in CAMERAS}
+        assert any("truncated_message" in f and "inside data" in f for f in seen[CAMERAS[2]])
+        assert any("truncated_message" in f and "inside header" in f for f in seen[CAMERAS[1]])
     finally:
         node.release_all()
         spinning.stop()

@@ -99,7 +99,7 @@ def replay_source_through_ros(options: ReplayOptions, source: BagSource
                               ) -> tuple[ReplayResults, dict[str, dict],
                                          list[tuple[float, np.ndarray]]]:
     from flashdrive_ros.ros import names
-    from flashdrive_ros.ros.harness.loopback import process_domain_id
+    from flashdrive_ros.ros.harness.loopback import loopback_domain_id
     from flashdrive_ros.ros.harness.node_process import log_tail
     from flashdrive_ros.ros.params import DriveParams
 
@@ -140,7 +140,7 @@ def replay_source_through_ros(options: ReplayOptions, source: BagSource
     for mode in options.modes:
         with dds_profile_environment(dds):
             recorded, session = run_mode(options, source.reader_paths(), mode, raw_images,
-                                       process_domain_id())
+                                       loopback_domain_id())
         recording = read_recording(recorded, topics, end_s, node_name())
         results, skipped = plan_results(recording, track, labels,
                                         model.action.num_waypoints, model.action.dt)

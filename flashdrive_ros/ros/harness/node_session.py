@@ -13,7 +13,7 @@ from pathlib import Path
 from rclpy.executors import SingleThreadedExecutor
 from rclpy.node import Node
 
-from flashdrive_ros.ros.harness.loopback import local_context, process_domain_id
+from flashdrive_ros.ros.harness.loopback import local_context, loopback_domain_id
 from flashdrive_ros.ros.harness.node_observer import NodeObserver
 from flashdrive_ros.ros.harness.node_process import NodeProcess
 from flashdrive_ros.ros.harness.stream_player import StreamPlayer
@@ -50,7 +50,7 @@ def node_session(name: str, parameters: dict, topics: dict[str, str], out_dir: P
                  rate: float = 1.0, domain_id: int | None = None) -> Iterator[Session]:
     """`topics`: input topic -> message type; parameters: drive node parameters (DriveParams
     names). Yields once the node is active and every input and output is matched."""
-    domain = process_domain_id() if domain_id is None else domain_id
+    domain = loopback_domain_id() if domain_id is None else domain_id
     context = local_context(domain)
     node = Node(f"{name}_feeder", context=context)
     executor = SingleThreadedExecutor(context=context)
