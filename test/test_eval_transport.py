@@ -100,3 +100,7 @@ def test_swapped_slots_and_node_input_faults_reach_the_console():
     assert input_lines({**ros, "playback_max_lateness_s": 0.2}) == lines
     late = input_lines({**ros, "playback_max_lateness_s": 36.4})
     assert len(late) == 4 and "player (flashdrive): fell up to 36.4 s behind" in late[3]
+    behind = input_lines({**ros, "node_input_notes": {**ros["node_input_notes"],
+                                                      "camera_messages_behind": "12"}})
+    assert len(behind) == 4 and "12 camera messages dropped by its own camera thread's queue" \
+        in behind[3]

@@ -15,7 +15,7 @@ def test_messages_are_handled_in_order_on_another_thread():
         seen.append((index, msg))
         threads.add(threading.get_ident())
 
-    worker = CameraWorker(handle, depth=100, on_drop=pytest.fail,
+    worker = CameraWorker(handle, depth=100, on_drop=lambda *drop: pytest.fail(str(drop)),
                           on_error=lambda i, e: pytest.fail(str(e)))
     for k in range(50):
         worker.put(k % 4, k)
@@ -32,17 +32,18 @@ def test_the_oldest_is_dropped_and_counted_when_the_thread_falls_behind():
         release.wait(5)
         seen.append(msg)
 
-    worker = CameraWorker(handle, depth=2, on_drop=drops.append,
+    worker = CameraWorker(handle, depth=2, on_drop=lambda *drop: drops.append(drop),
                           on_error=lambda i, e: pytest.fail(str(e)))
     worker.put(0, "first")
     while not worker.busy:
         threading.Event().wait(0.001)
-    for msg in ("a", "b", "c", "d"):
-        worker.put(0, msg)
+    for index, msg in enumerate(("a", "b", "c", "d")):
+        worker.put(index, msg)
     release.set()
     assert worker.drain()
     worker.stop()
-    assert seen == ["first", "c", "d"] and drops == [1, 2] and worker.dropped == 2
+    assert seen == ["first", "c", "d"] and worker.dropped == 2
+    assert drops == [(0, "a", 1), (1, "b", 2)]
 
 
 def test_a_failing_message_is_reported_and_the_thread_goes_on():
@@ -53,7 +54,7 @@ def test_a_failing_message_is_reported_and_the_thread_goes_on():
             raise RuntimeError("cannot decode")
         seen.append(msg)
 
-    worker = CameraWorker(handle, depth=10, on_drop=pytest.fail,
+    worker = CameraWorker(handle, depth=10, on_drop=lambda *drop: pytest.fail(str(drop)),
                           on_error=lambda i, e: errors.append((i, str(e))))
     for msg in ("ok1", "bad", "ok2"):
         worker.put(3, msg)

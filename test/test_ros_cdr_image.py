@@ -179,6 +179,20 @@ def test_a_camera_losing_many_frames_in_transport_opens_the_gate_for_all():
     assert len(taken[1]) > 60
 
 
+def test_frames_the_node_dropped_itself_are_not_lost_in_transport():
+    stamps = [100.0 + k / 30 for k in range(90)]
+    held_back = np.random.default_rng(5).random(90) < 0.4
+    frame_gate = gate()
+    for k, stamp in enumerate(stamps):
+        for camera in range(4):
+            if camera == 3 and held_back[k]:
+                frame_gate.note_seen(camera, stamp)
+            else:
+                frame_gate.admit(camera, stamp, None)
+    assert frame_gate.lossy() is None and frame_gate.loss(3) == 0.0
+    assert frame_gate.period(3) == pytest.approx(1 / 30)
+
+
 def test_other_encapsulations_go_to_rclpy_and_its_failure_is_a_fault():
     params = DriveParams(camera_topics=[f"/camera{i}/image_raw" for i in range(4)],
                          image_transport="raw")

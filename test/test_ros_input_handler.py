@@ -117,3 +117,38 @@ def test_cv_bridge_8uc3_is_read_as_bgr8_and_noted_once():
     assert "8UC3" in note and "read as bgr8" in note
     assert [w for w in warnings if "8UC3" in w] == [f"camera {params.camera_names[0]}: {note}"]
     assert input_fault(loop, params.camera_names[0]) == ""
+
+
+@pytest.mark.parametrize("serialized", [False, True])
+def test_camera_messages_dropped_by_the_node_keep_the_frame_gate_on(serialized):
+    """A third of one 30 Hz camera's messages dropped by the node's own queue: not lost in
+    transport, so the gate stays on; the same share missing altogether opens it."""
+    from rclpy.serialization import serialize_message
+    from sensor_msgs.msg import CompressedImage
+
+    from flashdrive_ros.ros.input_handler import GATE_EXTRA
+
+    def message(stamp):
+        msg = CompressedImage(format="jpeg")
+        msg.header.stamp = seconds_to_stamp(stamp)
+        return serialize_message(msg) if serialized else msg
+
+    states = {}
+    for dropped_by_node in (True, False):
+        params = DriveParams()
+        loop = PlannerLoop(StraightEngine(), WindowBuilder(len(params.camera_names)),
+                           params.camera_names, limits=params.plan_limits)
+        handler = InputHandler(params, loop, frame_gate=True)
+        for k in range(60):
+            stamp = round(100.0 + k / 30, 6)
+            for index in range(4):
+                if index == 1 and k % 3 == 1:
+                    if dropped_by_node:
+                        handler.note_dropped(index, message(stamp))
+                elif serialized:
+                    handler.on_serialized_image(index, message(stamp))
+                else:
+                    handler.on_image(index, message(stamp))
+        states[dropped_by_node] = loop.health()[0].extra.get(GATE_EXTRA)
+    assert states[True] == "on"
+    assert states[False].startswith(f"off while {DriveParams().camera_names[1]} loses 3")

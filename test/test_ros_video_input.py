@@ -1,7 +1,8 @@
 """H.264 camera streams through the drive node's input handling, without DDS: serialized
 sensor_msgs/CompressedImage messages (format h264) of four 30 Hz cameras, every packet decoded,
 the frame gate picking the frames on the model's grid, camera sets planned; a packet lost in
-transport is a named fault and its camera's frames come back from the next keyframe on."""
+transport is a named fault and its camera's frames come back from the next keyframe on, the
+frames withheld meanwhile not taken for frames lost in transport."""
 
 import numpy as np
 from helpers.input_messages import SPEED, StraightEngine, input_fault, odometry
@@ -11,7 +12,7 @@ from sensor_msgs.msg import CompressedImage
 from flashdrive_ros.engine.window import WindowBuilder
 from flashdrive_ros.ros.convert import seconds_to_stamp
 from flashdrive_ros.ros.image_reduce import ImageReducer
-from flashdrive_ros.ros.input_handler import InputHandler
+from flashdrive_ros.ros.input_handler import GATE_EXTRA, InputHandler
 from flashdrive_ros.ros.params import DriveParams
 from flashdrive_ros.ros.planner_loop import PlannerLoop
 from flashdrive_ros.ros.video_decode import VideoStream, frame_rgb
@@ -50,6 +51,10 @@ def run(lost: set[tuple[int, int]] = frozenset()):
                        params.camera_names, limits=params.plan_limits)
     handler = InputHandler(params, loop, MODEL_SIZE, frame_gate=True)
     sets: list[tuple[list[float], list[np.ndarray]]] = []
+    gate_states = []
+    set_extra = loop.set_extra
+    loop.set_extra = lambda key, value: (gate_states.append(value) if key == GATE_EXTRA
+                                         else None, set_extra(key, value))
     add = loop.add_camera_set
     loop.add_camera_set = lambda stamps, images: (sets.append((stamps, images)),
                                                   add(stamps, images))
@@ -64,11 +69,11 @@ def run(lost: set[tuple[int, int]] = frozenset()):
                 handler.on_serialized_image(camera, streams[camera][i][1])
         if i % 3 == 0:
             loop.run_once()
-    return handler, loop, sets, streams
+    return handler, loop, sets, streams, gate_states
 
 
 def test_h264_cameras_are_decoded_and_their_grid_frames_planned():
-    handler, loop, sets, streams = run()
+    handler, loop, sets, streams, _ = run()
     planner, _ = loop.health()
     assert planner.windows_planned >= 15, planner.rejections_by_code
     assert all(input_fault(loop, name) == "" for name in handler.params.camera_names)
@@ -87,9 +92,10 @@ def test_h264_cameras_are_decoded_and_their_grid_frames_planned():
 
 
 def test_a_lost_packet_is_a_named_fault_and_its_camera_returns_at_the_next_keyframe():
-    handler, loop, sets, _ = run(lost={(1, 20)})
+    handler, loop, sets, _, gate_states = run(lost={(1, 20)})
     fault = input_fault(loop, handler.params.camera_names[1])
     assert fault.startswith("video: packet at") and "frame_num" in fault
+    assert gate_states == ["on"], "frames withheld until the keyframe read as lost in transport"
     set_stamps = [round(s[0] - START, 3) for s, _ in sets]
     assert not any(0.66 < t < 1.0 for t in set_stamps)
     assert any(t >= 1.0 for t in set_stamps) and any(t < 0.66 for t in set_stamps)

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from flashdrive_ros.eval.dds_profile import LARGE_IMAGES_PROFILE
 from flashdrive_ros.eval.report import mode_blocks
+from flashdrive_ros.ros.camera_worker import BEHIND_EXTRA
 
 CONSOLE_NOTES = ("clock", "odom_frame")
 CONSOLE_NOTE_PREFIXES = ("camera_slot.", "encoding.")
@@ -42,6 +43,10 @@ def input_lines(report: dict) -> list[str]:
                   for key, value in sorted(notes.items())
                   if (key in CONSOLE_NOTES and value != "ok")
                   or key.startswith(CONSOLE_NOTE_PREFIXES)]
+        behind = int(notes.get(BEHIND_EXTRA, 0))
+        if behind:
+            lines.append(f"  drive_node ({mode}): {behind} camera messages dropped by its own "
+                         f"camera thread's queue, which fell behind (CPU load; {BEHIND_EXTRA})")
         lines += transport_lines(mode, block)
         late = block.get("playback_max_lateness_s") or 0.0
         if late > PLAYER_LATE_S:

@@ -76,14 +76,19 @@ class FrameGate(Generic[Item]):
         loss = self.loss(camera)
         return (camera, loss) if loss > self.max_loss else None
 
-    def admit(self, camera: int, stamp: float, item: Item) -> list[tuple[float, Item]]:
-        """The (stamp, item) pairs of `camera` to decode now, oldest first: a held frame that
-        is now known to be its grid time's nearest, and this frame when it is taken."""
+    def note_seen(self, camera: int, stamp: float) -> None:
+        """A frame of `camera` that reached the node but is not offered (dropped by the
+        node's own queue, withheld by its video stream): not lost in transport."""
         if stamp > self._last_seen[camera]:
             if math.isfinite(self._last_seen[camera]):
                 self._periods[camera].append(stamp - self._last_seen[camera])
             self._last_seen[camera] = stamp
             self._recent[camera].append(stamp)
+
+    def admit(self, camera: int, stamp: float, item: Item) -> list[tuple[float, Item]]:
+        """The (stamp, item) pairs of `camera` to decode now, oldest first: a held frame that
+        is now known to be its grid time's nearest, and this frame when it is taken."""
+        self.note_seen(camera, stamp)
         period = self.period(camera)
         if (period is None or period >= self.frame_dt - self.tolerance
                 or not abs(stamp - self._anchor) <= self.max_jump):

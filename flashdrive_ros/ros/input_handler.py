@@ -198,6 +198,22 @@ class InputHandler:
             return
         self._route(index, compressed)
 
+    def note_dropped(self, index: int, msg) -> None:
+        """A camera message of slot `index` that the node's own queue dropped (a serialized
+        one read only as far as its stamp): the frame gate counts it as arrived, not as lost
+        in transport."""
+        try:
+            header = msg.header if hasattr(msg, "header") else image_header(msg)[0]
+            stamp = stamped_seconds(header.stamp)
+        except ConversionError:
+            return
+        self._note_seen(index, stamp)
+
+    def _note_seen(self, index: int, stamp: float) -> None:
+        if self.gate is not None:
+            with self._sync_lock:
+                self.gate.note_seen(index, stamp)
+
     def _decode(self, index: int, msg) -> object:
         """The RGB image of `msg` at the model size; an encoding read as another one is
         noted once per camera on /diagnostics (encoding.<camera>) and in the log."""
@@ -230,7 +246,8 @@ class InputHandler:
         """Every packet of a video camera is decoded, in arrival order (a packet left out
         would corrupt the frames after it); the frames it completes go through the frame
         gate, converted to RGB at the model size only when taken. A packet dropped on its
-        stamp leaves its stream waiting for the next keyframe."""
+        stamp leaves its stream waiting for the next keyframe; the gate counts a packet that
+        brings no frame (withheld, or still in the decoder) as arrived."""
         checked = self._stamp_checked(index, header)
         if checked is None:
             return
@@ -243,6 +260,8 @@ class InputHandler:
         output = stream.push(stamp, data)
         if output.problem:
             self.loop.note_fault(self.params.camera_names[index], f"video: {output.problem}")
+        if not output.frames:
+            self._note_seen(index, stamp)
         for k, (frame_stamp, frame) in enumerate(output.frames):
             self._hand_over(index, frame_stamp,
                             lambda frame=frame: frame_rgb(frame, self.reducer),

@@ -15,7 +15,7 @@ from rclpy.qos import (
 from rclpy.serialization import deserialize_message
 from sensor_msgs.msg import CameraInfo, CompressedImage, Image
 
-from flashdrive_ros.ros.camera_worker import CameraWorker
+from flashdrive_ros.ros.camera_worker import BEHIND_EXTRA, CameraWorker
 from flashdrive_ros.ros.convert import ConversionError, camera_info_intrinsics
 from flashdrive_ros.ros.events import no_subscription_events
 from flashdrive_ros.ros.input_handler import InputHandler
@@ -24,7 +24,6 @@ from flashdrive_ros.ros.planner_loop import ODOMETRY_INPUT, PlannerLoop
 
 ODOMETRY_DEPTH = 250  # 5 s at 50 Hz
 CAMERA_QUEUE_PER_CAMERA = 2  # camera messages waiting for the camera thread, per camera
-BEHIND_EXTRA = "camera_messages_behind"
 
 
 def camera_qos(reliability: str) -> QoSProfile:
@@ -71,8 +70,7 @@ class InputSubscriptions:
         if params.camera_thread:
             self.worker = CameraWorker(on_image, CAMERA_QUEUE_PER_CAMERA
                                        * len(params.camera_topics),
-                                       lambda n: loop.set_extra(BEHIND_EXTRA, n),
-                                       self._camera_error)
+                                       self._camera_dropped, self._camera_error)
             on_image = self.worker.put
         self.subscriptions = []
         for index, topic in enumerate(params.camera_topics):
@@ -113,6 +111,10 @@ class InputSubscriptions:
         if self.worker is not None:
             self.worker.stop()
         self.handler.clear()
+
+    def _camera_dropped(self, index: int, msg, dropped: int) -> None:
+        self.loop.set_extra(BEHIND_EXTRA, dropped)
+        self.handler.note_dropped(index, msg)
 
     def _camera_error(self, index: int, exc: Exception) -> None:
         self.loop.note_fault(self.params.camera_names[index],

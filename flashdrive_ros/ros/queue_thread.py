@@ -15,12 +15,13 @@ Take = Literal["oldest", "newest"]
 class QueueThread(Generic[Item]):
     """`put(item)` queues; the thread runs `work(item)`, taking the oldest queued item
     (arrival order) or the newest (`take`). With `depth` items waiting, a put drops the
-    oldest (counted in `dropped`, then `on_drop(dropped)`). `setup` runs on the thread before
-    its first item; an exception of `work` goes to `on_error(item, exc)` and the thread goes
-    on. `stop` clears the queue and joins the thread; `start` may run again after it."""
+    oldest (counted in `dropped`, then `on_drop(item, dropped)` outside the queue's lock).
+    `setup` runs on the thread before its first item; an exception of `work` goes to
+    `on_error(item, exc)` and the thread goes on. `stop` clears the queue and joins the
+    thread; `start` may run again after it."""
 
     def __init__(self, name: str, work: Callable[[Item], None], depth: int,
-                 take: Take = "oldest", on_drop: Callable[[int], None] | None = None,
+                 take: Take = "oldest", on_drop: Callable[[Item, int], None] | None = None,
                  on_error: Callable[[Item, Exception], None] | None = None,
                  setup: Callable[[], object] | None = None) -> None:
         if depth < 1:
@@ -53,13 +54,15 @@ class QueueThread(Generic[Item]):
 
     def put(self, item: Item) -> None:
         with self._ready:
-            if len(self._queue) >= self._depth:
-                self._queue.popleft()
+            overflow = len(self._queue) >= self._depth
+            if overflow:
+                oldest = self._queue.popleft()
                 self.dropped += 1
-                if self.on_drop is not None:
-                    self.on_drop(self.dropped)
+                dropped = self.dropped
             self._queue.append(item)
             self._ready.notify()
+        if overflow and self.on_drop is not None:
+            self.on_drop(oldest, dropped)
 
     def drain(self, timeout_s: float) -> bool:
         """Wait until every queued item is worked off; False on timeout."""
