@@ -71,7 +71,6 @@ def vehicle_env(install_tree) -> dict[str, str]:
                                      os.environ.get("PATH", "")]),
                PYTHONPATH=os.pathsep.join(p for p in os.environ.get("PYTHONPATH", "").split(
                    os.pathsep) if p and Path(p).resolve() != Path(source)),
-               ROS_DOMAIN_ID=str(loopback_domain_id()),
                ROS_AUTOMATIC_DISCOVERY_RANGE="LOCALHOST", PYTHONUNBUFFERED="1")
     env.setdefault("RMW_IMPLEMENTATION", "rmw_fastrtps_cpp")
     return sourced_env(install_tree, env)
@@ -105,7 +104,8 @@ def test_the_installed_drive_node_configures_and_activates(install_tree, vehicle
     with open(log_file, "w") as log:
         process = subprocess.Popen(
             [str(script), "--ros-args", "-p", "device:=cpu", "-p", "cpu_threads:=1"],
-            cwd=tmp_path, stdout=log, stderr=subprocess.STDOUT, env=vehicle_env)
+            cwd=tmp_path, stdout=log, stderr=subprocess.STDOUT,
+            env={**vehicle_env, "ROS_DOMAIN_ID": str(loopback_domain_id())})
     try:
         lifecycle = LifecycleClient(client_node, f"/{names.NODE_NAME}",
                                     alive=lambda: process.poll() is None)

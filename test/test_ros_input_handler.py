@@ -126,7 +126,7 @@ def test_camera_messages_dropped_by_the_node_keep_the_frame_gate_on(serialized):
     from rclpy.serialization import serialize_message
     from sensor_msgs.msg import CompressedImage
 
-    from flashdrive_ros.ros.input_handler import GATE_EXTRA
+    from flashdrive_ros.ros.input_handler import GATE_EXTRA, GATE_OPENINGS_EXTRA
 
     def message(stamp):
         msg = CompressedImage(format="jpeg")
@@ -149,6 +149,8 @@ def test_camera_messages_dropped_by_the_node_keep_the_frame_gate_on(serialized):
                     handler.on_serialized_image(index, message(stamp))
                 else:
                     handler.on_image(index, message(stamp))
-        states[dropped_by_node] = loop.health()[0].extra.get(GATE_EXTRA)
-    assert states[True] == "on"
-    assert states[False].startswith(f"off while {DriveParams().camera_names[1]} loses 3")
+        extra = loop.health()[0].extra
+        states[dropped_by_node] = extra.get(GATE_EXTRA), extra.get(GATE_OPENINGS_EXTRA)
+    assert states[True] == ("on", None)
+    assert states[False][0].startswith(f"off while {DriveParams().camera_names[1]} loses 3")
+    assert states[False][1] == "1"

@@ -2,6 +2,7 @@
 on loopback: the same reduced pixels as rclpy's deserialized messages, frames off the frame
 grid dropped before they are decoded, truncated CDR named on /diagnostics."""
 
+import threading
 import time
 
 import cv2
@@ -23,7 +24,8 @@ from flashdrive_ros.engine.window import WindowBuilder
 from flashdrive_ros.ros import names
 from flashdrive_ros.ros.convert import seconds_to_stamp, stamp_to_seconds
 from flashdrive_ros.ros.harness.loopback import local_context
-from flashdrive_ros.ros.input_handler import GATE_EXTRA, OFF_GRID_EXTRA
+from flashdrive_ros.ros.camera_worker import BEHIND_EXTRA
+from flashdrive_ros.ros.input_handler import GATE_EXTRA, GATE_OPENINGS_EXTRA, OFF_GRID_EXTRA
 from flashdrive_ros.ros.inputs import InputSubscriptions
 from flashdrive_ros.ros.node import DriveNode
 from flashdrive_ros.ros.params import DriveParams
@@ -35,8 +37,8 @@ CAMERAS = DriveParams().camera_names
 WAIT_S = 30.0
 MODEL_SIZE = (20, 32)
 RNG = np.random.default_rng(3)
-CLEAN_TAIL_S = 2.0
-SETTLE_S = 1.0  # a frame sent is counted, or its loss reported, on /diagnostics within this
+TAIL_FRAMES = 240  # camera frames the node received (all cameras) while its gate was on
+RESYNC_S = 1.5  # no plan this long: every frame whole again until a plan shows the node's grid
 
 
 def wait_for(predicate, what, timeout=WAIT_S):
@@ -135,15 +137,6 @@ def tiny_model_dir(tmp_path_factory):
     return make_tiny_model_dir(tmp_path_factory.mktemp("model"))
 
 
-def planner_values(diagnostics):
-    values = {}
-    for array in diagnostics:
-        for status in array.status:
-            if status.name.endswith(": planner"):
-                values = {kv.key: kv.value for kv in status.values}
-    return values
-
-
 def planner_and_inputs(array):
     """(planner values, camera name -> input values) of one DiagnosticArray; planner values
     are None when it carries no planner status."""
@@ -158,18 +151,45 @@ def planner_and_inputs(array):
     return planner, inputs
 
 
-def gate_on_tail(diagnostics):
-    """The trailing run of diagnostics whose planner status says the frame gate is on, as
-    [(receipt time, planner values, input values)], oldest first."""
-    tail = []
-    for received, array in reversed(diagnostics):
+class NodeReports:
+    """The node's /diagnostics, each array read once as it arrives: (planner values, camera
+    name -> input values) per array with a planner status, and every last_fault per camera."""
+
+    def __init__(self):
+        self.records = []
+        self.faults_seen = {name: set() for name in CAMERAS}
+        self.lock = threading.Lock()
+
+    def add(self, array):
         planner, inputs = planner_and_inputs(array)
         if planner is None:
-            continue
-        if planner.get(GATE_EXTRA) != "on":
-            break
-        tail.insert(0, (received, planner, inputs))
-    return tail
+            return
+        with self.lock:
+            self.records.append((planner, inputs))
+            for name, values in inputs.items():
+                self.faults_seen[name].add(values.get("last_fault", ""))
+
+    def latest(self):
+        with self.lock:
+            return self.records[-1][0] if self.records else {}
+
+    def named(self, camera, *words):
+        with self.lock:
+            return any(all(w in f for w in words) for f in self.faults_seen[camera])
+
+    def gate_on_tail(self):
+        """The trailing run of records whose planner says the frame gate is on and has not
+        opened since the first of them, oldest first."""
+        with self.lock:
+            records = list(self.records)
+        tail = []
+        for planner, inputs in reversed(records):
+            openings = planner.get(GATE_OPENINGS_EXTRA, "0")
+            if planner.get(GATE_EXTRA) != "on" or tail and openings != tail[0][0].get(
+                    GATE_OPENINGS_EXTRA, "0"):
+                break
+            tail.insert(0, (planner, inputs))
+        return tail
 
 
 def test_cameras_at_30_hz_are_gated_before_decoding_and_truncated_cdr_is_named(
@@ -180,8 +200,9 @@ def test_cameras_at_30_hz_are_gated_before_decoding_and_truncated_cdr_is_named(
     (no stamp to gate it on). Every frame is whole until the first plan, whose t0 shows
     the grid the node's gate took. A loaded machine can stall this process long enough for
     the node to lose frames, and the gate then rightly decodes every frame for a while, so
-    the counts are taken over CLEAN_TAIL_S or more with the gate on throughout and SETTLE_S
-    after."""
+    the node's counts are compared over its last TAIL_FRAMES or more frames received with the
+    gate on throughout; a stall past max_time_jump makes the gate take a new grid, which the
+    feeder learns again from a plan on whole frames (RESYNC_S)."""
     context = local_context()
     topics = [f"/gate_test/{name}/image_raw" for name in CAMERAS]
     node = DriveNode(context=context, namespace="/gate_test", parameter_overrides=[
@@ -193,12 +214,12 @@ def test_cameras_at_30_hz_are_gated_before_decoding_and_truncated_cdr_is_named(
         Parameter("max_plan_age_s", value=3.0)])
     client = Node("gate_feeder", context=context)
     spinning = SpinningApart(context, node, client)
-    paths, diagnostics = [], []
+    paths, reports = [], NodeReports()
     try:
         client.create_subscription(Path, "/gate_test/drive_node/trajectory",
                                    lambda m: paths.append(m) if m.poses else None, 10)
         client.create_subscription(DiagnosticArray, names.DIAGNOSTICS_TOPIC,
-                                   lambda m: diagnostics.append((time.monotonic(), m)), 10)
+                                   reports.add, 10)
         images = [client.create_publisher(Image, t, 30) for t in topics]
         odom = client.create_publisher(Odometry, "/gate_test/odometry", 50)
         assert node.trigger_configure() == TransitionCallbackReturn.SUCCESS
@@ -209,7 +230,6 @@ def test_cameras_at_30_hz_are_gated_before_decoding_and_truncated_cdr_is_named(
                  for i in range(len(CAMERAS))]
         clock = client.get_clock()
         start = round(clock.now().nanoseconds * 1e-9, 1) + 0.1
-        off_grid_sends = []
         truncate = {}
 
         def frame(i, stamp, whole):
@@ -221,16 +241,34 @@ def test_cameras_at_30_hz_are_gated_before_decoding_and_truncated_cdr_is_named(
 
         def node_grid(k):
             """Whether frame time k is on the node's frame grid, which its gate took from the
-            first frame of camera 0 to arrive: the first plan's t0 lies on it."""
+            first frame of camera 0 to arrive (again after a gap of max_time_jump): the first
+            plan's t0 since every frame was whole lies on it."""
             return (k - grid_frame) % 3 == 0
 
-        def clean_tail():
-            tail = gate_on_tail(diagnostics)
-            span = tail[-1][0] - tail[0][0] if tail else 0.0
-            return tail if span >= CLEAN_TAIL_S + SETTLE_S else None
+        def received(inputs, names=CAMERAS):
+            return sum(int(inputs.get(name, {}).get("received", 0)) for name in names)
 
-        k = 0
-        whole_until = grid_frame = tail = None
+        def clean_tail():
+            tail = reports.gate_on_tail()
+            frames = received(tail[-1][1]) - received(tail[0][1]) if tail else 0
+            return tail if frames >= TAIL_FRAMES else None
+
+        def named():
+            """Whether /diagnostics named camera 2's frame cut inside its pixel data and camera
+            1's cut inside its header."""
+            return (reports.named(CAMERAS[2], "truncated_message", "inside data")
+                    and reports.named(CAMERAS[1], "truncated_message", "inside header"))
+
+        def setbacks():
+            """What keeps a truncated frame from being named: the gate opened (frames decoded
+            off the grid name their own truncation), or the node's own camera queue dropped
+            messages."""
+            latest = reports.latest()
+            return latest.get(GATE_OPENINGS_EXTRA, "0"), latest.get(BEHIND_EXTRA, "0")
+
+        k, rounds, resyncs, whole_since = 0, 0, 0, 0
+        whole_until = grid_frame = tail = truncated_at = None
+        plans_seen, last_plan_at = 0, time.monotonic()
         deadline = time.monotonic() + 3 * WAIT_S
         while time.monotonic() < deadline:
             stamp = round(start + k / 30, 6)
@@ -241,9 +279,13 @@ def test_cameras_at_30_hz_are_gated_before_decoding_and_truncated_cdr_is_named(
             msg.header.frame_id = "odom"
             msg.pose.pose.orientation.w = 1.0
             odom.publish(msg)
-            if whole_until is None and paths:
+            if len(paths) != plans_seen:
+                plans_seen, last_plan_at = len(paths), time.monotonic()
+            if whole_until is None and len(paths) > whole_since:
                 whole_until = k
-                grid_frame = round((stamp_to_seconds(paths[0].header.stamp) - start) * 30)
+                grid_frame = round((stamp_to_seconds(paths[-1].header.stamp) - start) * 30)
+            elif whole_until is not None and time.monotonic() - last_plan_at > RESYNC_S:
+                whole_until, whole_since, resyncs = None, len(paths), resyncs + 1
             on_grid = whole_until is None or node_grid(k)
             for i, publisher in enumerate(images):
                 if i == 2 and truncate.get(i) == k:
@@ -252,33 +294,35 @@ def test_cameras_at_30_hz_are_gated_before_decoding_and_truncated_cdr_is_named(
                 if truncate.get(i) == k:
                     publisher.publish(frame(i, stamp, True)[:10])
                 publisher.publish(frame(i, stamp, on_grid))
-            if not on_grid:
-                off_grid_sends.append(time.monotonic())
             k += 1
-            if len(paths) >= 3 and not truncate:
+            if k % 10 or len(paths) < 3:
+                continue
+            settled = truncate and k > max(truncate.values()) + 30
+            if not truncate or (settled and not named() and setbacks() != truncated_at):
                 next_on_grid = next(j for j in range(k, k + 3) if node_grid(j))
                 truncate = {2: next_on_grid + 3, 1: next_on_grid + 6}
-                paths_before = len(paths)
-            if truncate and k > max(truncate.values()) + 30 and len(paths) > paths_before:
+                truncated_at, paths_before, rounds = setbacks(), len(paths), rounds + 1
+            elif settled and len(paths) > paths_before and named():
                 tail = clean_tail()
                 if tail:
                     break
-        values = planner_values([m for _, m in diagnostics])
+        values = reports.latest()
         assert len(paths) >= 3, f"no plans; planner: {values}"
         assert truncate and len(paths) > paths_before, "no plan after the truncated frames"
-        assert tail, (f"the frame gate was not on for {CLEAN_TAIL_S + SETTLE_S} s in a row in "
+        assert named(), (f"the truncated frames were not named ({rounds} rounds, each again "
+                         f"after the gate opened or the node dropped camera messages; "
+                         f"{resyncs} resyncs); planner: {values}")
+        assert tail, (f"the frame gate was not on for {TAIL_FRAMES} frames in a row in "
                       f"{3 * WAIT_S} s; last: {values.get(GATE_EXTRA)}")
-        (first_at, first, first_inputs), (last_at, last, last_inputs) = tail[0], tail[-1]
-        sent = 4 * sum(first_at <= t <= last_at - SETTLE_S for t in off_grid_sends)
+        (first, first_inputs), (last, last_inputs) = tail[0], tail[-1]
+        off_grid = 2 / 3 * (received(last_inputs) - received(first_inputs))
         dropped = int(last.get(OFF_GRID_EXTRA, 0)) - int(first.get(OFF_GRID_EXTRA, 0))
-        assert sent >= 60 and dropped >= 0.8 * sent - 8, (dropped, sent)
+        assert dropped >= 0.8 * off_grid - 8, (dropped, off_grid)
         faults = {name: int(last_inputs.get(name, {}).get("faults_total", 0))
                   - int(first_inputs.get(name, {}).get("faults_total", 0)) for name in CAMERAS}
-        assert faults[CAMERAS[0]] + faults[CAMERAS[3]] <= 0.1 * sent / 2, (faults, sent)
-        seen = {name: {inputs.get(name, {}).get("last_fault", "") for _, a in diagnostics
-                       for inputs in [planner_and_inputs(a)[1]]} for name in CAMERAS}
-        assert any("truncated_message" in f and "inside data" in f for f in seen[CAMERAS[2]])
-        assert any("truncated_message" in f and "inside header" in f for f in seen[CAMERAS[1]])
+        outer = CAMERAS[::3]
+        off_grid_outer = 2 / 3 * (received(last_inputs, outer) - received(first_inputs, outer))
+        assert sum(faults[name] for name in outer) <= 0.1 * off_grid_outer, (faults, outer)
     finally:
         node.release_all()
         spinning.stop()

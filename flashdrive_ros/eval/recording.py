@@ -31,7 +31,7 @@ from flashdrive_ros.ros.camera_worker import BEHIND_EXTRA
 PLANNER_STATUS_SUFFIX = ": planner"
 INPUT_STATUS_INFIX = ": input "
 NODE_NOTES = ("odom_frame", "clock", "frame_stand_ins", "camera_frames_off_grid", "frame_gate",
-              BEHIND_EXTRA)
+              "frame_gate_openings", BEHIND_EXTRA)
 NODE_NOTE_PREFIXES = ("camera_slot.", "input_latency_ms.", "encoding.")
 STAMP_DECIMALS = 3
 OVERLAY_FRAMES = 3

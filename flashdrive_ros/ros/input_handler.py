@@ -44,6 +44,7 @@ TIME_BACKWARDS = "time_backwards"
 LATENCY_REPORT_EVERY = 10
 OFF_GRID_EXTRA = "camera_frames_off_grid"
 GATE_EXTRA = "frame_gate"
+GATE_OPENINGS_EXTRA = "frame_gate_openings"
 ENCODING_EXTRA = "encoding."
 
 
@@ -69,6 +70,7 @@ class InputHandler:
                      if frame_gate else None)
         self.deserialize = deserialize
         self._gate_state = ""
+        self._gate_openings = 0
         self.now = now
         self.warn = warn
         self._warned: set[str] = set()
@@ -312,6 +314,9 @@ class InputHandler:
             f"off while {self.params.camera_names[lossy[0]]} loses {lossy[1]:.0%} of its "
             f"frames in transport (every frame decoded)")
         if state != self._gate_state:
+            if lossy is not None and not self._gate_state.startswith("off"):
+                self._gate_openings += 1
+                self.loop.set_extra(GATE_OPENINGS_EXTRA, self._gate_openings)
             self._gate_state = state
             self.loop.set_extra(GATE_EXTRA, state)
         return admitted
