@@ -23,7 +23,7 @@ from flashdrive_ros.ros.params import DriveParams
 from flashdrive_ros.ros.planner_loop import ODOMETRY_INPUT, PlannerLoop
 
 ODOMETRY_DEPTH = 250  # 5 s at 50 Hz
-CAMERA_QUEUE_PER_CAMERA = 2  # camera messages waiting for the camera thread, per camera
+CAMERA_QUEUE_PER_CAMERA = 8  # camera messages waiting for the camera thread, per camera
 
 
 def camera_qos(reliability: str) -> QoSProfile:

@@ -65,7 +65,7 @@ class DriveParams:
     camera_thread: bool = setting(
         True, "Camera messages are decoded on a thread of their own, so odometry and timers "
         "do not wait behind image decoding on the executor thread (camera messages beyond a "
-        "queue of two per camera are dropped oldest first, counted on /diagnostics as "
+        "queue of eight per camera are dropped oldest first, counted on /diagnostics as "
         "camera_messages_behind); false: on the executor thread. Applied at the next "
         "activate.")
     image_reliability: str = setting(
