@@ -178,18 +178,24 @@ class NodeReports:
             return any(all(w in f for w in words) for f in self.faults_seen[camera])
 
     def gate_on_tail(self):
-        """The trailing run of records whose planner says the frame gate is on and has not
-        opened since the first of them, oldest first."""
+        """The trailing run of records whose planner says the frame gate is on and has
+        neither opened nor restarted its grid (a time jump) since the first of them, oldest
+        first."""
         with self.lock:
             records = list(self.records)
         tail = []
         for planner, inputs in reversed(records):
-            openings = planner.get(GATE_OPENINGS_EXTRA, "0")
-            if planner.get(GATE_EXTRA) != "on" or tail and openings != tail[0][0].get(
-                    GATE_OPENINGS_EXTRA, "0"):
+            if planner.get(GATE_EXTRA) != "on" or tail and gate_epoch(planner) != gate_epoch(
+                    tail[0][0]):
                 break
             tail.insert(0, (planner, inputs))
         return tail
+
+
+def gate_epoch(planner):
+    """What changes when the frame gate opens or restarts its grid after a time jump."""
+    return tuple(planner.get(key, "0") for key in (GATE_OPENINGS_EXTRA, "rejected.time_jump",
+                                                   "full_prefill.time_base_reset"))
 
 
 def test_cameras_at_30_hz_are_gated_before_decoding_and_truncated_cdr_is_named(
@@ -261,10 +267,11 @@ def test_cameras_at_30_hz_are_gated_before_decoding_and_truncated_cdr_is_named(
 
         def setbacks():
             """What keeps a truncated frame from being named: the gate opened (frames decoded
-            off the grid name their own truncation), or the node's own camera queue dropped
-            messages."""
+            off the grid name their own truncation), the node's own camera queue dropped
+            messages, or the feeder lost the node's grid."""
             latest = reports.latest()
-            return latest.get(GATE_OPENINGS_EXTRA, "0"), latest.get(BEHIND_EXTRA, "0")
+            return (latest.get(GATE_OPENINGS_EXTRA, "0"), latest.get(BEHIND_EXTRA, "0"),
+                    resyncs)
 
         k, rounds, resyncs, whole_since = 0, 0, 0, 0
         whole_until = grid_frame = tail = truncated_at = None
@@ -295,10 +302,12 @@ def test_cameras_at_30_hz_are_gated_before_decoding_and_truncated_cdr_is_named(
                     publisher.publish(frame(i, stamp, True)[:10])
                 publisher.publish(frame(i, stamp, on_grid))
             k += 1
-            if k % 10 or len(paths) < 3:
+            if k % 10 or len(paths) < 3 or whole_until is None:
                 continue
             settled = truncate and k > max(truncate.values()) + 30
-            if not truncate or (settled and not named() and setbacks() != truncated_at):
+            gate_on = reports.latest().get(GATE_EXTRA) == "on"
+            if gate_on and (not truncate or (settled and not named()
+                                             and setbacks() != truncated_at)):
                 next_on_grid = next(j for j in range(k, k + 3) if node_grid(j))
                 truncate = {2: next_on_grid + 3, 1: next_on_grid + 6}
                 truncated_at, paths_before, rounds = setbacks(), len(paths), rounds + 1
@@ -308,10 +317,11 @@ def test_cameras_at_30_hz_are_gated_before_decoding_and_truncated_cdr_is_named(
                     break
         values = reports.latest()
         assert len(paths) >= 3, f"no plans; planner: {values}"
-        assert truncate and len(paths) > paths_before, "no plan after the truncated frames"
+        assert truncate, f"the frame gate was never on; planner: {values}"
+        assert len(paths) > paths_before, "no plan after the truncated frames"
         assert named(), (f"the truncated frames were not named ({rounds} rounds, each again "
-                         f"after the gate opened or the node dropped camera messages; "
-                         f"{resyncs} resyncs); planner: {values}")
+                         f"after the gate opened, the node dropped camera messages or the "
+                         f"feeder learned the grid again ({resyncs} times)); planner: {values}")
         assert tail, (f"the frame gate was not on for {TAIL_FRAMES} frames in a row in "
                       f"{3 * WAIT_S} s; last: {values.get(GATE_EXTRA)}")
         (first, first_inputs), (last, last_inputs) = tail[0], tail[-1]
