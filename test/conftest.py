@@ -35,8 +35,9 @@ _DOMAINS = _worker_domains()
 
 def _own_domain():
     previous = os.environ.get(DOMAIN_ID_ENV)
-    os.environ[DOMAIN_ID_ENV] = str(next(_DOMAINS))
-    yield int(os.environ[DOMAIN_ID_ENV])
+    domain = next(_DOMAINS)
+    os.environ[DOMAIN_ID_ENV] = str(domain)
+    yield domain
     if previous is None:
         os.environ.pop(DOMAIN_ID_ENV)
     else:

@@ -27,11 +27,12 @@ from flashdrive_ros.eval.metrics import window_metrics
 from flashdrive_ros.eval.offline import LabelIndex
 from flashdrive_ros.eval.summary import SkipCounter, WindowResult
 from flashdrive_ros.ros.camera_worker import BEHIND_EXTRA
+from flashdrive_ros.ros.input_handler import GATE_EXTRA, GATE_OPENINGS_EXTRA, OFF_GRID_EXTRA
 
 PLANNER_STATUS_SUFFIX = ": planner"
 INPUT_STATUS_INFIX = ": input "
-NODE_NOTES = ("odom_frame", "clock", "frame_stand_ins", "camera_frames_off_grid", "frame_gate",
-              "frame_gate_openings", BEHIND_EXTRA)
+NODE_NOTES = ("odom_frame", "clock", "frame_stand_ins", OFF_GRID_EXTRA, GATE_EXTRA,
+              GATE_OPENINGS_EXTRA, BEHIND_EXTRA)
 NODE_NOTE_PREFIXES = ("camera_slot.", "input_latency_ms.", "encoding.")
 STAMP_DECIMALS = 3
 OVERLAY_FRAMES = 3
